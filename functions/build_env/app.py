@@ -1,0 +1,25 @@
+"""BuildEngineEnv: container env, timeouts and the GPU memory plan."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import ReportSettings
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import EnginePlan, ImageChoice, NormalizedRequest, ValidationSummary
+
+
+class Event(BaseModel):
+    request: NormalizedRequest
+    validation: ValidationSummary
+    image: ImageChoice
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> EnginePlan:
+    settings = ReportSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.build_plan(table, event.request, event.validation, event.image)

@@ -1,0 +1,33 @@
+"""CreateEndpoint: model, endpoint config and endpoint, tagged as managed by this stack."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import DeploySettings
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import EndpointRef, EnginePlan, ImageChoice, NormalizedRequest
+
+
+class Event(BaseModel):
+    request: NormalizedRequest
+    image: ImageChoice
+    plan: EnginePlan
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> EndpointRef:
+    settings = DeploySettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.create(
+        boto3.client("sagemaker"),
+        table,
+        event.request,
+        event.image,
+        event.plan,
+        settings.sagemaker_role_arn,
+        settings.stack_tag,
+    )

@@ -1,0 +1,29 @@
+"""MarkSucceeded / MarkFailed: close the record and publish the lifecycle event."""
+
+from typing import Any, Literal
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import RegistrySettings
+from modeldrop.lambda_support import handler, logger, metrics
+
+
+class Event(BaseModel):
+    deployment_id: str
+    outcome: Literal["succeeded", "failed"]
+    summary: dict[str, Any]
+    request: dict[str, Any] | None = None
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
+    settings = RegistrySettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    metrics.add_metric(name=f"Deployments{event.outcome.capitalize()}", unit="Count", value=1)
+    return steps.finalize(
+        table, boto3.client("events"), settings.event_bus_name, event.deployment_id, event.outcome, event.summary
+    )

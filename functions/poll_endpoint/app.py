@@ -1,0 +1,22 @@
+"""PollEndpoint: InService, Failed (EndpointFailed) or past the deadline (DeployDeadlineExceeded)."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import EndpointPoll, EndpointRef
+
+
+class Event(BaseModel):
+    deployment_id: str
+    endpoint: EndpointRef
+    polls: int = 0
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> EndpointPoll:
+    return steps.poll(boto3.client("sagemaker"), event.endpoint, event.polls)

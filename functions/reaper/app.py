@@ -1,0 +1,20 @@
+"""Scheduled: delete managed endpoints whose expires-at tag has passed, and orphans."""
+
+from typing import Any
+
+import boto3
+
+from modeldrop.config import ReaperSettings
+from modeldrop.lambda_support import logger, metrics
+from modeldrop.reaper import reap
+
+
+@logger.inject_lambda_context
+@metrics.log_metrics
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = ReaperSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    result = reap(boto3.client("sagemaker"), table, boto3.client("events"), settings.event_bus_name, settings.stack_tag)
+    metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
+    logger.info("reaper run", extra=result.model_dump())
+    return result.model_dump(mode="json")

@@ -1,0 +1,27 @@
+"""RecordFailure: classify the error and capture the endpoint's FailureReason before teardown."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import ReportSettings
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import FailureRecord
+
+
+class Event(BaseModel):
+    deployment_id: str
+    resource_name: str
+    failure: dict[str, Any]
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> FailureRecord:
+    settings = ReportSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.record_failure(
+        boto3.client("sagemaker"), table, event.deployment_id, event.resource_name, event.failure
+    )

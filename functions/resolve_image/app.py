@@ -1,0 +1,28 @@
+"""ResolveImage: full-URI env -> version env -> the known-image table, in the endpoint's region."""
+
+import os
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import ReportSettings
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import Engine, ImageChoice
+
+
+class Event(BaseModel):
+    deployment_id: str
+    engine: Engine
+    model_type: str | None = None
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> ImageChoice:
+    settings = ReportSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.resolve(
+        table, event.deployment_id, event.engine, settings.aws_region, dict(os.environ), event.model_type
+    )

@@ -1,0 +1,19 @@
+"""S3 Object Created (via EventBridge) -> one execution per bucket/key/version-id."""
+
+from typing import Any
+
+import boto3
+
+from modeldrop.config import StarterSettings
+from modeldrop.lambda_support import logger
+from modeldrop.starter import start_from_event
+
+
+@logger.inject_lambda_context
+def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
+    settings = StarterSettings.from_env()
+    outcome = start_from_event(
+        event, boto3.client("s3"), boto3.client("stepfunctions"), settings.state_machine_arn, settings.artifact_bucket
+    )
+    logger.info("s3 event handled", extra=outcome.model_dump())
+    return outcome.model_dump(mode="json")

@@ -1,0 +1,24 @@
+"""Teardown: delete endpoint -> endpoint config -> model (already gone counts as deleted)."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import ReportSettings
+from modeldrop.lambda_support import handler, logger
+from modeldrop.models import TeardownResult
+
+
+class Event(BaseModel):
+    deployment_id: str
+    resource_name: str
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> TeardownResult:
+    settings = ReportSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.teardown(boto3.client("sagemaker"), table, event.deployment_id, event.resource_name)

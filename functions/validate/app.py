@@ -1,0 +1,25 @@
+"""ValidateCheckpoint: open the artifact, check config and safetensors headers, refuse with fixes."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop import steps
+from modeldrop.config import ReportSettings
+from modeldrop.lambda_support import handler, logger, tracer
+from modeldrop.models import ValidationSummary
+
+
+class Event(BaseModel):
+    deployment_id: str
+    artifact_uri: str
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> ValidationSummary:
+    settings = ReportSettings.from_env()
+    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    return steps.validate(boto3.client("s3"), table, event.deployment_id, event.artifact_uri)

@@ -1,0 +1,116 @@
+"""Domain errors.
+
+The class name is the error name Step Functions sees (a Lambda's ``errorType``), so the ASL routes
+on these names: renaming a class is an interface change (tests/test_contracts.py checks that every
+one is routed).
+"""
+
+from __future__ import annotations
+
+
+class ModeldropError(Exception):
+    """A failure with a cause the user can act on."""
+
+    failure_class: str = "internal"
+    default_hint: str = ""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        self.message = message
+        self.hint = hint if hint is not None else self.default_hint
+        super().__init__(f"{message} -- fix: {self.hint}" if self.hint else message)
+
+
+class RequestInvalid(ModeldropError):
+    failure_class = "request"
+    default_hint = "correct the request; its JSON Schema is schemas/deployment-request.schema.json"
+
+
+class CheckpointUnreadable(ModeldropError):
+    failure_class = "checkpoint"
+    default_hint = "re-upload a complete model.tar.gz or safetensors prefix"
+
+
+class CheckpointRefused(ModeldropError):
+    failure_class = "checkpoint"
+    default_hint = "see the findings in the validation report"
+
+
+class ImageUnresolvable(ModeldropError):
+    failure_class = "serving-plan"
+    default_hint = "set the engine's *_IMAGE_URI or version variable to a known image"
+
+
+class PlanRefused(ModeldropError):
+    failure_class = "serving-plan"
+    default_hint = "lower max_num_seqs / max_model_len or choose a larger instance type"
+
+
+class QuotaExceeded(ModeldropError):
+    """SageMaker's ResourceLimitExceeded: retrying cannot help, a quota increase can."""
+
+    failure_class = "capacity"
+    default_hint = (
+        "request a Service Quotas increase for 'ml.<type> for endpoint usage' (service code "
+        "sagemaker), or pick an instance type with quota"
+    )
+
+
+class SageMakerThrottled(ModeldropError):
+    """Transient: the ASL retries this with backoff."""
+
+    failure_class = "throttled"
+    default_hint = "transient; retried automatically"
+
+
+class EndpointFailed(ModeldropError):
+    failure_class = "endpoint"
+    default_hint = (
+        "read the endpoint's CloudWatch logs: an engine OOM needs a smaller max_num_seqs or a "
+        "larger instance; slow weight loading needs a longer startup health-check timeout"
+    )
+
+
+class DeployDeadlineExceeded(ModeldropError):
+    failure_class = "endpoint"
+    default_hint = "raise the DeployDeadlineSeconds parameter or check the endpoint's logs"
+
+
+class EvalFailed(ModeldropError):
+    failure_class = "eval"
+    default_hint = "see the eval report: raise max_tokens for truncated cases, fix the model otherwise"
+
+
+class TeardownIncomplete(ModeldropError):
+    failure_class = "teardown"
+    default_hint = "delete the listed resources by hand or let the reaper retry"
+
+
+DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
+    RequestInvalid,
+    CheckpointUnreadable,
+    CheckpointRefused,
+    ImageUnresolvable,
+    PlanRefused,
+    QuotaExceeded,
+    SageMakerThrottled,
+    EndpointFailed,
+    DeployDeadlineExceeded,
+    EvalFailed,
+    TeardownIncomplete,
+)
+
+FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DOMAIN_ERRORS}
+FAILURE_HINTS: dict[str, str] = {cls.__name__: cls.default_hint for cls in DOMAIN_ERRORS}
+
+
+def classify(error_name: str) -> str:
+    """Failure class of an error name as Step Functions reports it."""
+    if error_name in FAILURE_CLASSES:
+        return FAILURE_CLASSES[error_name]
+    if error_name == "States.Timeout":
+        return "timeout"
+    if error_name.startswith("Lambda."):
+        return "lambda"
+    if error_name.startswith("States."):
+        return "internal"
+    return "internal"

@@ -1,0 +1,375 @@
+"""The SAM stack, emulated: resources and functions read from template.yaml, created in moto.
+
+The state machine definition, its substitutions, the functions' handlers and environment, and the
+S3 -> EventBridge rule pattern all come from the same files `sam deploy` uses.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import boto3
+import yaml
+
+from modeldrop.local import moto_shims
+
+REGION = "us-east-1"
+STACK_NAME = "modeldrop-local"
+
+
+def project_root() -> Path:
+    env = os.environ.get("MODELDROP_ROOT")
+    candidates = [Path(env)] if env else []
+    candidates += [Path.cwd(), *Path.cwd().parents, *Path(__file__).resolve().parents]
+    for path in candidates:
+        if (path / "template.yaml").is_file() and (path / "statemachine").is_dir():
+            return path
+    raise FileNotFoundError("template.yaml not found: run from the modeldrop checkout or set MODELDROP_ROOT")
+
+
+class _CfnLoader(yaml.SafeLoader):
+    pass
+
+
+def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
+    name = "Fn::" + suffix if suffix not in ("Ref", "Condition") else suffix
+    if isinstance(node, yaml.ScalarNode):
+        value: Any = loader.construct_scalar(node)
+        if suffix == "GetAtt":
+            value = value.split(".", 1)
+    elif isinstance(node, yaml.SequenceNode):
+        value = loader.construct_sequence(node, deep=True)
+    else:
+        value = loader.construct_mapping(node, deep=True)
+    return {name: value}
+
+
+_CfnLoader.add_multi_constructor("!", _tag)
+
+
+def load_template(root: Path) -> dict[str, Any]:
+    with (root / "template.yaml").open() as fh:
+        data: dict[str, Any] = yaml.load(fh, Loader=_CfnLoader)
+    return data
+
+
+@dataclass
+class FunctionSpec:
+    logical_id: str
+    name: str
+    code_dir: Path
+    handler: str
+    env: dict[str, str]
+    arn: str = ""
+
+
+@dataclass
+class Invocation:
+    function: str
+    seconds: float
+    error: str | None
+
+
+@dataclass
+class EmulatedStack:
+    root: Path
+    parameters: dict[str, str]
+    functions: dict[str, FunctionSpec] = field(default_factory=dict)
+    resources: dict[str, str] = field(default_factory=dict)
+    state_machine_arn: str = ""
+    hosting: moto_shims.ScriptedHosting = field(default_factory=moto_shims.ScriptedHosting)
+    invocations: list[Invocation] = field(default_factory=list)
+    inject: dict[str, list[str]] = field(default_factory=dict)
+    extra_env: dict[str, str] = field(default_factory=dict)
+    _modules: dict[str, ModuleType] = field(default_factory=dict)
+    _env_lock: threading.Lock = field(default_factory=threading.Lock)
+    on_invoke: Callable[[Invocation], None] | None = None
+
+    # ---- template resolution -------------------------------------------------------------
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, dict) and len(value) == 1:
+            ((key, arg),) = value.items()
+            if key == "Ref":
+                if arg == "AWS::StackName":
+                    return STACK_NAME
+                if arg == "AWS::Region":
+                    return REGION
+                if arg in self.parameters:
+                    return self.parameters[arg]
+                return self.resources.get(arg, f"unresolved:{arg}")
+            if key == "Fn::GetAtt":
+                logical, _attr = arg
+                if logical in self.functions:
+                    return self.functions[logical].arn
+                return self.resources.get(f"{logical}.Arn", f"unresolved:{logical}")
+            if key == "Fn::Sub":
+                text = arg if isinstance(arg, str) else arg[0]
+                for k, v in {
+                    "AWS::StackName": STACK_NAME,
+                    "AWS::Region": REGION,
+                    "AWS::Partition": "aws",
+                    "AWS::AccountId": "123456789012",
+                    **self.parameters,
+                    **self.resources,
+                }.items():
+                    text = text.replace("${" + k + "}", str(v))
+                return text
+        if isinstance(value, dict):
+            return {k: self.resolve(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        return value
+
+    # ---- in-process Lambda dispatch --------------------------------------------------------
+    def _module(self, spec: FunctionSpec) -> ModuleType:
+        if spec.logical_id not in self._modules:
+            path = spec.code_dir / "app.py"
+            mod_name = f"modeldrop_fn_{spec.code_dir.name}"
+            loader = importlib.util.spec_from_file_location(mod_name, path)
+            assert loader and loader.loader
+            module = importlib.util.module_from_spec(loader)
+            sys.modules[mod_name] = module
+            loader.loader.exec_module(module)
+            self._modules[spec.logical_id] = module
+        return self._modules[spec.logical_id]
+
+    def dispatch(self, function_name: str, payload: dict[str, Any]) -> tuple[str, bool, str]:
+        spec = next((f for f in self.functions.values() if f.name == function_name), None)
+        if spec is None:
+            return json.dumps({"errorType": "ResourceNotFoundException", "errorMessage": function_name}), True, ""
+        started = time.monotonic()
+        queued = self.inject.get(spec.logical_id)
+        if queued:
+            error = queued.pop(0)
+            self._record(spec.logical_id, started, error)
+            return json.dumps({"errorType": error, "errorMessage": f"injected {error}"}), True, ""
+        context = _Context(spec.name, spec.arn)
+        with self._env_lock, _patched_env({**spec.env, **self.extra_env}):
+            try:
+                # Imported under the function's env: Powertools reads POWERTOOLS_* at import.
+                handler_fn = getattr(self._module(spec), spec.handler.split(".")[-1])
+                result = handler_fn(payload, context)
+            except Exception as exc:
+                self._record(spec.logical_id, started, type(exc).__name__)
+                return moto_shims.error_payload(exc), True, ""
+        self._record(spec.logical_id, started, None)
+        return json.dumps(result, default=str), False, ""
+
+    def _record(self, logical_id: str, started: float, error: str | None) -> None:
+        inv = Invocation(logical_id, round(time.monotonic() - started, 4), error)
+        self.invocations.append(inv)
+        if self.on_invoke:
+            self.on_invoke(inv)
+
+    # ---- conveniences for runs and tests ---------------------------------------------------
+    @property
+    def bucket(self) -> str:
+        return self.resources["ArtifactBucket"]
+
+    @property
+    def table_name(self) -> str:
+        return self.resources["DeploymentsTable"]
+
+    def client(self, service: str) -> Any:
+        return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+
+    def table(self) -> Any:
+        return boto3.resource("dynamodb", region_name=REGION).Table(self.table_name)
+
+    def queue_chat_answers(self, answers: list[dict[str, Any]]) -> None:
+        """Canned runtime answers (moto's result queue) until a hosted endpoint answers."""
+        from moto.sagemakerruntime.models import sagemakerruntime_backends
+
+        backend = sagemakerruntime_backends["123456789012"][REGION]
+        for answer in answers:
+            backend.results_queue.append((json.dumps(answer), "application/json", "AllTraffic", ""))
+
+    def invoke_function(self, logical_id: str, event: dict[str, Any]) -> dict[str, Any]:
+        payload, errored, _ = self.dispatch(self.functions[logical_id].name, event)
+        result: dict[str, Any] = json.loads(payload)
+        if errored:
+            raise RuntimeError(f"{result['errorType']}: {result['errorMessage']}")
+        return result
+
+    def start(self, request: dict[str, Any], name: str | None = None) -> str:
+        arn: str = self.client("stepfunctions").start_execution(
+            stateMachineArn=self.state_machine_arn,
+            name=name or f"run-{uuid.uuid4().hex[:12]}",
+            input=json.dumps(request),
+        )["executionArn"]
+        return arn
+
+    def wait(
+        self, execution_arn: str, timeout: float = 60.0, on_event: Callable[[dict[str, Any]], None] | None = None
+    ) -> dict[str, Any]:
+        sfn = self.client("stepfunctions")
+        deadline = time.monotonic() + timeout
+        seen = 0
+        while True:
+            desc: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
+            if on_event is not None:
+                events = sfn.get_execution_history(executionArn=execution_arn)["events"]
+                for event in events[seen:]:
+                    on_event(event)
+                seen = len(events)
+            if desc["status"] != "RUNNING":
+                return desc
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"execution {execution_arn} still RUNNING after {timeout}s")
+            time.sleep(0.02)
+
+    def leftover_resources(self) -> list[str]:
+        sm = self.client("sagemaker")
+        left = [f"endpoint/{e['EndpointName']}" for e in sm.list_endpoints()["Endpoints"]]
+        left += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
+        left += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
+        return left
+
+
+class _Context:
+    def __init__(self, name: str, arn: str) -> None:
+        self.function_name = name
+        self.function_version = "$LATEST"
+        self.invoked_function_arn = arn
+        self.memory_limit_in_mb = 256
+        self.aws_request_id = uuid.uuid4().hex
+        self.log_group_name = f"/aws/lambda/{name}"
+        self.log_stream_name = "local"
+
+    def get_remaining_time_in_millis(self) -> int:
+        return 300_000
+
+
+@contextmanager
+def _patched_env(env: dict[str, str]) -> Iterator[None]:
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+LOCAL_PARAMETERS = {
+    "SageMakerExecutionRoleArn": "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
+    "PollIntervalSeconds": "30",
+}
+
+LOCAL_ENV = {
+    "AWS_REGION": REGION,
+    "AWS_DEFAULT_REGION": REGION,
+    "POWERTOOLS_TRACE_DISABLED": "true",
+    "POWERTOOLS_METRICS_DISABLED": "true",
+    "POWERTOOLS_LOG_LEVEL": "CRITICAL",
+}
+
+
+def build_stack(root: Path | None = None, parameters: dict[str, str] | None = None) -> EmulatedStack:
+    """Create the stack's resources in moto (call inside an active mock_aws)."""
+    moto_shims.install()
+    root = root or project_root()
+    template = load_template(root)
+    params = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
+    params.update(LOCAL_PARAMETERS)
+    params.update(parameters or {})
+    stack = EmulatedStack(root=root, parameters=params)
+    stack.extra_env = dict(LOCAL_ENV)
+    resources = template["Resources"]
+
+    s3 = boto3.client("s3", region_name=REGION)
+    bucket = f"{STACK_NAME}-artifacts-{uuid.uuid4().hex[:8]}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_bucket_versioning(Bucket=bucket, VersioningConfiguration={"Status": "Enabled"})
+    s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration={"EventBridgeConfiguration": {}})
+    stack.resources["ArtifactBucket"] = bucket
+    stack.resources["ArtifactBucket.Arn"] = f"arn:aws:s3:::{bucket}"
+
+    table_props = resources["DeploymentsTable"]["Properties"]
+    ddb = boto3.client("dynamodb", region_name=REGION)
+    table_name = f"{STACK_NAME}-deployments"
+    ddb.create_table(
+        TableName=table_name,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=table_props["AttributeDefinitions"],
+        KeySchema=table_props["KeySchema"],
+    )
+    stack.resources["DeploymentsTable"] = table_name
+    stack.resources["DeploymentsTable.Arn"] = f"arn:aws:dynamodb:{REGION}:123456789012:table/{table_name}"
+
+    events = boto3.client("events", region_name=REGION)
+    bus = stack.resolve(resources["EventBus"]["Properties"]["Name"])
+    events.create_event_bus(Name=bus)
+    stack.resources["EventBus"] = bus
+    stack.resources["EventBus.Arn"] = f"arn:aws:events:{REGION}:123456789012:event-bus/{bus}"
+
+    iam = boto3.client("iam", region_name=REGION)
+    role = iam.create_role(
+        RoleName=f"{STACK_NAME}-fn", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
+    )["Role"]["Arn"]
+    for name in ("modeldrop-local-sagemaker",):
+        iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")
+
+    lam = boto3.client("lambda", region_name=REGION)
+    globals_fn = template.get("Globals", {}).get("Function", {})
+    global_env = globals_fn.get("Environment", {}).get("Variables", {})
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as zf:
+        zf.writestr("app.py", "# dispatched in-process by modeldrop.local\n")
+    function_ids = [k for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"]
+    for logical in function_ids:
+        props = resources[logical]["Properties"]
+        name = f"{STACK_NAME}-{logical}"
+        arn = lam.create_function(
+            FunctionName=name,
+            Runtime=globals_fn.get("Runtime", "python3.13"),
+            Role=role,
+            Handler=props.get("Handler", globals_fn.get("Handler")),
+            Code={"ZipFile": zipped.getvalue()},
+        )["FunctionArn"]
+        stack.functions[logical] = FunctionSpec(
+            logical, name, root / props["CodeUri"], props.get("Handler", globals_fn.get("Handler")), {}, arn
+        )
+
+    sm_props = resources["DeploymentStateMachine"]["Properties"]
+    definition = (root / sm_props["DefinitionUri"]).read_text()
+    for key, value in sm_props.get("DefinitionSubstitutions", {}).items():
+        definition = definition.replace("${" + key + "}", str(stack.resolve(value)))
+    sfn = boto3.client("stepfunctions", region_name=REGION)
+    stack.state_machine_arn = sfn.create_state_machine(
+        name=f"{STACK_NAME}-deployment", definition=definition, roleArn=role, type="STANDARD"
+    )["stateMachineArn"]
+    stack.resources["DeploymentStateMachine"] = stack.state_machine_arn
+
+    # Environment last: it may reference the state machine (the starter does).
+    for logical in function_ids:
+        props = resources[logical]["Properties"]
+        env = {**global_env, **props.get("Environment", {}).get("Variables", {})}
+        stack.functions[logical].env = {k: str(stack.resolve(v)) for k, v in env.items()}
+        for event in props.get("Events", {}).values():
+            if event["Type"] == "EventBridgeRule":
+                pattern = stack.resolve(event["Properties"]["Pattern"])
+                rule = f"{STACK_NAME}-{logical}-rule"
+                events.put_rule(Name=rule, EventPattern=json.dumps(pattern), State="ENABLED")
+                events.put_targets(Rule=rule, Targets=[{"Id": "fn", "Arn": stack.functions[logical].arn}])
+
+    moto_shims.set_dispatcher(stack.dispatch)
+    moto_shims.set_hosting(stack.hosting)
+    return stack

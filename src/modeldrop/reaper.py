@@ -1,0 +1,149 @@
+"""Delete managed endpoints past their expiry, and what ended deployments left behind.
+
+Only resources tagged managed-by = this stack are ever touched.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, Field
+
+from modeldrop import clock, registry
+from modeldrop.events_bus import publish
+from modeldrop.sagemaker_resources import (
+    DEPLOYMENT_TAG,
+    EXPIRES_TAG,
+    MANAGED_BY_TAG,
+    delete_all,
+    list_endpoints,
+    list_tags,
+)
+from modeldrop.steps import cost_so_far
+
+BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
+ORPHAN_GRACE = timedelta(hours=1)
+
+
+class ReapResult(BaseModel):
+    expired: list[str] = Field(default_factory=list)
+    retry_next_run: list[str] = Field(default_factory=list)
+    orphans_deleted: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+def _paginate(call: Any, key: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"MaxResults": 100}
+    while True:
+        page = call(**kwargs)
+        out.extend(page.get(key, []))
+        if not page.get("NextToken"):
+            return out
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def reap(sm: Any, table: Any, events: Any, bus: str, stack_tag: str, now: datetime | None = None) -> ReapResult:
+    now = now or clock.utcnow()
+    result = ReapResult()
+    live: set[str] = set()
+    for ep in list_endpoints(sm):
+        name = ep["EndpointName"]
+        live.add(name)
+        tags = list_tags(sm, ep["EndpointArn"])
+        if tags.get(MANAGED_BY_TAG) != stack_tag:
+            continue
+        expires = tags.get(EXPIRES_TAG)
+        try:
+            if not expires or clock.parse_iso(expires) > now:
+                continue
+        except ValueError:
+            result.errors.append(f"{name}: unreadable {EXPIRES_TAG} tag {expires!r}")
+            continue
+        try:
+            status = sm.describe_endpoint(EndpointName=name)["EndpointStatus"]
+        except ClientError:
+            continue  # deleted since it was listed
+        if status in BUSY_STATES:
+            result.retry_next_run.append(f"{name} ({status})")
+            continue
+        _expire(sm, table, events, bus, name, tags.get(DEPLOYMENT_TAG), result)
+    _remove_orphans(sm, table, stack_tag, live, now, result)
+    return result
+
+
+def _expire(
+    sm: Any, table: Any, events: Any, bus: str, name: str, deployment_id: str | None, result: ReapResult
+) -> None:
+    try:
+        config = sm.describe_endpoint(EndpointName=name)["EndpointConfigName"]
+        variants = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
+        model = variants[0]["ModelName"]
+    except (ClientError, KeyError, IndexError):
+        config = model = name
+    deleted, _gone, failed = delete_all(sm, name, config, model)
+    if failed:
+        result.errors.extend(failed)
+        return
+    result.expired.append(name)
+    if deployment_id and table is not None and registry.get(table, deployment_id):
+        registry.record_step(
+            table, deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
+        )
+        item = registry.get(table, deployment_id) or {}
+        publish(
+            events,
+            bus,
+            "Deployment Expired",
+            {
+                "deployment_id": deployment_id,
+                "status": "expired",
+                "endpoint_name": name,
+                "deleted": deleted,
+                "final_cost_usd": cost_so_far(item),
+                "hourly_price": item.get("hourly_price"),
+            },
+        )
+
+
+def _remove_orphans(sm: Any, table: Any, stack_tag: str, live: set[str], now: datetime, result: ReapResult) -> None:
+    kinds = (
+        (
+            "endpoint-config",
+            sm.list_endpoint_configs,
+            "EndpointConfigs",
+            "EndpointConfigName",
+            "EndpointConfigArn",
+            lambda n: sm.delete_endpoint_config(EndpointConfigName=n),
+        ),
+        ("model", sm.list_models, "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
+    )
+    in_use: set[str] = set()
+    for ep_name in live:
+        try:
+            in_use.add(sm.describe_endpoint(EndpointName=ep_name)["EndpointConfigName"])
+        except ClientError:
+            continue
+    for kind, lister, key, name_key, arn_key, delete in kinds:
+        for res in _paginate(lister, key):
+            name = res[name_key]
+            if name in live or (kind == "endpoint-config" and name in in_use):
+                continue
+            tags = list_tags(sm, res[arn_key])
+            if tags.get(MANAGED_BY_TAG) != stack_tag:
+                continue
+            deployment_id = tags.get(DEPLOYMENT_TAG)
+            item = registry.get(table, deployment_id) if (deployment_id and table is not None) else None
+            created = res.get("CreationTime")
+            old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
+            if item is not None and item.get("status") not in registry.TERMINAL:
+                continue  # a deployment in flight owns it
+            if item is None and not old_enough:
+                continue
+            try:
+                delete(name)
+                result.orphans_deleted.append(f"{kind}/{name}")
+            except ClientError as exc:
+                result.errors.append(f"{kind}/{name}: {exc}")

@@ -1,0 +1,146 @@
+"""SageMaker model / endpoint-config / endpoint lifecycle, behind a client the caller passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from modeldrop.errors import QuotaExceeded, SageMakerThrottled
+
+MANAGED_BY_TAG = "modeldrop:managed-by"
+DEPLOYMENT_TAG = "modeldrop:deployment-id"
+EXPIRES_TAG = "modeldrop:expires-at"
+
+THROTTLE_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _raise_domain(exc: ClientError, what: str) -> None:
+    code = _code(exc)
+    message = exc.response.get("Error", {}).get("Message", str(exc))
+    if code in THROTTLE_CODES:
+        raise SageMakerThrottled(f"SageMaker throttled {what}: {message}") from None
+    if code == "ResourceLimitExceeded":
+        raise QuotaExceeded(f"{what}: {message}") from None
+
+
+def _is_missing(exc: ClientError) -> bool:
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    return _code(exc) in {"ValidationException", "ResourceNotFound"} and (
+        "Could not find" in message or "does not exist" in message or "not found" in message.lower()
+    )
+
+
+def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[dict[str, str]]:
+    return [
+        {"Key": MANAGED_BY_TAG, "Value": stack_tag},
+        {"Key": DEPLOYMENT_TAG, "Value": deployment_id},
+        {"Key": EXPIRES_TAG, "Value": expires_at},
+    ]
+
+
+def create_all(
+    sm: Any,
+    name: str,
+    image_uri: str,
+    model_data_uri: str,
+    compressed: bool,
+    env: dict[str, str],
+    role_arn: str,
+    instance_type: str,
+    startup_timeout: int,
+    download_timeout: int,
+    tags: list[dict[str, str]],
+) -> None:
+    """Create model, endpoint config and endpoint, all named ``name`` and tagged alike."""
+    if compressed:
+        container: dict[str, Any] = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
+    else:
+        container = {
+            "Image": image_uri,
+            "Environment": env,
+            "ModelDataSource": {
+                "S3DataSource": {"S3Uri": model_data_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}
+            },
+        }
+    try:
+        sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags)
+        sm.create_endpoint_config(
+            EndpointConfigName=name,
+            ProductionVariants=[
+                {
+                    "VariantName": "AllTraffic",
+                    "ModelName": name,
+                    "InitialInstanceCount": 1,
+                    "InstanceType": instance_type,
+                    "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
+                    "ModelDataDownloadTimeoutInSeconds": download_timeout,
+                }
+            ],
+            Tags=tags,
+        )
+        sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=tags)
+    except ClientError as exc:
+        _raise_domain(exc, f"creating {name}")
+        raise
+
+
+def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
+        return result
+    except ClientError as exc:
+        if _is_missing(exc):
+            return None
+        _raise_domain(exc, f"describing {name}")
+        raise
+
+
+def delete_all(sm: Any, endpoint: str, config: str, model: str) -> tuple[list[str], list[str], list[str]]:
+    """Delete endpoint -> endpoint config -> model. Returns (deleted, already_gone, failed)."""
+    deleted: list[str] = []
+    gone: list[str] = []
+    failed: list[str] = []
+    steps = (
+        ("endpoint", endpoint, lambda: sm.delete_endpoint(EndpointName=endpoint)),
+        ("endpoint-config", config, lambda: sm.delete_endpoint_config(EndpointConfigName=config)),
+        ("model", model, lambda: sm.delete_model(ModelName=model)),
+    )
+    for kind, name, call in steps:
+        label = f"{kind}/{name}"
+        try:
+            call()
+            deleted.append(label)
+        except ClientError as exc:
+            if _is_missing(exc):
+                gone.append(label)
+            else:
+                _raise_domain(exc, f"deleting {label}")
+                failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+    return deleted, gone, failed
+
+
+def list_tags(sm: Any, arn: str) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"ResourceArn": arn}
+    while True:
+        page = sm.list_tags(**kwargs)
+        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
+        if not page.get("NextToken"):
+            return tags
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def list_endpoints(sm: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"MaxResults": 100}
+    while True:
+        page = sm.list_endpoints(**kwargs)
+        out.extend(page.get("Endpoints", []))
+        if not page.get("NextToken"):
+            return out
+        kwargs["NextToken"] = page["NextToken"]

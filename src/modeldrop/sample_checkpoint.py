@@ -1,0 +1,136 @@
+"""A small but structurally real checkpoint: Gemma-4-style config, real safetensors shards.
+
+Used by `modeldrop run-local` when no artifact is given, and by the tests. Tensor bytes are
+deterministic pseudo-random bf16-sized payloads; headers are exactly what safetensors writes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import tarfile
+from pathlib import Path
+from typing import Any
+
+TINY_CONFIG: dict[str, Any] = {
+    "architectures": ["Gemma4ForConditionalGeneration"],
+    "model_type": "gemma4",
+    "torch_dtype": "bfloat16",
+    "text_config": {
+        "model_type": "gemma4_text",
+        "vocab_size": 512,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 6,
+        "num_kv_shared_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 32,
+        "max_position_embeddings": 4096,
+        "sliding_window": 512,
+        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+    },
+}
+
+
+def safetensors_bytes(
+    tensors: dict[str, tuple[str, list[int]]], metadata: dict[str, str] | None = None, fill: int = 0
+) -> bytes:
+    """Serialize tensors (name -> (dtype, shape)) with the exact safetensors layout."""
+    sizes = {"BF16": 2, "F16": 2, "F32": 4, "I64": 8, "U8": 1}
+    header: dict[str, Any] = {}
+    offset = 0
+    for name in sorted(tensors):
+        dtype, shape = tensors[name]
+        n = sizes[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
+        offset += n
+    if metadata:
+        header["__metadata__"] = metadata
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)  # safetensors pads the header to 8 bytes
+    data = bytes((fill + i * 31) & 0xFF for i in range(min(offset, 4096))) * (offset // 4096 + 1)
+    return struct.pack("<Q", len(raw)) + raw + data[:offset]
+
+
+def tiny_gemma4_tensors(
+    config: dict[str, Any], prefix: str = "model.language_model.layers.", drop_kv_shared: bool = False
+) -> dict[str, tuple[str, list[int]]]:
+    text = config.get("text_config", config)
+    h, inter = text["hidden_size"], text["intermediate_size"]
+    heads, kv_heads, hd = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
+    layers = text["num_hidden_layers"]
+    first_shared = layers - text.get("num_kv_shared_layers", 0)
+    root = prefix.rsplit("layers.", 1)[0]
+    tensors: dict[str, tuple[str, list[int]]] = {
+        f"{root}embed_tokens.weight": ("BF16", [text["vocab_size"], h]),
+        f"{root}norm.weight": ("BF16", [h]),
+    }
+    for i in range(layers):
+        p = f"{prefix}{i}."
+        tensors.update(
+            {
+                p + "self_attn.q_proj.weight": ("BF16", [heads * hd, h]),
+                p + "self_attn.o_proj.weight": ("BF16", [h, heads * hd]),
+                p + "self_attn.q_norm.weight": ("BF16", [hd]),
+                p + "mlp.gate_proj.weight": ("BF16", [inter, h]),
+                p + "mlp.up_proj.weight": ("BF16", [inter, h]),
+                p + "mlp.down_proj.weight": ("BF16", [h, inter]),
+                p + "input_layernorm.weight": ("BF16", [h]),
+            }
+        )
+        if not (drop_kv_shared and i >= first_shared):
+            tensors.update(
+                {
+                    p + "self_attn.k_proj.weight": ("BF16", [kv_heads * hd, h]),
+                    p + "self_attn.v_proj.weight": ("BF16", [kv_heads * hd, h]),
+                    p + "self_attn.k_norm.weight": ("BF16", [hd]),
+                }
+            )
+    return tensors
+
+
+def write_checkpoint(
+    directory: Path,
+    *,
+    drop_kv_shared: bool = False,
+    shards: int = 2,
+    config: dict[str, Any] | None = None,
+    chat_template: bool = True,
+) -> Path:
+    """Write a sharded checkpoint with index, tokenizer files and chat template."""
+    config = config or TINY_CONFIG
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = tiny_gemma4_tensors(config, drop_kv_shared=drop_kv_shared)
+    names = sorted(tensors)
+    weight_map: dict[str, str] = {}
+    for s in range(shards):
+        shard_name = f"model-{s + 1:05d}-of-{shards:05d}.safetensors"
+        part = {n: tensors[n] for n in names[s::shards]}
+        (directory / shard_name).write_bytes(safetensors_bytes(part, {"format": "pt"}, fill=s))
+        weight_map.update({n: shard_name for n in part})
+    (directory / "model.safetensors.index.json").write_text(
+        json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}, indent=2)
+    )
+    (directory / "config.json").write_text(json.dumps(config, indent=2))
+    (directory / "generation_config.json").write_text(json.dumps({"do_sample": False}))
+    (directory / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
+    tok_cfg: dict[str, Any] = {"model_max_length": 4096}
+    (directory / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    if chat_template:
+        (directory / "chat_template.jinja").write_text(
+            "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}"
+            "<start_of_turn>model\n"
+        )
+    return directory
+
+
+def tar_gz_bytes(directory: Path) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
+    return buffer.getvalue()

@@ -1,0 +1,360 @@
+"""The state machine's steps as plain functions over clients: the handlers only wire them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from modeldrop import clock, registry
+from modeldrop.artifact_scan import scan_source
+from modeldrop.checkpoint import validate_scan
+from modeldrop.config import DefaultsSettings
+from modeldrop.errors import (
+    CheckpointRefused,
+    DeployDeadlineExceeded,
+    EndpointFailed,
+    EvalFailed,
+    RequestInvalid,
+    TeardownIncomplete,
+    classify,
+)
+from modeldrop.eval_runner import run_eval
+from modeldrop.events_bus import publish
+from modeldrop.image import resolve_image
+from modeldrop.memory_plan import ModelShape, hourly_price, instance_catalog
+from modeldrop.models import (
+    DeploymentRequest,
+    EndpointPoll,
+    EndpointRef,
+    EnginePlan,
+    EvalVerdict,
+    FailureRecord,
+    ImageChoice,
+    NormalizedRequest,
+    TeardownResult,
+    ValidationSummary,
+    deployment_id_for,
+    resource_name_for,
+)
+from modeldrop.s3uri import parse_s3_uri
+from modeldrop.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
+from modeldrop.serving_plan import max_tokens_ceiling, plan_serving
+from modeldrop.smoke_eval import default_eval_set, parse_eval_set
+
+
+def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
+    try:
+        request = DeploymentRequest.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
+        raise RequestInvalid(f"invalid deployment request: {problems}") from None
+    deployment_id = deployment_id_for(execution_name)
+    return NormalizedRequest(
+        deployment_id=deployment_id,
+        execution_name=execution_name,
+        artifact_uri=request.artifact_uri,
+        engine=request.engine or defaults.default_engine,
+        instance_type=request.instance_type or defaults.default_instance_type,
+        ttl_hours=request.ttl_hours or defaults.default_ttl_hours,
+        eval_set_uri=request.eval_set_uri,
+        max_model_len=request.max_model_len,
+        max_num_seqs=request.max_num_seqs,
+        eval_thresholds=request.eval_thresholds,
+        source=request.source,
+        resource_name=resource_name_for(defaults.resource_prefix, deployment_id),
+        deploy_deadline_seconds=defaults.deploy_deadline_seconds,
+    )
+
+
+def register(table: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+    price = hourly_price(req.instance_type, region)
+    created = registry.register(
+        table,
+        req.deployment_id,
+        req.execution_name,
+        req.model_dump(mode="json"),
+        {
+            "artifact_uri": req.artifact_uri,
+            "engine": req.engine,
+            "instance_type": req.instance_type,
+            "instance_count": 1,
+            "endpoint_name": req.resource_name,
+            "hourly_price": str(price) if price is not None else None,
+            "price_read_on": instance_catalog()["price_read_on"] if price is not None else None,
+            "region": region,
+        },
+    )
+    return {"deployment_id": req.deployment_id, "created": created}
+
+
+def report_prefix(artifact_uri: str, deployment_id: str) -> tuple[str, str]:
+    """(bucket, key prefix) for reports next to the artifact."""
+    uri = parse_s3_uri(artifact_uri)
+    base = uri.key if uri.is_prefix else (uri.key.rsplit("/", 1)[0] + "/" if "/" in uri.key else "")
+    return uri.bucket, f"{base}modeldrop-reports/{deployment_id}/"
+
+
+def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
+    data = body.model_dump_json(indent=2) if isinstance(body, BaseModel) else json.dumps(body, indent=2, default=str)
+    s3.put_object(Bucket=bucket, Key=key, Body=data.encode(), ContentType="application/json")
+    return f"s3://{bucket}/{key}"
+
+
+def validate(s3: Any, table: Any, deployment_id: str, artifact_uri: str) -> ValidationSummary:
+    report = validate_scan(scan_source(artifact_uri, s3))
+    bucket, prefix = report_prefix(artifact_uri, deployment_id)
+    uri = _put_json(s3, bucket, prefix + "validation.json", report)
+    summary = report.summary(uri)
+    registry.record_step(
+        table,
+        deployment_id,
+        "validate",
+        summary.model_dump(mode="json"),
+        status="validated" if report.deployable else "refused",
+        validation_report_uri=uri,
+    )
+    if not report.deployable:
+        errors = [f for f in report.findings if f.severity == "error"]
+        first = errors[0]
+        more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
+        raise CheckpointRefused(f"{first.code}: {first.message}{more}; report: {uri}", first.hint)
+    return summary
+
+
+def resolve(
+    table: Any, deployment_id: str, engine: Any, region: str, env: Mapping[str, str], model_type: str | None
+) -> ImageChoice:
+    choice = resolve_image(engine, region, env, model_type)
+    registry.record_step(
+        table, deployment_id, "resolve_image", choice.model_dump(mode="json"), image_uri=choice.image_uri
+    )
+    return choice
+
+
+def shape_from(validation: ValidationSummary) -> ModelShape:
+    return ModelShape(
+        weights_gib=validation.weights_gib,
+        vocab_size=validation.vocab_size or 262_144,
+        num_hidden_layers=validation.num_hidden_layers or 0,
+        num_kv_shared_layers=validation.num_kv_shared_layers,
+        num_key_value_heads=validation.num_key_value_heads or 0,
+        head_dim=validation.head_dim or 0,
+        layer_types=validation.layer_types,
+        sliding_window=validation.sliding_window,
+    )
+
+
+def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice) -> EnginePlan:
+    plan = plan_serving(
+        image.engine,
+        shape_from(validation),
+        req.instance_type,
+        image.region,
+        max_num_seqs=req.max_num_seqs,
+        max_model_len=req.max_model_len,
+        max_position_embeddings=validation.max_position_embeddings,
+    )
+    registry.record_step(table, req.deployment_id, "build_env", plan.model_dump(mode="json"), status="planned")
+    return plan
+
+
+def create(
+    sm: Any, table: Any, req: NormalizedRequest, image: ImageChoice, plan: EnginePlan, role_arn: str, stack_tag: str
+) -> EndpointRef:
+    now = clock.utcnow()
+    expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
+    name = req.resource_name
+    uri = parse_s3_uri(req.artifact_uri)
+    create_all(
+        sm,
+        name,
+        image.image_uri,
+        req.artifact_uri,
+        compressed=not uri.is_prefix,
+        env=plan.env,
+        role_arn=role_arn,
+        instance_type=plan.instance_type,
+        startup_timeout=plan.startup_timeout_seconds,
+        download_timeout=plan.download_timeout_seconds,
+        tags=tags_for(stack_tag, req.deployment_id, expires_at),
+    )
+    ref = EndpointRef(
+        endpoint_name=name,
+        endpoint_config_name=name,
+        model_name=name,
+        deadline_at=clock.iso(now + timedelta(seconds=req.deploy_deadline_seconds)),
+    )
+    registry.record_step(
+        table,
+        req.deployment_id,
+        "create_endpoint",
+        ref.model_dump(mode="json"),
+        status="creating",
+        expires_at=expires_at,
+        started_at=clock.iso(now),
+    )
+    return ref
+
+
+def poll(sm: Any, ref: EndpointRef, polls: int) -> EndpointPoll:
+    desc = describe_endpoint(sm, ref.endpoint_name)
+    if desc is None:
+        raise EndpointFailed(
+            f"endpoint {ref.endpoint_name} disappeared while being created",
+            "check whether someone deleted it; redeploy",
+        )
+    status = str(desc.get("EndpointStatus"))
+    if status == "Failed":
+        reason = desc.get("FailureReason") or "(no FailureReason given)"
+        raise EndpointFailed(f"endpoint {ref.endpoint_name} Failed: {reason}", hint_for_failure(reason))
+    if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
+        raise DeployDeadlineExceeded(
+            f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
+        )
+    return EndpointPoll(status=status, polls=polls + 1)
+
+
+def hint_for_failure(reason: str) -> str:
+    lowered = reason.lower()
+    if "ping health check" in lowered:
+        return (
+            "either the engine died (CUDA OOM: lower max_num_seqs / max_model_len or use a larger instance; raising "
+            "the timeout will not help) or weights load slowly (raise ContainerStartupHealthCheckTimeoutInSeconds) "
+            "-- the endpoint's CloudWatch logs tell which"
+        )
+    if "insufficientinstancecapacity" in lowered or "capacity" in lowered:
+        return "no capacity for this instance type now: retry later, another region, or another instance type"
+    if "resourcelimitexceeded" in lowered or "quota" in lowered:
+        return "raise the 'ml.<type> for endpoint usage' Service Quota"
+    return EndpointFailed.default_hint
+
+
+def smoke_eval(
+    runtime: Any,
+    s3: Any,
+    table: Any,
+    req: NormalizedRequest,
+    ref: EndpointRef,
+    plan: EnginePlan,
+    answers_from: str = "endpoint",
+) -> EvalVerdict:
+    if req.eval_set_uri:
+        uri = parse_s3_uri(req.eval_set_uri)
+        try:
+            text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
+        except Exception as exc:  # the eval set is user input: name it, whatever went wrong
+            raise RequestInvalid(f"cannot read eval set {req.eval_set_uri}: {exc}") from None
+        cases = parse_eval_set(text, req.eval_set_uri)
+    else:
+        cases = default_eval_set()
+    ceiling = max_tokens_ceiling(req.engine)
+    report = run_eval(runtime, ref.endpoint_name, cases, req.eval_thresholds, default_max_tokens=min(512, ceiling))
+    bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
+    report_uri = _put_json(s3, bucket, prefix + "eval.json", report)
+    counts = {o: sum(1 for c in report.cases if c.outcome == o) for o in ("truncated", "error", "check_failed")}
+    verdict = EvalVerdict(
+        passed=report.passed,
+        cases=len(report.cases),
+        truncated=counts["truncated"],
+        errors=counts["error"] + sum(1 for c in report.cases if c.outcome in ("timeout", "context_overflow")),
+        check_failures=counts["check_failed"],
+        summary=report.summary,
+        report_uri=report_uri,
+        answers_from=answers_from,
+    )
+    registry.record_step(
+        table, req.deployment_id, "smoke_eval", verdict.model_dump(mode="json"), eval_report_uri=report_uri
+    )
+    if not report.passed:
+        raise EvalFailed(f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {report_uri}")
+    return verdict
+
+
+def _cause_message(cause: str) -> str:
+    try:
+        parsed = json.loads(cause)
+    except (json.JSONDecodeError, TypeError):
+        return cause
+    if isinstance(parsed, dict) and "errorMessage" in parsed:
+        return str(parsed["errorMessage"])
+    return cause
+
+
+def record_failure(
+    sm: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
+) -> FailureRecord:
+    error = str(failure.get("Error") or "States.Runtime")
+    cause = _cause_message(str(failure.get("Cause") or ""))
+    desc = describe_endpoint(sm, resource_name)
+    endpoint_reason = desc.get("FailureReason") if desc else None
+    record = FailureRecord(
+        error=error,
+        cause=cause[:4000],
+        failure_class=classify(error),
+        state=failure.get("State"),
+        endpoint_failure_reason=endpoint_reason,
+    )
+    registry.record_step(
+        table,
+        deployment_id,
+        "failure",
+        record.model_dump(mode="json"),
+        status="failing",
+        error=error,
+        failure_class=record.failure_class,
+        failure_reason=(endpoint_reason or cause)[:4000],
+    )
+    return record
+
+
+def teardown(sm: Any, table: Any | None, deployment_id: str, resource_name: str) -> TeardownResult:
+    deleted, gone, failed = delete_all(sm, resource_name, resource_name, resource_name)
+    result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed)
+    if table is not None:
+        registry.record_step(
+            table, deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow())
+        )
+    if failed:
+        raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
+    return result
+
+
+def cost_so_far(item: Mapping[str, Any]) -> float | None:
+    price = item.get("hourly_price")
+    start = item.get("started_at")
+    if not price or not start:
+        return None
+    end = clock.parse_iso(str(item["ended_at"])) if item.get("ended_at") else clock.utcnow()
+    hours = max(0.0, (end - clock.parse_iso(str(start))).total_seconds() / 3600)
+    return round(hours * float(price), 4)
+
+
+def finalize(
+    table: Any, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
+) -> dict[str, Any]:
+    now = clock.iso(clock.utcnow())
+    if outcome == "succeeded":
+        registry.record_step(table, deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
+    else:
+        registry.record_step(table, deployment_id, "result", dict(summary), status="failed", ended_at=now)
+    item = registry.get(table, deployment_id) or {}
+    detail = {
+        "deployment_id": deployment_id,
+        "status": outcome,
+        "endpoint_name": item.get("endpoint_name"),
+        "engine": item.get("engine"),
+        "instance_type": item.get("instance_type"),
+        "artifact_uri": item.get("artifact_uri"),
+        "error": item.get("error"),
+        "failure_class": item.get("failure_class"),
+        "failure_reason": item.get("failure_reason"),
+        "hourly_price": item.get("hourly_price"),
+        "cost_so_far_usd" if outcome == "succeeded" else "final_cost_usd": cost_so_far(item),
+        "expires_at": item.get("expires_at"),
+    }
+    publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
+    return detail

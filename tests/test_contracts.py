@@ -1,0 +1,124 @@
+"""Contracts over the files SAM deploys: ASL substitutions, error routing, template lint, schema."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT
+
+from modeldrop.errors import DOMAIN_ERRORS
+from modeldrop.local.stack import load_template
+
+ASL = ROOT / "statemachine" / "deployment.asl.json"
+
+
+def _states(definition: dict[str, Any]) -> dict[str, Any]:
+    return definition["States"]
+
+
+def test_every_substitution_is_defined() -> None:
+    text = ASL.read_text()
+    used = set(re.findall(r"\$\{([A-Za-z0-9]+)\}", text))
+    template = load_template(ROOT)
+    defined = set(template["Resources"]["DeploymentStateMachine"]["Properties"]["DefinitionSubstitutions"])
+    assert used == defined, (used - defined, defined - used)
+
+
+def test_every_domain_error_is_routed() -> None:
+    definition = json.loads(ASL.read_text())
+    routed: set[str] = set()
+    for state in _states(definition).values():
+        for block in state.get("Catch", []) + state.get("Retry", []):
+            routed.update(block["ErrorEquals"])
+    # TeardownIncomplete only ever reaches the teardown state's catch-all.
+    missing = {cls.__name__ for cls in DOMAIN_ERRORS} - routed - {"TeardownIncomplete"}
+    assert not missing, f"domain errors not named in any Catch/Retry: {missing}"
+
+
+def test_every_task_has_timeout_and_lambda_retry() -> None:
+    definition = json.loads(ASL.read_text())
+    for name, state in _states(definition).items():
+        if state["Type"] != "Task":
+            continue
+        assert state.get("TimeoutSeconds"), name
+        retry = state["Retry"][0]
+        assert "Lambda.TooManyRequestsException" in retry["ErrorEquals"], name
+        assert retry["JitterStrategy"] == "FULL", name
+
+
+def test_quota_errors_are_not_retried() -> None:
+    definition = json.loads(ASL.read_text())
+    for name, state in _states(definition).items():
+        for retry in state.get("Retry", []):
+            assert "QuotaExceeded" not in retry["ErrorEquals"], name
+
+
+def test_committed_asl_matches_generator() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_asl
+
+    assert json.loads(ASL.read_text()) == gen_asl.build()
+
+
+def test_committed_schema_matches_model() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_schema
+
+    assert (ROOT / "schemas" / "deployment-request.schema.json").read_text() == gen_schema.render()
+
+
+def test_template_passes_cfn_lint() -> None:
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run([str(cfn_lint), str(ROOT / "template.yaml")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_function_dir_is_in_the_template() -> None:
+    template = load_template(ROOT)
+    uris = {
+        Path(r["Properties"]["CodeUri"]).name
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Serverless::Function"
+    }
+    assert uris == {p.name for p in (ROOT / "functions").iterdir() if p.is_dir() and (p / "app.py").exists()}
+
+
+def test_iam_is_scoped() -> None:
+    text = (ROOT / "template.yaml").read_text()
+    assert re.search(r"iam:PassRole\n\s+Resource: !Ref SageMakerExecutionRoleArn", text)
+    assert '"iam:PassedToService": sagemaker.amazonaws.com' in text
+    template = load_template(ROOT)
+    reaper = json.dumps(template["Resources"]["ReaperFunction"]["Properties"]["Policies"])
+    assert "AddTags" not in reaper
+    assert "aws:ResourceTag/modeldrop:managed-by" in reaper
+
+
+def test_no_account_ids_or_regions_in_code() -> None:
+    allowed = {
+        "763104351884",
+        "871362719292",
+        "217643126080",
+        "626614931356",
+        "692866216735",
+        "907027046896",
+        "780543022126",
+        "123456789012",
+    }
+    for path in list((ROOT / "src").rglob("*.py")) + list((ROOT / "functions").rglob("*.py")):
+        for account in re.findall(r"(?<![\d.])\d{12}(?![\d])", path.read_text()):
+            assert account in allowed, f"{path}: account id {account}"
+
+
+def test_lambda_layer_excludes_cli_dependencies() -> None:
+    lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
+    deps = {
+        line.split(">")[0].split("=")[0].split("[")[0].strip()
+        for line in lines
+        if line.strip() and not line.startswith("#")
+    }
+    assert deps == {"pydantic", "aws-lambda-powertools"}
