@@ -35,15 +35,25 @@ def _record(stack: Any, desc: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _published(stack: Any) -> list[str]:
-    # The finalize handler publishes to the bus; read the record of what was sent from moto.
-    from moto.events.models import events_backends
+def _subscribe(stack: Any) -> tuple[Any, str]:
+    """A training pipeline's view: an SQS queue subscribed to the modeldrop bus."""
+    sqs = stack.client("sqs")
+    url = sqs.create_queue(QueueName="pipeline-events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events = stack.client("events")
+    bus = stack.resources["EventBus"]
+    events.put_rule(Name="to-pipeline", EventBusName=bus, EventPattern=json.dumps({"source": ["modeldrop"]}))
+    events.put_targets(Rule="to-pipeline", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    return sqs, url
 
-    backend = events_backends["123456789012"]["us-east-1"]
-    return [e["detail-type"] for e in getattr(backend, "_modeldrop_seen", [])]
+
+def _received(sqs: Any, url: str) -> list[dict[str, Any]]:
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    return [json.loads(m["Body"]) for m in messages]
 
 
 def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
+    sqs, url = _subscribe(stack)
     stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     _upload(stack, "runs/exp1/model.tar.gz", archive)
     desc = _only_execution(stack)
@@ -67,6 +77,9 @@ def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
         Bucket=stack.bucket, Key=f"runs/exp1/modeldrop-reports/{item['deployment_id']}/validation.json"
     )
     assert json.loads(report["Body"].read())["tensor_count"] == 62
+    [event] = _received(sqs, url)
+    assert event["detail-type"] == "Deployment Succeeded"
+    assert event["detail"]["endpoint_name"] == output["endpoint_name"] and event["detail"]["hourly_price"] == "1.22"
 
 
 def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) -> None:
@@ -89,6 +102,7 @@ def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) ->
 
 
 def test_endpoint_failed_records_reason_and_deletes_everything(stack: Any, archive: bytes) -> None:
+    sqs, url = _subscribe(stack)
     reason = "The primary container for production variant AllTraffic did not pass the ping health check."
     stack.hosting.plan(EndpointScript(statuses=["Creating", "Creating", "Failed"], failure_reason=reason))
     _upload(stack, "m/model.tar.gz", archive)
@@ -102,6 +116,9 @@ def test_endpoint_failed_records_reason_and_deletes_everything(stack: Any, archi
     teardown = json.loads(item["steps"]["teardown"])
     assert teardown["deleted"] == [f"{k}/{item['endpoint_name']}" for k in ("endpoint", "endpoint-config", "model")]
     assert stack.leftover_resources() == []
+    [event] = _received(sqs, url)
+    assert event["detail-type"] == "Deployment Failed"
+    assert event["detail"]["error"] == "EndpointFailed" and event["detail"]["failure_reason"] == reason
 
 
 def test_deadline_exceeded_while_creating(stack: Any, archive: bytes) -> None:

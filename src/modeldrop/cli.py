@@ -20,8 +20,8 @@ from modeldrop.errors import ModeldropError
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind."
 )
-console = Console()
-err = Console(stderr=True)
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 @app.command("run-local")

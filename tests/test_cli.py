@@ -1,0 +1,66 @@
+"""The README's first command and the validate command, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+MODELDROP = [sys.executable, "-m", "modeldrop.cli_main"]
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_run_local_default_succeeds_and_says_where_answers_come_from() -> None:
+    result = _run("run-local")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout and "moto" in result.stdout
+    assert "SmokeEval" in result.stdout and "SM_VLLM_MAX_NUM_SEQS=32" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_run_local_json_failure_leaves_nothing() -> None:
+    result = _run("run-local", "--fault", "oom", "--json")
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "failed" and data["error"] == "EndpointFailed"
+    assert data["leftover_resources"] == []
+    assert "ping health check" in data["record"]["failure_reason"]
+    assert {s["name"] for s in data["states"]} >= {"ValidateCheckpoint", "RecordFailure", "Teardown", "MarkFailed"}
+
+
+def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = _run("run-local", str(tmp_path / "missing.tar.gz"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = _run("run-local", "--fault", "meteor")
+    assert result.returncode == 2 and "unknown --fault" in result.stderr
+
+
+def test_validate_exit_codes(tmp_path: Path) -> None:
+    from modeldrop.sample_checkpoint import write_checkpoint
+
+    ok = write_checkpoint(tmp_path / "ok")
+    assert _run("validate", str(ok)).returncode == 0
+    bad = write_checkpoint(tmp_path / "bad", drop_kv_shared=True)
+    refused = _run("validate", str(bad), "--json")
+    assert refused.returncode == 1
+    report = json.loads(refused.stdout)
+    assert report["deployable"] is False and len(report["kv_shared"]["missing"]) == 6
+    (tmp_path / "junk.tar.gz").write_bytes(b"not gzip at all")
+    unreadable = _run("validate", str(tmp_path / "junk.tar.gz"))
+    assert unreadable.returncode == 2 and "Traceback" not in unreadable.stderr
+
+
+def test_readme_commands_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("run-local", "test"):
+        assert f"make {target}" in readme and f"\n{target}:" in makefile
+    help_text = _run("run-local", "--help").stdout
+    for option in ("--fault", "--engine", "--json"):
+        assert option in readme and option in help_text
