@@ -9,7 +9,7 @@ from pathlib import Path
 
 from conftest import ROOT
 
-MODELDROP = [sys.executable, "-m", "modeldrop.cli_main"]
+MODELDROP = [sys.executable, "-m", "modeldrop"]
 
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:

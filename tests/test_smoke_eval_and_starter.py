@@ -18,18 +18,20 @@ CASE = EvalCase.model_validate(
 
 
 def test_truncation_is_its_own_verdict() -> None:
-    cut = judge(CASE, 64, 200, json.dumps(CHAT_CUT).encode(), 0.1)
+    cut = judge(CASE, 64, json.dumps(CHAT_CUT).encode(), 0.1)
     assert cut.outcome == "truncated" and cut.recommended_max_tokens == 128
-    assert judge(CASE, 64, 200, json.dumps(CHAT_OK).encode(), 0.1).outcome == "pass"
+    assert judge(CASE, 64, json.dumps(CHAT_OK).encode(), 0.1).outcome == "pass"
     wrong = {**CHAT_OK, "choices": [{"message": {"content": "Bye"}, "finish_reason": "stop"}]}
-    assert judge(CASE, 64, 200, json.dumps(wrong).encode(), 0.1).outcome == "check_failed"
-    assert judge(CASE, 64, 200, b"body", 0.1).outcome == "error"
+    assert judge(CASE, 64, json.dumps(wrong).encode(), 0.1).outcome == "check_failed"
+    assert judge(CASE, 64, b"body", 0.1).outcome == "error"
+    for odd in (b"5", b"[1]", b'{"error": "boom"}', b'{"choices": []}'):
+        assert judge(CASE, 64, odd, 0.1).outcome == "error"
 
 
 def test_thresholds_decide_the_deployment() -> None:
     results = [
-        judge(CASE, 64, 200, json.dumps(CHAT_CUT).encode(), 0.1),
-        judge(CASE, 64, 200, json.dumps(CHAT_OK).encode(), 0.1),
+        judge(CASE, 64, json.dumps(CHAT_CUT).encode(), 0.1),
+        judge(CASE, 64, json.dumps(CHAT_OK).encode(), 0.1),
     ]
     assert not verdict("ep", results, EvalThresholds()).passed
     report = verdict("ep", results, EvalThresholds(max_truncated=1))

@@ -204,6 +204,15 @@ def test_marker_closes_a_prefix_with_overrides(stack: Any, checkpoint: Path) -> 
     assert json.loads(desc["output"])["env"]["SM_SGLANG_MAX_RUNNING_REQUESTS"] == "32"
 
 
+def test_bad_marker_is_rejected_once_and_starts_nothing(stack: Any, checkpoint: Path) -> None:
+    _upload(stack, "shards/config.json", (checkpoint / "config.json").read_bytes())
+    _upload(stack, "shards/modeldrop.json", b'{"engine": "vllm", "role_arn": "arn:aws:iam::1:role/x"}')
+    starter = [i for i in stack.invocations if i.function == "StarterFunction"]
+    # Rejected, not raised: an error would make EventBridge redeliver the same bad marker.
+    assert [i.error for i in starter] == [None]
+    assert _executions(stack) == []
+
+
 def test_bad_request_fails_fast_without_a_record(stack: Any) -> None:
     arn = stack.start({"artifact_uri": "https://example.com/model.tar.gz"}, name="bad-request")
     desc = stack.wait(arn)

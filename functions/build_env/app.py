@@ -2,11 +2,10 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
-from modeldrop.config import ReportSettings
+from modeldrop.config import RecordSettings
 from modeldrop.lambda_support import handler, logger
 from modeldrop.models import EnginePlan, ImageChoice, NormalizedRequest, ValidationSummary
 
@@ -20,6 +19,6 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EnginePlan:
-    settings = ReportSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    settings = RecordSettings.from_env()
+    table = settings.table()
     return steps.build_plan(table, event.request, event.validation, event.image)

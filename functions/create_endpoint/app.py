@@ -21,7 +21,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EndpointRef:
     settings = DeploySettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    table = settings.table()
     return steps.create(
         boto3.client("sagemaker"),
         table,

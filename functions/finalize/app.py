@@ -22,7 +22,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegistrySettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    table = settings.table()
     metrics.add_metric(name=f"Deployments{event.outcome.capitalize()}", unit="Count", value=1)
     return steps.finalize(
         table, boto3.client("events"), settings.event_bus_name, event.deployment_id, event.outcome, event.summary

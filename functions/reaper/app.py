@@ -13,8 +13,15 @@ from modeldrop.reaper import reap
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = ReaperSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
-    result = reap(boto3.client("sagemaker"), table, boto3.client("events"), settings.event_bus_name, settings.stack_tag)
+    table = settings.table()
+    result = reap(
+        boto3.client("sagemaker"),
+        table,
+        boto3.client("events"),
+        settings.event_bus_name,
+        settings.stack_tag,
+        settings.resource_prefix,
+    )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
     logger.info("reaper run", extra=result.model_dump())
     return result.model_dump(mode="json")

@@ -3,11 +3,10 @@
 import os
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
-from modeldrop.config import ReportSettings
+from modeldrop.config import RecordSettings
 from modeldrop.lambda_support import handler, logger
 from modeldrop.models import Engine, ImageChoice
 
@@ -21,8 +20,8 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> ImageChoice:
-    settings = ReportSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    settings = RecordSettings.from_env()
+    table = settings.table()
     return steps.resolve(
         table, event.deployment_id, event.engine, settings.aws_region, dict(os.environ), event.model_type
     )

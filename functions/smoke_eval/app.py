@@ -1,13 +1,12 @@
 """SmokeEval: truncation-aware eval against the new endpoint; EvalFailed names the cases and fix."""
 
-import os
 from typing import Any
 
 import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
-from modeldrop.config import ReportSettings
+from modeldrop.config import EvalSettings
 from modeldrop.lambda_support import handler, logger
 from modeldrop.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
 
@@ -21,9 +20,8 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EvalVerdict:
-    settings = ReportSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
-    answers_from = os.environ.get("MODELDROP_ANSWERS_FROM", "endpoint")
+    settings = EvalSettings.from_env()
+    table = settings.table()
     return steps.smoke_eval(
         boto3.client("sagemaker-runtime"),
         boto3.client("s3"),
@@ -31,5 +29,5 @@ def lambda_handler(event: Event, context: Any) -> EvalVerdict:
         event.request,
         event.endpoint,
         event.plan,
-        answers_from,
+        settings.modeldrop_answers_from,
     )

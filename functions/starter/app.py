@@ -15,5 +15,8 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     outcome = start_from_event(
         event, boto3.client("s3"), boto3.client("stepfunctions"), settings.state_machine_arn, settings.artifact_bucket
     )
-    logger.info("s3 event handled", extra=outcome.model_dump())
+    if outcome.status == "rejected":
+        logger.error("s3 event rejected: nothing started", extra=outcome.model_dump())
+    else:
+        logger.info("s3 event handled", extra=outcome.model_dump())
     return outcome.model_dump(mode="json")

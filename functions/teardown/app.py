@@ -6,7 +6,7 @@ import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
-from modeldrop.config import ReportSettings
+from modeldrop.config import RecordSettings
 from modeldrop.lambda_support import handler, logger
 from modeldrop.models import TeardownResult
 
@@ -19,6 +19,6 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> TeardownResult:
-    settings = ReportSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    settings = RecordSettings.from_env()
+    table = settings.table()
     return steps.teardown(boto3.client("sagemaker"), table, event.deployment_id, event.resource_name)

@@ -6,7 +6,7 @@ import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
-from modeldrop.config import ReportSettings
+from modeldrop.config import RecordSettings
 from modeldrop.lambda_support import handler, logger, tracer
 from modeldrop.models import ValidationSummary
 
@@ -20,6 +20,6 @@ class Event(BaseModel):
 @tracer.capture_lambda_handler
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> ValidationSummary:
-    settings = ReportSettings.from_env()
-    table = boto3.resource("dynamodb").Table(settings.deployments_table)
+    settings = RecordSettings.from_env()
+    table = settings.table()
     return steps.validate(boto3.client("s3"), table, event.deployment_id, event.artifact_uri)

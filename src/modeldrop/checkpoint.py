@@ -52,27 +52,11 @@ class ValidationReport(BaseModel):
     requests: int = 0
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
+        """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""
+        shared = self.model_dump(include=set(ValidationSummary.model_fields) & set(type(self).model_fields))
+        shared["findings"] = [f for f in self.findings if f.severity != "info"][:20]
         return ValidationSummary(
-            deployable=self.deployable,
-            format=self.format,
-            architecture=self.architecture,
-            model_type=self.model_type,
-            tensor_count=self.tensor_count,
-            shard_count=self.shard_count,
-            total_bytes=self.total_bytes,
-            weights_gib=self.weights_gib,
-            parameters=self.parameters,
-            vocab_size=self.vocab_size,
-            num_hidden_layers=self.num_hidden_layers,
-            max_position_embeddings=self.max_position_embeddings,
-            num_kv_shared_layers=self.kv_shared.num_kv_shared_layers,
-            num_key_value_heads=self.num_key_value_heads,
-            head_dim=self.head_dim,
-            layer_types=self.layer_types,
-            sliding_window=self.sliding_window,
-            has_chat_template=self.has_chat_template,
-            findings=[f for f in self.findings if f.severity != "info"][:20],
-            report_uri=report_uri,
+            **shared, num_kv_shared_layers=self.kv_shared.num_kv_shared_layers, report_uri=report_uri
         )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any, Self
 
+import boto3
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modeldrop.models import INSTANCE_TYPE_PATTERN, Engine
@@ -28,8 +29,15 @@ class _EnvSettings(BaseModel):
             raise ConfigError(f"{cls.__name__}: {str(first['loc'][0]).upper()}: {first['msg']}") from None
 
 
-class RegistrySettings(_EnvSettings):
+class _WithTable(_EnvSettings):
     deployments_table: str
+
+    def table(self) -> Any:
+        """The deployments table (boto3 resource), built when a handler runs."""
+        return boto3.resource("dynamodb").Table(self.deployments_table)
+
+
+class RegistrySettings(_WithTable):
     event_bus_name: str
 
 
@@ -38,19 +46,22 @@ class DefaultsSettings(_EnvSettings):
     default_instance_type: str = Field("ml.g6.2xlarge", pattern=INSTANCE_TYPE_PATTERN)
     default_ttl_hours: float = Field(4.0, gt=0)
     deploy_deadline_seconds: int = Field(1800, ge=60)
-    resource_prefix: str = Field("modeldrop", pattern=r"^[a-zA-Z][a-zA-Z0-9-]{0,19}$")
+    resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
 
 
-class DeploySettings(_EnvSettings):
-    deployments_table: str
+class DeploySettings(_WithTable):
     sagemaker_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
     stack_tag: str
     aws_region: str
 
 
-class ReportSettings(_EnvSettings):
-    deployments_table: str
+class RecordSettings(_WithTable):
     aws_region: str
+
+
+class EvalSettings(RecordSettings):
+    # Where the smoke eval's answers come from, said in its verdict (the local run sets it).
+    modeldrop_answers_from: str = "endpoint"
 
 
 class StarterSettings(_EnvSettings):
@@ -58,8 +69,7 @@ class StarterSettings(_EnvSettings):
     artifact_bucket: str
 
 
-class ReaperSettings(_EnvSettings):
-    deployments_table: str
+class ReaperSettings(_WithTable):
     event_bus_name: str
     stack_tag: str
-    aws_region: str
+    resource_prefix: str

@@ -7,6 +7,8 @@ one is routed).
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 
 class ModeldropError(Exception):
     """A failure with a cause the user can act on."""
@@ -100,7 +102,13 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
 )
 
 FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DOMAIN_ERRORS}
-FAILURE_HINTS: dict[str, str] = {cls.__name__: cls.default_hint for cls in DOMAIN_ERRORS}
+
+
+def describe_validation(exc: ValidationError, limit: int = 3) -> str:
+    """'field.path: message; ...' for the first ``limit`` problems, as a user should read them."""
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:limit]]
+    more = len(exc.errors()) - limit
+    return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
 
 
 def classify(error_name: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -14,8 +15,6 @@ from modeldrop.smoke_eval import CaseResult, EvalCase, EvalReport, chat_request,
 def invoke_case(runtime: Any, endpoint_name: str, case: EvalCase, max_tokens: int) -> CaseResult:
     body = chat_request(case, max_tokens)
     started = time.monotonic()
-    import json
-
     try:
         response = runtime.invoke_endpoint(
             EndpointName=endpoint_name,
@@ -25,10 +24,9 @@ def invoke_case(runtime: Any, endpoint_name: str, case: EvalCase, max_tokens: in
         )
     except ClientError as exc:
         err = exc.response.get("Error", {})
-        status = int(  # type: ignore[call-overload]
-            exc.response.get("OriginalStatusCode")
-            or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            or 500
+        # A ModelError carries the container's own status; other errors only the API's.
+        status = exc.response.get("OriginalStatusCode") or exc.response.get("ResponseMetadata", {}).get(
+            "HTTPStatusCode"
         )
         return CaseResult(
             id=case.id,
@@ -37,7 +35,7 @@ def invoke_case(runtime: Any, endpoint_name: str, case: EvalCase, max_tokens: in
             detail=f"{err.get('Code')}: {err.get('Message')} (HTTP {status}, endpoint {endpoint_name})",
         )
     latency = round(time.monotonic() - started, 4)
-    return judge(case, max_tokens, 200, response["Body"].read(), latency)
+    return judge(case, max_tokens, response["Body"].read(), latency)
 
 
 def run_eval(

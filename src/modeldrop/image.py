@@ -91,9 +91,5 @@ def _assemble(region: str, repository: str, tag: str) -> str:
 
 def _check_compatibility(engine: Engine, tag: str, model_type: str | None) -> None:
     for rule in image_table()["incompatible"]:
-        if rule["engine"] != engine or not re.search(rule["tag_regex"], tag):
-            continue
-        if model_type is None or model_type in rule["model_types"]:
-            if model_type is None:
-                continue
+        if rule["engine"] == engine and model_type in rule["model_types"] and re.search(rule["tag_regex"], tag):
             raise ImageUnresolvable(f"{engine} image tag {tag}: {rule['reason']}", rule["fix"])

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from pydantic import BaseModel, ValidationError
 
-from modeldrop.errors import RequestInvalid
+from modeldrop.errors import RequestInvalid, describe_validation
 
 logger = Logger()
 tracer = Tracer()
@@ -26,9 +26,7 @@ def parse(model: type[In], event: Any) -> In:
     try:
         return model.model_validate(event)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise RequestInvalid(f"{where}: {first['msg']}") from None
+        raise RequestInvalid(describe_validation(exc)) from None
 
 
 def handler(

@@ -72,14 +72,6 @@ class DeploymentRequest(_Strict):
         return value
 
 
-class Defaults(_Strict):
-    engine: Engine
-    instance_type: str
-    ttl_hours: float
-    deploy_deadline_seconds: int
-    resource_prefix: str
-
-
 class NormalizedRequest(_Strict):
     """The request with every default applied and the names of what it will create."""
 
@@ -177,8 +169,6 @@ class EndpointRef(BaseModel):
 
 class EndpointPoll(BaseModel):
     status: str
-    failure_reason: str | None = None
-    deadline_passed: bool = False
     polls: int = 0
 
 

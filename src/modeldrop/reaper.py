@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from modeldrop import clock, registry
-from modeldrop.events_bus import publish
+from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.sagemaker_resources import (
     DEPLOYMENT_TAG,
     EXPIRES_TAG,
@@ -21,7 +21,6 @@ from modeldrop.sagemaker_resources import (
     list_endpoints,
     list_tags,
 )
-from modeldrop.steps import cost_so_far
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -45,13 +44,22 @@ def _paginate(call: Any, key: str) -> list[dict[str, Any]]:
         kwargs["NextToken"] = page["NextToken"]
 
 
-def reap(sm: Any, table: Any, events: Any, bus: str, stack_tag: str, now: datetime | None = None) -> ReapResult:
+def _managed(name: str, resource_prefix: str) -> bool:
+    # Only names under the stack's prefix can be ours (IAM allows nothing else): skip the rest unlisted.
+    return name.startswith(f"{resource_prefix}-")
+
+
+def reap(
+    sm: Any, table: Any, events: Any, bus: str, stack_tag: str, resource_prefix: str, now: datetime | None = None
+) -> ReapResult:
     now = now or clock.utcnow()
     result = ReapResult()
     live: set[str] = set()
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]
         live.add(name)
+        if not _managed(name, resource_prefix):
+            continue
         tags = list_tags(sm, ep["EndpointArn"])
         if tags.get(MANAGED_BY_TAG) != stack_tag:
             continue
@@ -63,52 +71,47 @@ def reap(sm: Any, table: Any, events: Any, bus: str, stack_tag: str, now: dateti
             result.errors.append(f"{name}: unreadable {EXPIRES_TAG} tag {expires!r}")
             continue
         try:
-            status = sm.describe_endpoint(EndpointName=name)["EndpointStatus"]
+            desc = sm.describe_endpoint(EndpointName=name)
         except ClientError:
             continue  # deleted since it was listed
-        if status in BUSY_STATES:
-            result.retry_next_run.append(f"{name} ({status})")
+        if desc["EndpointStatus"] in BUSY_STATES:
+            result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
             continue
-        _expire(sm, table, events, bus, name, tags.get(DEPLOYMENT_TAG), result)
-    _remove_orphans(sm, table, stack_tag, live, now, result)
+        _expire(sm, table, events, bus, desc, tags.get(DEPLOYMENT_TAG), result)
+    _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
     return result
 
 
 def _expire(
-    sm: Any, table: Any, events: Any, bus: str, name: str, deployment_id: str | None, result: ReapResult
+    sm: Any, table: Any, events: Any, bus: str, desc: dict[str, Any], deployment_id: str | None, result: ReapResult
 ) -> None:
+    name = desc["EndpointName"]
+    config = desc.get("EndpointConfigName", name)
     try:
-        config = sm.describe_endpoint(EndpointName=name)["EndpointConfigName"]
-        variants = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"]
-        model = variants[0]["ModelName"]
+        model = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["ModelName"]
     except (ClientError, KeyError, IndexError):
-        config = model = name
+        model = name
     deleted, _gone, failed = delete_all(sm, name, config, model)
     if failed:
         result.errors.extend(failed)
         return
     result.expired.append(name)
-    if deployment_id and table is not None and registry.get(table, deployment_id):
-        registry.record_step(
+    if not deployment_id:
+        return
+    try:
+        item = registry.record_step(
             table, deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
         )
-        item = registry.get(table, deployment_id) or {}
-        publish(
-            events,
-            bus,
-            "Deployment Expired",
-            {
-                "deployment_id": deployment_id,
-                "status": "expired",
-                "endpoint_name": name,
-                "deleted": deleted,
-                "final_cost_usd": cost_so_far(item),
-                "hourly_price": item.get("hourly_price"),
-            },
-        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return  # no record (e.g. created by hand with our tags): deleted, nothing to mark
+    publish(events, bus, "Deployment Expired", {**lifecycle_detail(item, "expired"), "deleted": deleted})
 
 
-def _remove_orphans(sm: Any, table: Any, stack_tag: str, live: set[str], now: datetime, result: ReapResult) -> None:
+def _remove_orphans(
+    sm: Any, table: Any, stack_tag: str, resource_prefix: str, live: set[str], now: datetime, result: ReapResult
+) -> None:
     kinds = (
         (
             "endpoint-config",
@@ -120,22 +123,22 @@ def _remove_orphans(sm: Any, table: Any, stack_tag: str, live: set[str], now: da
         ),
         ("model", sm.list_models, "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
     )
-    in_use: set[str] = set()
-    for ep_name in live:
-        try:
-            in_use.add(sm.describe_endpoint(EndpointName=ep_name)["EndpointConfigName"])
-        except ClientError:
-            continue
+    in_use: set[str] | None = None  # configs behind live endpoints, described only if a candidate needs it
     for kind, lister, key, name_key, arn_key, delete in kinds:
         for res in _paginate(lister, key):
             name = res[name_key]
-            if name in live or (kind == "endpoint-config" and name in in_use):
+            if name in live or not _managed(name, resource_prefix):
                 continue
+            if kind == "endpoint-config":
+                if in_use is None:
+                    in_use = _configs_in_use(sm, live, resource_prefix)
+                if name in in_use:
+                    continue
             tags = list_tags(sm, res[arn_key])
             if tags.get(MANAGED_BY_TAG) != stack_tag:
                 continue
             deployment_id = tags.get(DEPLOYMENT_TAG)
-            item = registry.get(table, deployment_id) if (deployment_id and table is not None) else None
+            item = registry.get(table, deployment_id) if deployment_id else None
             created = res.get("CreationTime")
             old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
             if item is not None and item.get("status") not in registry.TERMINAL:
@@ -147,3 +150,15 @@ def _remove_orphans(sm: Any, table: Any, stack_tag: str, live: set[str], now: da
                 result.orphans_deleted.append(f"{kind}/{name}")
             except ClientError as exc:
                 result.errors.append(f"{kind}/{name}: {exc}")
+
+
+def _configs_in_use(sm: Any, live: set[str], resource_prefix: str) -> set[str]:
+    in_use: set[str] = set()
+    for name in live:
+        if not _managed(name, resource_prefix):
+            continue
+        try:
+            in_use.add(sm.describe_endpoint(EndpointName=name)["EndpointConfigName"])
+        except ClientError:
+            continue
+    return in_use

@@ -7,6 +7,7 @@ untouched and one step's shape cannot break another's.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -49,48 +50,29 @@ def register(
 
 def record_step(
     table: Any, deployment_id: str, step: str, result: dict[str, Any], status: str | None = None, **fields: Any
-) -> None:
+) -> dict[str, Any]:
+    """Store one step's result (and any top-level fields) in one write; returns the updated record."""
     names = {"#s": step}
     values: dict[str, Any] = {":v": json.dumps(result, sort_keys=True, default=str), ":now": _now()}
     sets = ["steps.#s = :v", "updated_at = :now"]
     if status:
-        names["#st"] = "status"
-        sets.append("#st = :status")
-        values[":status"] = status
+        fields["status"] = status
     for i, (key, value) in enumerate(fields.items()):
         if value is None:
             continue
         names[f"#f{i}"] = key
         values[f":f{i}"] = value
         sets.append(f"#f{i} = :f{i}")
-    table.update_item(
+    response = table.update_item(
         Key={"deployment_id": deployment_id},
         UpdateExpression="SET " + ", ".join(sets),
         ExpressionAttributeNames=names,
         ExpressionAttributeValues=values,
         ConditionExpression="attribute_exists(deployment_id)",
+        ReturnValues="ALL_NEW",
     )
-
-
-def set_fields(table: Any, deployment_id: str, **fields: Any) -> None:
-    names: dict[str, str] = {}
-    values: dict[str, Any] = {":now": _now()}
-    sets = ["updated_at = :now"]
-    for i, (key, value) in enumerate(fields.items()):
-        if value is None:
-            continue
-        names[f"#f{i}"] = key
-        values[f":f{i}"] = value
-        sets.append(f"#f{i} = :f{i}")
-    kwargs: dict[str, Any] = {
-        "Key": {"deployment_id": deployment_id},
-        "UpdateExpression": "SET " + ", ".join(sets),
-        "ExpressionAttributeValues": values,
-        "ConditionExpression": "attribute_exists(deployment_id)",
-    }
-    if names:
-        kwargs["ExpressionAttributeNames"] = names
-    table.update_item(**kwargs)
+    item: dict[str, Any] = response["Attributes"]
+    return item
 
 
 def get(table: Any, deployment_id: str) -> dict[str, Any] | None:
@@ -98,17 +80,12 @@ def get(table: Any, deployment_id: str) -> dict[str, Any] | None:
     return item
 
 
-def step_result(item: dict[str, Any], step: str) -> dict[str, Any] | None:
-    raw = item.get("steps", {}).get(step)
-    return json.loads(raw) if raw else None
-
-
-def scan_all(table: Any) -> list[dict[str, Any]]:
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {}
-    while True:
-        page = table.scan(**kwargs)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            return items
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+def cost_so_far(item: Mapping[str, Any]) -> float | None:
+    """Dollars billed from endpoint creation to its end (or now), at the recorded hourly price."""
+    price = item.get("hourly_price")
+    start = item.get("started_at")
+    if not price or not start:
+        return None
+    end = clock.parse_iso(str(item["ended_at"])) if item.get("ended_at") else clock.utcnow()
+    hours = max(0.0, (end - clock.parse_iso(str(start))).total_seconds() / 3600)
+    return round(hours * float(price), 4)

@@ -45,7 +45,6 @@ def plan_serving(
     max_num_seqs: int | None = None,
     max_model_len: int | None = None,
     max_position_embeddings: int | None = None,
-    force: bool = False,
     passthrough: Mapping[str, str] | None = None,
 ) -> EnginePlan:
     seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
@@ -63,7 +62,7 @@ def plan_serving(
         memory = {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
     if plan is not None:
         memory = plan.model_dump()
-        if plan.verdict == "oom" and not force:
+        if plan.verdict == "oom":
             fitting = largest_fitting_seqs(shape, instance_type, model_len, DEFAULT_FRACTION)
             bigger = smallest_fitting_instance(shape, seqs, model_len, DEFAULT_FRACTION, region)
             options = []

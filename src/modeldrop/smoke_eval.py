@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
-from modeldrop.errors import RequestInvalid
+from modeldrop.errors import RequestInvalid, describe_validation
 from modeldrop.models import ChatMessage, EvalThresholds
 
 CaseOutcome = Literal["pass", "check_failed", "truncated", "context_overflow", "error", "timeout"]
@@ -62,10 +62,8 @@ def parse_eval_set(text: str, source: str) -> list[EvalCase]:
         try:
             cases.append(EvalCase.model_validate_json(line))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
             raise RequestInvalid(
-                f"{source} line {lineno}: {where}: {first['msg']}", "each line is a JSON object with id and messages"
+                f"{source} line {lineno}: {describe_validation(exc)}", "each line is a JSON object with id and messages"
             ) from None
     if not cases:
         raise RequestInvalid(f"{source} has no eval cases")
@@ -85,15 +83,16 @@ def chat_request(case: EvalCase, max_tokens: int) -> dict[str, Any]:
     }
 
 
-def judge(case: EvalCase, max_tokens: int, status: int, body: bytes, latency_s: float | None) -> CaseResult:
+def judge(case: EvalCase, max_tokens: int, body: bytes, latency_s: float | None) -> CaseResult:
+    """Verdict on a 200 answer; invoke_endpoint raises for every other status."""
     base: dict[str, Any] = {"id": case.id, "max_tokens": max_tokens, "latency_s": latency_s}
     try:
         payload = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError):
-        return CaseResult(outcome="error", detail=f"HTTP {status}: response is not JSON: {body[:200]!r}", **base)
-    if status >= 400 or "choices" not in payload:
-        message = payload.get("message") or payload.get("error", {}) if isinstance(payload, dict) else payload
-        return CaseResult(outcome="error", detail=f"HTTP {status}: {str(message)[:300]}", **base)
+        return CaseResult(outcome="error", detail=f"response is not JSON: {body[:200]!r}", **base)
+    if not isinstance(payload, dict) or "choices" not in payload:
+        message = (payload.get("message") or payload.get("error")) if isinstance(payload, dict) else payload
+        return CaseResult(outcome="error", detail=f"not a chat completion: {str(message)[:300]}", **base)
     try:
         choice = payload["choices"][0]
         text = choice["message"]["content"] or ""

@@ -12,26 +12,18 @@ import json
 import posixpath
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
-from modeldrop.errors import RequestInvalid
+from modeldrop.errors import ModeldropError, RequestInvalid, describe_validation
 from modeldrop.models import DeploymentRequest
 
 ARCHIVE_SUFFIX = "model.tar.gz"
 MARKER_NAME = "modeldrop.json"
-OVERRIDE_FIELDS = {
-    "engine",
-    "instance_type",
-    "ttl_hours",
-    "eval_set_uri",
-    "max_model_len",
-    "max_num_seqs",
-    "eval_thresholds",
-}
+# A marker may override any request field except where the artifact is and how it arrived.
+OVERRIDE_FIELDS = set(DeploymentRequest.model_fields) - {"artifact_uri", "source"}
 
 
 class S3Object(BaseModel):
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
     key: str
     version_id: str | None = None
     size: int | None = None
@@ -42,7 +34,7 @@ class S3Object(BaseModel):
 
 
 class StartOutcome(BaseModel):
-    status: Literal["started", "duplicate", "ignored"]
+    status: Literal["started", "duplicate", "ignored", "rejected"]
     execution_name: str | None = None
     execution_arn: str | None = None
     artifact_uri: str | None = None
@@ -94,13 +86,21 @@ def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> Deploym
     try:
         return DeploymentRequest.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise RequestInvalid(f"s3://{bucket}/{key}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        raise RequestInvalid(f"s3://{bucket}/{key}: {describe_validation(exc)}") from None
 
 
 def start_from_event(
     event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str
 ) -> StartOutcome:
+    """Start at most one execution. A bad marker or event is rejected rather than raised: EventBridge
+    would only retry the same bad input, and nothing must start for it."""
+    try:
+        return _start(event, s3, sfn, state_machine_arn, artifact_bucket)
+    except ModeldropError as exc:
+        return StartOutcome(status="rejected", reason=f"{type(exc).__name__}: {exc}")
+
+
+def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str) -> StartOutcome:
     detail = event.get("detail") or {}
     try:
         bucket = detail["bucket"]["name"]

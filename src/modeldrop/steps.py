@@ -21,9 +21,10 @@ from modeldrop.errors import (
     RequestInvalid,
     TeardownIncomplete,
     classify,
+    describe_validation,
 )
 from modeldrop.eval_runner import run_eval
-from modeldrop.events_bus import publish
+from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.image import resolve_image
 from modeldrop.memory_plan import ModelShape, hourly_price, instance_catalog
 from modeldrop.models import (
@@ -50,8 +51,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
     try:
         request = DeploymentRequest.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:5])
-        raise RequestInvalid(f"invalid deployment request: {problems}") from None
+        raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
     deployment_id = deployment_id_for(execution_name)
     return NormalizedRequest(
         deployment_id=deployment_id,
@@ -323,38 +323,14 @@ def teardown(sm: Any, table: Any | None, deployment_id: str, resource_name: str)
     return result
 
 
-def cost_so_far(item: Mapping[str, Any]) -> float | None:
-    price = item.get("hourly_price")
-    start = item.get("started_at")
-    if not price or not start:
-        return None
-    end = clock.parse_iso(str(item["ended_at"])) if item.get("ended_at") else clock.utcnow()
-    hours = max(0.0, (end - clock.parse_iso(str(start))).total_seconds() / 3600)
-    return round(hours * float(price), 4)
-
-
 def finalize(
     table: Any, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
 ) -> dict[str, Any]:
     now = clock.iso(clock.utcnow())
     if outcome == "succeeded":
-        registry.record_step(table, deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
+        item = registry.record_step(table, deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
     else:
-        registry.record_step(table, deployment_id, "result", dict(summary), status="failed", ended_at=now)
-    item = registry.get(table, deployment_id) or {}
-    detail = {
-        "deployment_id": deployment_id,
-        "status": outcome,
-        "endpoint_name": item.get("endpoint_name"),
-        "engine": item.get("engine"),
-        "instance_type": item.get("instance_type"),
-        "artifact_uri": item.get("artifact_uri"),
-        "error": item.get("error"),
-        "failure_class": item.get("failure_class"),
-        "failure_reason": item.get("failure_reason"),
-        "hourly_price": item.get("hourly_price"),
-        "cost_so_far_usd" if outcome == "succeeded" else "final_cost_usd": cost_so_far(item),
-        "expires_at": item.get("expires_at"),
-    }
+        item = registry.record_step(table, deployment_id, "result", dict(summary), status="failed", ended_at=now)
+    detail = lifecycle_detail(item, outcome)
     publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
     return detail

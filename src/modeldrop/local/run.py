@@ -70,16 +70,14 @@ def _chat(finish: str) -> dict[str, Any]:
     }
 
 
-def _artifact_bytes(artifact: Path | None, workdir: Path) -> tuple[bytes, str]:
+def _artifact_bytes(artifact: Path | None, workdir: Path) -> bytes:
     from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
     if artifact is None:
-        return tar_gz_bytes(
-            write_checkpoint(workdir / "sample")
-        ), "generated sample (Gemma-4-style, 6 layers, 2 KV-shared)"
+        return tar_gz_bytes(write_checkpoint(workdir / "sample"))
     if artifact.is_dir():
-        return tar_gz_bytes(artifact), str(artifact)
-    return artifact.read_bytes(), str(artifact)
+        return tar_gz_bytes(artifact)
+    return artifact.read_bytes()
 
 
 def run_local(
@@ -122,7 +120,7 @@ def run_local(
             stack.hosting.plan(EndpointScript(["Creating"]))
         finish = "length" if fault == "truncate" else "stop"
         stack.queue_chat_answers([_chat(finish) for _ in range(8)])
-        body, _label = _artifact_bytes(artifact, Path(tmp))
+        body = _artifact_bytes(artifact, Path(tmp))
         key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
         stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=body)
         sfn = stack.client("stepfunctions")
@@ -145,7 +143,7 @@ def run_local(
                 states.append(state)
                 if on_state:
                     on_state(state)
-            elif kind in ("TaskFailed", "ExecutionFailed") and on_state and kind == "TaskFailed":
+            elif kind == "TaskFailed" and on_state:
                 details = event.get("taskFailedEventDetails", {})
                 on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
 

@@ -324,8 +324,7 @@ def build_stack(root: Path | None = None, parameters: dict[str, str] | None = No
     role = iam.create_role(
         RoleName=f"{STACK_NAME}-fn", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
     )["Role"]["Arn"]
-    for name in ("modeldrop-local-sagemaker",):
-        iam.create_role(RoleName=name, AssumeRolePolicyDocument="{}")
+    iam.create_role(RoleName="modeldrop-local-sagemaker", AssumeRolePolicyDocument="{}")
 
     lam = boto3.client("lambda", region_name=REGION)
     globals_fn = template.get("Globals", {}).get("Function", {})

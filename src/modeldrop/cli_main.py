@@ -1,6 +1,0 @@
-"""`python -m modeldrop.cli_main` == the `modeldrop` console script."""
-
-from modeldrop.cli import main
-
-if __name__ == "__main__":
-    main()
