@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,30 +16,36 @@ os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
 
 ROOT = Path(__file__).resolve().parent.parent
 
-CHAT_OK: dict[str, Any] = {
-    "id": "chatcmpl-1",
-    "object": "chat.completion",
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there."}, "finish_reason": "stop"}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 4, "total_tokens": 16},
-}
-CHAT_CUT: dict[str, Any] = {
-    **CHAT_OK,
-    "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello th"}, "finish_reason": "length"}],
-    "usage": {"prompt_tokens": 12, "completion_tokens": 64, "total_tokens": 76},
-}
-
 
 @pytest.fixture
-def stack() -> Iterator[Any]:
+def make_stack() -> Iterator[Callable[..., Any]]:
+    """Build the emulated stack (with its own hosting) inside one mock_aws; everything stops after."""
     from moto import mock_aws
 
     from modeldrop import clock
+    from modeldrop.local.hosting import LocalHosting
     from modeldrop.local.stack import build_stack
 
     clock.reset()
+    built: list[Any] = []
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        yield build_stack(ROOT)
+
+        def make(parameters: dict[str, str] | None = None, **hosting: Any) -> Any:
+            stack = build_stack(ROOT, parameters, hosting=LocalHosting(**hosting))
+            built.append(stack)
+            return stack
+
+        try:
+            yield make
+        finally:
+            for stack in built:
+                stack.close()
     clock.reset()
+
+
+@pytest.fixture
+def stack(make_stack: Callable[..., Any]) -> Any:
+    return make_stack()
 
 
 @pytest.fixture

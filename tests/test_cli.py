@@ -16,11 +16,13 @@ def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
 
 
-def test_run_local_default_succeeds_and_says_where_answers_come_from() -> None:
+def test_run_local_default_succeeds_and_says_what_served_the_endpoint() -> None:
     result = _run("run-local")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout and "moto" in result.stdout
     assert "SmokeEval" in result.stdout and "SM_VLLM_MAX_NUM_SEQS=32" in result.stdout
+    assert "reference engine" in result.stdout and "not a language model" in result.stdout
+    assert "one-paragraph" in result.stdout and "TTFT" in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
 
 
@@ -31,6 +33,7 @@ def test_run_local_json_failure_leaves_nothing() -> None:
     assert data["status"] == "failed" and data["error"] == "EndpointFailed"
     assert data["leftover_resources"] == []
     assert "ping health check" in data["record"]["failure_reason"]
+    assert data["record"]["steps"]["failure"]["diagnosis"] == "the engine ran out of GPU memory while loading"
     assert {s["name"] for s in data["states"]} >= {"ValidateCheckpoint", "RecordFailure", "Teardown", "MarkFailed"}
 
 
@@ -39,6 +42,8 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2 and "no such file" in result.stderr
     result = _run("run-local", "--fault", "meteor")
     assert result.returncode == 2 and "unknown --fault" in result.stderr
+    result = _run("run-local", "--engine", "vllm")
+    assert result.returncode == 2 and "vllm is not installed" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_validate_exit_codes(tmp_path: Path) -> None:
@@ -62,5 +67,12 @@ def test_readme_commands_exist() -> None:
     for target in ("run-local", "test"):
         assert f"make {target}" in readme and f"\n{target}:" in makefile
     help_text = _run("run-local", "--help").stdout
-    for option in ("--fault", "--engine", "--json"):
+    for option in ("--fault", "--engine", "--deploy-engine", "--json"):
         assert option in readme and option in help_text
+    from modeldrop.local.run import FAULTS
+
+    for fault in FAULTS:
+        assert f"`{fault}`" in readme, fault
+    eval_help = _run("eval", "--help").stdout
+    for option in ("--eval-set", "--stream", "--no-stream", "--json"):
+        assert option in eval_help and option in readme

@@ -11,11 +11,16 @@ from modeldrop.sagemaker_resources import create_all, tags_for
 
 
 def _create(stack: Any, name: str, tags: list[dict[str, str]]) -> None:
+    from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
+
+    if "Contents" not in stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="fixtures/"):
+        body = tar_gz_bytes(write_checkpoint(stack.hosting.scratch / "reaper-sample"))
+        stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=body)
     create_all(
         stack.client("sagemaker"),
         name,
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/m/model.tar.gz",
+        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
         True,
         {},
         "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
@@ -44,9 +49,6 @@ def test_reaper_deletes_expired_managed_and_nothing_else(stack: Any) -> None:
 
 
 def test_reaper_marks_the_deployment_expired(stack: Any, archive: bytes) -> None:
-    from conftest import CHAT_OK
-
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     # Not named model.tar.gz, so the upload itself starts nothing; the pipeline starts it directly.
     stack.client("s3").put_object(Bucket=stack.bucket, Key="ttl/weights.tar.gz", Body=archive)
     desc = stack.wait(
@@ -63,9 +65,7 @@ def test_reaper_marks_the_deployment_expired(stack: Any, archive: bytes) -> None
 
 
 def test_reaper_leaves_endpoints_that_cannot_be_deleted_yet(stack: Any) -> None:
-    from modeldrop.local.moto_shims import EndpointScript
-
-    stack.hosting.plan(EndpointScript(["Creating"]))
+    stack.hosting.plan("slow-start")
     _create(
         stack, "modeldrop-busy", tags_for("modeldrop-local", "busy", clock.iso(clock.utcnow() - timedelta(minutes=1)))
     )
@@ -73,6 +73,7 @@ def test_reaper_leaves_endpoints_that_cannot_be_deleted_yet(stack: Any) -> None:
     result = stack.invoke_function("ReaperFunction", {})
     assert result["expired"] == []
     assert result["retry_next_run"] == ["modeldrop-busy (Creating)"]
+    assert stack.hosting.running() == ["modeldrop-busy"]
 
 
 def test_reaper_removes_orphans_of_ended_deployments(stack: Any) -> None:

@@ -6,9 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from conftest import CHAT_CUT, CHAT_OK
-
-from modeldrop.local.moto_shims import EndpointScript
 from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
 
@@ -54,7 +51,6 @@ def _received(sqs: Any, url: str) -> list[dict[str, Any]]:
 
 def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
     sqs, url = _subscribe(stack)
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     _upload(stack, "runs/exp1/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"), stack.invocations)
@@ -63,7 +59,8 @@ def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
     assert output["env"]["SM_VLLM_MAX_NUM_SEQS"] == "32"
     assert output["env"]["SM_VLLM_GPU_MEMORY_UTILIZATION"] == "0.90"
     assert output["image"].startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:")
-    assert output["eval"]["passed"] is True and output["eval"]["cases"] == 2
+    assert output["eval"]["passed"] is True and output["eval"]["cases"] == 3
+    assert output["eval"]["ttft_p50_s"] > 0 and output["eval"]["tokens_per_s_p50"] > 0
     item = _record(stack, desc)
     assert item["status"] == "succeeded"
     assert {"validate", "resolve_image", "build_env", "create_endpoint", "smoke_eval", "result"} <= set(item["steps"])
@@ -77,6 +74,16 @@ def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
         Bucket=stack.bucket, Key=f"runs/exp1/modeldrop-reports/{item['deployment_id']}/validation.json"
     )
     assert json.loads(report["Body"].read())["tensor_count"] == 62
+    markdown = (
+        stack.client("s3")
+        .get_object(Bucket=stack.bucket, Key=f"runs/exp1/modeldrop-reports/{item['deployment_id']}/eval.md")["Body"]
+        .read()
+        .decode()
+    )
+    assert "PASSED" in markdown and f"`{output['endpoint_name']}`" in markdown
+    # The endpoint was served by a real process, which its log group shows.
+    logs = stack.client("logs").filter_log_events(logGroupName=f"/aws/sagemaker/Endpoints/{output['endpoint_name']}")
+    assert any("Application startup complete" in e["message"] for e in logs["events"])
     [event] = _received(sqs, url)
     assert event["detail-type"] == "Deployment Succeeded"
     assert event["detail"]["endpoint_name"] == output["endpoint_name"] and event["detail"]["hourly_price"] == "1.22"
@@ -86,7 +93,6 @@ def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) ->
     s3 = stack.client("s3")
     for path in sorted(checkpoint.iterdir()):
         s3.put_object(Bucket=stack.bucket, Key=f"prefix-run/{path.name}", Body=path.read_bytes())
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     arn = stack.start(
         {"artifact_uri": f"s3://{stack.bucket}/prefix-run/", "engine": "lmi", "max_num_seqs": 16}, name="pipeline-run-7"
     )
@@ -101,35 +107,64 @@ def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) ->
     assert model["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]["CompressionType"] == "None"
 
 
-def test_endpoint_failed_records_reason_and_deletes_everything(stack: Any, archive: bytes) -> None:
+def test_engine_oom_fails_the_endpoint_with_the_cause_from_its_logs(stack: Any, archive: bytes) -> None:
     sqs, url = _subscribe(stack)
-    reason = "The primary container for production variant AllTraffic did not pass the ping health check."
-    stack.hosting.plan(EndpointScript(statuses=["Creating", "Creating", "Failed"], failure_reason=reason))
+    stack.hosting.plan("oom")
     _upload(stack, "m/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "FAILED"
     assert desc["error"] == "EndpointFailed"
     item = _record(stack, desc)
     assert item["status"] == "failed"
-    assert item["failure_reason"] == reason
+    assert "did not pass the ping health check" in item["failure_reason"]
     assert item["failure_class"] == "endpoint"
+    failure = json.loads(item["steps"]["failure"])
+    assert failure["diagnosis"] == "the engine ran out of GPU memory while loading"
+    assert any("CUDA out of memory" in line for line in failure["log_excerpt"])
+    assert "startup timeout will not help" in failure["hint"]
     teardown = json.loads(item["steps"]["teardown"])
     assert teardown["deleted"] == [f"{k}/{item['endpoint_name']}" for k in ("endpoint", "endpoint-config", "model")]
     assert stack.leftover_resources() == []
     [event] = _received(sqs, url)
     assert event["detail-type"] == "Deployment Failed"
-    assert event["detail"]["error"] == "EndpointFailed" and event["detail"]["failure_reason"] == reason
+    assert event["detail"]["error"] == "EndpointFailed" and "ping health check" in event["detail"]["failure_reason"]
 
 
-def test_deadline_exceeded_while_creating(stack: Any, archive: bytes) -> None:
-    stack.hosting.plan(EndpointScript(statuses=["Creating"]))
+def test_no_capacity_fails_without_a_log_group(stack: Any, archive: bytes) -> None:
+    stack.hosting.plan("capacity")
+    _upload(stack, "cap/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["error"] == "EndpointFailed"
+    item = _record(stack, desc)
+    assert item["failure_reason"].startswith("InsufficientInstanceCapacity")
+    assert json.loads(item["steps"]["failure"])["log_excerpt"] == []
+    assert stack.client("logs").describe_log_groups(logGroupNamePrefix="/aws/sagemaker/Endpoints/")["logGroups"] == []
+    assert stack.leftover_resources() == []
+
+
+def test_slow_start_fails_at_the_startup_health_check_timeout(stack: Any, archive: bytes) -> None:
+    stack.hosting.plan("slow-start")
+    _upload(stack, "slowstart/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["error"] == "EndpointFailed"
+    failure = json.loads(_record(stack, desc)["steps"]["failure"])
+    assert failure["diagnosis"] == "the engine was still loading when the startup health check timed out"
+    polls = [i for i in stack.invocations if i.function == "PollEndpointFunction"]
+    # The sample's startup timeout is 600 s (virtual), polled every 30 s.
+    assert 19 <= len(polls) <= 23
+    assert stack.leftover_resources() == []
+
+
+def test_deadline_exceeded_while_creating(make_stack: Any, archive: bytes) -> None:
+    # A deploy deadline shorter than the container's startup timeout: the deadline ends it.
+    stack = make_stack({"DeployDeadlineSeconds": "300"}, fault="slow-start")
     _upload(stack, "slow/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "FAILED"
     assert desc["error"] == "DeployDeadlineExceeded"
     polls = [i for i in stack.invocations if i.function == "PollEndpointFunction"]
-    # Default deadline 2700 s at 30 s per poll: the virtual clock runs the real schedule.
-    assert 85 <= len(polls) <= 95
+    # 300 s at 30 s per poll: the virtual clock runs the real schedule.
+    assert 9 <= len(polls) <= 12
     assert _record(stack, desc)["failure_class"] == "endpoint"
     assert stack.leftover_resources() == []
 
@@ -147,17 +182,38 @@ def test_refused_checkpoint_creates_no_sagemaker_resource(stack: Any, tmp_path: 
 
 
 def test_truncated_answer_fails_the_eval_and_tears_down(stack: Any, archive: bytes) -> None:
-    stack.queue_chat_answers([CHAT_CUT, CHAT_OK])
+    stack.hosting.plan("truncate")
     _upload(stack, "cut/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "FAILED"
     assert desc["error"] == "EvalFailed"
-    assert "truncated" in desc["cause"]
+    assert "truncated: greeting" in desc["cause"]
+    verdict = json.loads(_record(stack, desc)["steps"]["smoke_eval"])
+    assert verdict["truncated"] == 3 and verdict["report_markdown_uri"].endswith("eval.md")
+    assert stack.leftover_resources() == []
+
+
+def test_throttled_runtime_is_retried_and_counted(stack: Any, archive: bytes) -> None:
+    stack.hosting.plan("throttle")
+    _upload(stack, "throttle/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["status"] == "SUCCEEDED", desc.get("cause")
+    item = _record(stack, desc)
+    uri = item["eval_report_uri"].removeprefix(f"s3://{stack.bucket}/")
+    report = json.loads(stack.client("s3").get_object(Bucket=stack.bucket, Key=uri)["Body"].read())
+    assert report["cases"][0]["attempts"] == 3 and report["cases"][1]["attempts"] == 1
+
+
+def test_stream_broken_mid_answer_is_an_error_not_a_pass(stack: Any, archive: bytes) -> None:
+    stack.hosting.plan("stream-break")
+    _upload(stack, "broken/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["error"] == "EvalFailed"
+    assert "errors: greeting" in desc["cause"]
     assert stack.leftover_resources() == []
 
 
 def test_duplicate_s3_event_starts_one_execution(stack: Any, archive: bytes) -> None:
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     _upload(stack, "dup/model.tar.gz", archive)
     first = _only_execution(stack)
     # Redeliver the exact same event, as S3's at-least-once delivery may.
@@ -178,7 +234,6 @@ def test_duplicate_s3_event_starts_one_execution(stack: Any, archive: bytes) -> 
 
 def test_transient_lambda_error_is_retried(stack: Any, archive: bytes) -> None:
     stack.inject["ValidateFunction"] = ["Lambda.ServiceException", "Lambda.TooManyRequestsException"]
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     _upload(stack, "retry/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"), stack.invocations)
@@ -197,7 +252,6 @@ def test_marker_closes_a_prefix_with_overrides(stack: Any, checkpoint: Path) -> 
     for path in sorted(checkpoint.iterdir()):
         _upload(stack, f"shards/{path.name}", path.read_bytes())
     assert _executions(stack) == []  # shards alone start nothing
-    stack.queue_chat_answers([CHAT_OK, CHAT_OK])
     _upload(stack, "shards/modeldrop.json", json.dumps({"engine": "sglang", "ttl_hours": 1}).encode())
     desc = _only_execution(stack)
     assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"), stack.invocations)

@@ -1,4 +1,4 @@
-"""RecordFailure: classify the error and capture the endpoint's FailureReason before teardown."""
+"""RecordFailure: classify the error; capture the FailureReason and the log lines that explain it, before teardown."""
 
 from typing import Any
 
@@ -23,5 +23,5 @@ def lambda_handler(event: Event, context: Any) -> FailureRecord:
     settings = RecordSettings.from_env()
     table = settings.table()
     return steps.record_failure(
-        boto3.client("sagemaker"), table, event.deployment_id, event.resource_name, event.failure
+        boto3.client("sagemaker"), boto3.client("logs"), table, event.deployment_id, event.resource_name, event.failure
     )

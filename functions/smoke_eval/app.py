@@ -7,7 +7,8 @@ from pydantic import BaseModel
 
 from modeldrop import steps
 from modeldrop.config import EvalSettings
-from modeldrop.lambda_support import handler, logger
+from modeldrop.eval_runner import runtime_client_config
+from modeldrop.lambda_support import handler, logger, metrics
 from modeldrop.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
 
 
@@ -18,16 +19,13 @@ class Event(BaseModel):
 
 
 @logger.inject_lambda_context
+@metrics.log_metrics
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EvalVerdict:
     settings = EvalSettings.from_env()
     table = settings.table()
+    # Throttling is retried by the eval itself, with every attempt counted in the report.
+    runtime = boto3.client("sagemaker-runtime", config=runtime_client_config())
     return steps.smoke_eval(
-        boto3.client("sagemaker-runtime"),
-        boto3.client("s3"),
-        table,
-        event.request,
-        event.endpoint,
-        event.plan,
-        settings.modeldrop_answers_from,
+        runtime, boto3.client("s3"), table, event.request, event.endpoint, event.plan, metrics=metrics
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 try:
     import typer
@@ -20,8 +20,9 @@ from modeldrop.errors import ModeldropError
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind."
 )
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# Piped output gets room for the tables instead of rich's 80-column default.
+console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
 @app.command("run-local")
@@ -29,25 +30,37 @@ def run_local_cmd(
     artifact: Annotated[
         Path | None, typer.Argument(help="model dir, .tar or .tar.gz; default: a generated sample")
     ] = None,
-    fault: Annotated[str, typer.Option(help="none|oom|capacity|slow-start|truncate")] = "none",
-    engine: Annotated[str | None, typer.Option(help="vllm|sglang|lmi (the stack default otherwise)")] = None,
+    engine: Annotated[
+        str, typer.Option(help="local server behind the endpoint: reference (built in) | vllm | sglang")
+    ] = "reference",
+    deploy_engine: Annotated[
+        str | None, typer.Option(help="the deployment's engine: vllm | sglang | lmi (default: the stack's)")
+    ] = None,
+    fault: Annotated[str, typer.Option(help="none|oom|capacity|slow-start|truncate|throttle|stream-break")] = "none",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
+    from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable, check_available
     from modeldrop.local.run import FAULTS, run_local
 
     if fault not in FAULTS:
-        err.print(f"error: unknown --fault {fault!r}; choose from {', '.join(FAULTS)}")
-        raise typer.Exit(2)
-    if engine not in (None, "vllm", "sglang", "lmi"):
-        err.print(f"error: unknown --engine {engine!r}; choose vllm, sglang or lmi")
-        raise typer.Exit(2)
+        _fail(f"unknown --fault {fault!r}; choose from {', '.join(FAULTS)}")
+    if engine not in LOCAL_ENGINES:
+        _fail(f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
+    if deploy_engine not in (None, "vllm", "sglang", "lmi"):
+        _fail(f"unknown --deploy-engine {deploy_engine!r}; choose vllm, sglang or lmi")
+    if engine != "reference" and deploy_engine not in (None, engine):
+        _fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
     if artifact is not None and not artifact.exists():
-        err.print(f"error: {artifact}: no such file or directory")
-        raise typer.Exit(2)
+        _fail(f"{artifact}: no such file or directory")
+    try:
+        check_available(engine)
+    except EngineUnavailable as exc:
+        _fail(str(exc))
     if not as_json:
         console.print(
-            "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator"
+            "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
+            f"endpoints served by local {engine} processes"
         )
         console.print("  S3 put -> EventBridge -> starter -> Step Functions (moto)")
 
@@ -56,12 +69,21 @@ def run_local_cmd(
             mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
             console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
 
-    result = run_local(artifact, fault=fault, on_state=show, engine=engine)
+    try:
+        result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
+    except KeyboardInterrupt:
+        err.print("interrupted: local endpoint processes stopped")
+        raise typer.Exit(130) from None
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
         _summary(result)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _fail(message: str, hint: str | None = None, code: int = 2) -> NoReturn:
+    err.print(f"error: {message}" + (f"\n  fix: {hint}" if hint else ""))
+    raise typer.Exit(code)
 
 
 def _summary(result: Any) -> None:
@@ -86,10 +108,20 @@ def _summary(result: Any) -> None:
     ev = result.eval or {}
     if ev:
         table.add_row("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}")
+        table.add_row("eval report", str(ev.get("report_markdown_uri")))
     teardown = rec.get("steps", {}).get("teardown")
     if teardown:
         table.add_row("deleted", ", ".join(teardown.get("deleted", [])) or "nothing was created")
     console.print(table)
+    if result.eval_report:
+        from modeldrop.smoke_eval import EvalReport
+
+        _eval_table(EvalReport.model_validate(result.eval_report))
+    failure = rec.get("steps", {}).get("failure") or {}
+    if failure.get("diagnosis"):
+        console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
+        for line in failure.get("log_excerpt", [])[-3:]:
+            console.print(f"  [dim]{line}[/]")
     console.print(f"[dim]note: {result.note}[/]")
     if result.status == "succeeded":
         console.print(
@@ -151,6 +183,96 @@ def validate_cmd(
             console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {f.message}\n  fix: {f.hint}")
         console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def _eval_table(report: Any) -> None:
+    table = Table(title=f"smoke eval on {report.endpoint_name} (max_model_len {report.max_model_len})")
+    for col in ("case", "outcome", "finish", "tokens", "max_tokens", "TTFT s", "latency s", "tok/s", "detail"):
+        table.add_column(col)
+    for c in report.cases:
+        colour = "green" if c.outcome == "pass" else "red"
+        table.add_row(
+            c.id,
+            f"[{colour}]{c.outcome}[/]",
+            c.finish_reason or "-",
+            str(c.completion_tokens if c.completion_tokens is not None else "-"),
+            f"{c.max_tokens if c.max_tokens is not None else '-'} ({c.max_tokens_source})",
+            str(c.ttft_s if c.ttft_s is not None else "-"),
+            str(c.latency_s if c.latency_s is not None else "-"),
+            str(c.tokens_per_s if c.tokens_per_s is not None else "-"),
+            c.detail,
+        )
+    console.print(table)
+    console.print(
+        f"  p50/p90: TTFT {report.ttft_s.p50}/{report.ttft_s.p90} s, latency {report.latency_s.p50}/"
+        f"{report.latency_s.p90} s, {report.tokens_per_s.p50}/{report.tokens_per_s.p90} tokens/s"
+    )
+    for fix in report.fixes:
+        console.print(f"  fix: {fix}")
+
+
+@app.command("eval")
+def eval_cmd(
+    endpoint_name: Annotated[str, typer.Argument(help="an existing SageMaker endpoint")],
+    eval_set: Annotated[
+        str | None, typer.Option(help="JSONL eval set: a local file or s3:// URI (default: the built-in set)")
+    ] = None,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="invoke with response streaming")] = True,
+    schema: Annotated[str, typer.Option(help="chat (OpenAI) | lmi (inputs/parameters)")] = "chat",
+    max_truncated: Annotated[int, typer.Option(min=0)] = 0,
+    max_errors: Annotated[int, typer.Option(min=0)] = 0,
+    markdown: Annotated[Path | None, typer.Option(help="also write the Markdown report here")] = None,
+    region: Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
+) -> None:
+    """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from modeldrop.eval_report import to_markdown
+    from modeldrop.eval_runner import evaluate_endpoint, runtime_client_config
+    from modeldrop.models import EvalThresholds
+    from modeldrop.smoke_eval import default_eval_set, parse_eval_set
+
+    if schema not in ("chat", "lmi"):
+        _fail(f"unknown --schema {schema!r}; choose chat or lmi")
+    if schema == "lmi" and stream:
+        stream = False  # the inputs/parameters schema is evaluated without streaming
+    try:
+        session = boto3.session.Session(region_name=region)
+        if eval_set is None:
+            cases = default_eval_set()
+        elif eval_set.startswith("s3://"):
+            from modeldrop.steps import load_eval_set
+
+            cases = load_eval_set(session.client("s3"), eval_set)
+        else:
+            path = Path(eval_set)
+            if not path.is_file():
+                _fail(f"{eval_set}: no such file")
+            cases = parse_eval_set(path.read_text(), eval_set)
+        report = evaluate_endpoint(
+            session.client("sagemaker"),
+            session.client("sagemaker-runtime", config=runtime_client_config()),
+            endpoint_name,
+            cases,
+            EvalThresholds(max_truncated=max_truncated, max_errors=max_errors),
+            stream=stream,
+            schema=schema,  # type: ignore[arg-type]
+        )
+    except ModeldropError as exc:
+        _fail(exc.message, exc.hint)
+    except (BotoCoreError, ClientError) as exc:
+        _fail(f"AWS: {exc}")
+    if markdown is not None:
+        markdown.write_text(to_markdown(report))
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _eval_table(report)
+        verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
+        console.print(f"{verdict} {report.summary}")
+    raise typer.Exit(0 if report.passed else 1)
 
 
 def main() -> None:

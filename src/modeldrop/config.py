@@ -60,8 +60,7 @@ class RecordSettings(_WithTable):
 
 
 class EvalSettings(RecordSettings):
-    # Where the smoke eval's answers come from, said in its verdict (the local run sets it).
-    modeldrop_answers_from: str = "endpoint"
+    pass
 
 
 class StarterSettings(_EnvSettings):

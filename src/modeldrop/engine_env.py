@@ -176,3 +176,19 @@ def build_env(
             )
         env[key] = value
     return env
+
+
+def engine_of_env(env: Mapping[str, str]) -> Engine | None:
+    """Which engine a container env was built for (None for a BYOC env without engine keys)."""
+    for engine in ("vllm", "sglang", "lmi"):
+        if any(k.startswith(ENGINE_PREFIX[engine]) for k in env):
+            return engine
+    return None
+
+
+def max_model_len_of_env(env: Mapping[str, str]) -> int | None:
+    for keys in KEYS.values():
+        value = env.get(keys["max_model_len"])
+        if value and value.isdigit():
+            return int(value)
+    return None

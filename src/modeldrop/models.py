@@ -180,7 +180,9 @@ class EvalVerdict(BaseModel):
     check_failures: int
     summary: str
     report_uri: str | None = None
-    answers_from: str = "endpoint"
+    report_markdown_uri: str | None = None
+    ttft_p50_s: float | None = None
+    tokens_per_s_p50: float | None = None
 
 
 class FailureRecord(BaseModel):
@@ -189,6 +191,10 @@ class FailureRecord(BaseModel):
     failure_class: str
     state: str | None = None
     endpoint_failure_reason: str | None = None
+    log_group: str | None = None
+    log_excerpt: list[str] = Field(default_factory=list)
+    diagnosis: str | None = None
+    hint: str | None = None
 
 
 class TeardownResult(BaseModel):

@@ -144,3 +144,18 @@ def list_endpoints(sm: Any) -> list[dict[str, Any]]:
         if not page.get("NextToken"):
             return out
         kwargs["NextToken"] = page["NextToken"]
+
+
+def endpoint_container_env(sm: Any, endpoint_name: str) -> tuple[str, dict[str, str]] | None:
+    """(status, the primary container's env) of an endpoint; None when it does not exist."""
+    desc = describe_endpoint(sm, endpoint_name)
+    if desc is None:
+        return None
+    config = sm.describe_endpoint_config(EndpointConfigName=desc["EndpointConfigName"])
+    model_name = config["ProductionVariants"][0].get("ModelName")
+    env: dict[str, str] = {}
+    if model_name:
+        model = sm.describe_model(ModelName=model_name)
+        container = model.get("PrimaryContainer") or (model.get("Containers") or [{}])[0]
+        env = dict(container.get("Environment") or {})
+    return str(desc.get("EndpointStatus")), env

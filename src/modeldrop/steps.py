@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from modeldrop import clock, registry
+from modeldrop import clock, endpoint_logs, registry
 from modeldrop.artifact_scan import scan_source
 from modeldrop.checkpoint import validate_scan
 from modeldrop.config import DefaultsSettings
@@ -23,7 +23,8 @@ from modeldrop.errors import (
     classify,
     describe_validation,
 )
-from modeldrop.eval_runner import run_eval
+from modeldrop.eval_report import MetricSink, emit_metrics, to_markdown
+from modeldrop.eval_runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.image import resolve_image
 from modeldrop.memory_plan import ModelShape, hourly_price, instance_catalog
@@ -44,7 +45,7 @@ from modeldrop.models import (
 from modeldrop.s3uri import parse_s3_uri
 from modeldrop.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
 from modeldrop.serving_plan import max_tokens_ceiling, plan_serving
-from modeldrop.smoke_eval import default_eval_set, parse_eval_set
+from modeldrop.smoke_eval import EvalCase, default_eval_set, parse_eval_set
 
 
 def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
@@ -233,6 +234,17 @@ def hint_for_failure(reason: str) -> str:
     return EndpointFailed.default_hint
 
 
+def load_eval_set(s3: Any, eval_set_uri: str | None) -> list[EvalCase]:
+    if not eval_set_uri:
+        return default_eval_set()
+    uri = parse_s3_uri(eval_set_uri)
+    try:
+        text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
+    except Exception as exc:  # the eval set is user input: name it, whatever went wrong
+        raise RequestInvalid(f"cannot read eval set {eval_set_uri}: {exc}") from None
+    return parse_eval_set(text, eval_set_uri)
+
+
 def smoke_eval(
     runtime: Any,
     s3: Any,
@@ -240,37 +252,44 @@ def smoke_eval(
     req: NormalizedRequest,
     ref: EndpointRef,
     plan: EnginePlan,
-    answers_from: str = "endpoint",
+    metrics: MetricSink | None = None,
+    retry: RetryPolicy | None = None,
 ) -> EvalVerdict:
-    if req.eval_set_uri:
-        uri = parse_s3_uri(req.eval_set_uri)
-        try:
-            text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
-        except Exception as exc:  # the eval set is user input: name it, whatever went wrong
-            raise RequestInvalid(f"cannot read eval set {req.eval_set_uri}: {exc}") from None
-        cases = parse_eval_set(text, req.eval_set_uri)
-    else:
-        cases = default_eval_set()
-    ceiling = max_tokens_ceiling(req.engine)
-    report = run_eval(runtime, ref.endpoint_name, cases, req.eval_thresholds, default_max_tokens=min(512, ceiling))
+    cases = load_eval_set(s3, req.eval_set_uri)
+    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
+    report = run_eval(runtime, target, cases, req.eval_thresholds, max_tokens_ceiling(req.engine), retry)
     bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
     report_uri = _put_json(s3, bucket, prefix + "eval.json", report)
-    counts = {o: sum(1 for c in report.cases if c.outcome == o) for o in ("truncated", "error", "check_failed")}
+    markdown_key = prefix + "eval.md"
+    s3.put_object(
+        Bucket=bucket,
+        Key=markdown_key,
+        Body=to_markdown(report, f"Smoke eval of {req.deployment_id}").encode(),
+        ContentType="text/markdown",
+    )
+    if metrics is not None:
+        emit_metrics(metrics, report)
+    counts = report.counts
     verdict = EvalVerdict(
         passed=report.passed,
         cases=len(report.cases),
         truncated=counts["truncated"],
-        errors=counts["error"] + sum(1 for c in report.cases if c.outcome in ("timeout", "context_overflow")),
+        errors=counts["error"] + counts["timeout"] + counts["context_overflow"],
         check_failures=counts["check_failed"],
         summary=report.summary,
         report_uri=report_uri,
-        answers_from=answers_from,
+        report_markdown_uri=f"s3://{bucket}/{markdown_key}",
+        ttft_p50_s=report.ttft_s.p50,
+        tokens_per_s_p50=report.tokens_per_s.p50,
     )
     registry.record_step(
         table, req.deployment_id, "smoke_eval", verdict.model_dump(mode="json"), eval_report_uri=report_uri
     )
     if not report.passed:
-        raise EvalFailed(f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {report_uri}")
+        raise EvalFailed(
+            f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {verdict.report_markdown_uri}",
+            "; ".join(report.fixes) or EvalFailed.default_hint,
+        )
     return verdict
 
 
@@ -285,18 +304,27 @@ def _cause_message(cause: str) -> str:
 
 
 def record_failure(
-    sm: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
+    sm: Any, logs: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
 ) -> FailureRecord:
     error = str(failure.get("Error") or "States.Runtime")
     cause = _cause_message(str(failure.get("Cause") or ""))
     desc = describe_endpoint(sm, resource_name)
     endpoint_reason = desc.get("FailureReason") if desc else None
+    diagnosis = None
+    if desc is not None:
+        # Read before teardown: the log group outlives the endpoint, but the cause belongs in the record.
+        lines = endpoint_logs.read_recent(logs, resource_name)
+        diagnosis = endpoint_logs.diagnose(lines) if lines else None
     record = FailureRecord(
         error=error,
         cause=cause[:4000],
         failure_class=classify(error),
         state=failure.get("State"),
         endpoint_failure_reason=endpoint_reason,
+        log_group=endpoint_logs.log_group_for(resource_name) if desc is not None else None,
+        log_excerpt=diagnosis.excerpt if diagnosis else [],
+        diagnosis=diagnosis.diagnosis if diagnosis else None,
+        hint=diagnosis.hint if diagnosis and diagnosis.hint else None,
     )
     registry.record_step(
         table,

@@ -5,7 +5,8 @@ One place, used by the tests and by `modeldrop run-local`:
 - Lambda: moto runs functions in Docker; dispatch them to the handlers in this process instead,
   returning (payload, errored, logs) with errored payloads shaped like the Lambda runtime's.
 - Time: Wait states advance modeldrop.clock instead of sleeping; Retry backoff does not sleep.
-- SageMaker: accept GPU instance types; let a scripted hosting decide endpoint status over time.
+- SageMaker: accept GPU instance types; let the local hosting run a server per endpoint and decide
+  its status; refuse a duplicate endpoint name as SageMaker does.
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
 """
 
@@ -17,10 +18,8 @@ import json
 import logging
 import threading
 import traceback
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from modeldrop import clock
 
@@ -29,40 +28,17 @@ Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 _installed = False
 _lock = threading.Lock()
 _dispatcher: Dispatcher | None = None
-_hosting: ScriptedHosting | None = None
+_hosting: Hosting | None = None
 
 
-@dataclass
-class EndpointScript:
-    """How a created endpoint behaves on successive describe_endpoint calls."""
+class Hosting(Protocol):
+    """What decides a created endpoint's fate (modeldrop.local.hosting.LocalHosting)."""
 
-    statuses: list[str] = field(default_factory=lambda: ["InService"])
-    failure_reason: str | None = None
-    seen: int = 0
+    def on_create(self, name: str, backend: Any) -> None: ...
 
-    def next_status(self) -> str:
-        status = self.statuses[min(self.seen, len(self.statuses) - 1)]
-        self.seen += 1
-        return status
+    def status(self, name: str) -> tuple[str, str | None]: ...
 
-
-class ScriptedHosting:
-    """Endpoint status over time; the default is InService at once, like moto's own."""
-
-    def __init__(self) -> None:
-        self.queue: deque[EndpointScript] = deque()
-        self.by_endpoint: dict[str, EndpointScript] = {}
-
-    def plan(self, script: EndpointScript) -> None:
-        self.queue.append(script)
-
-    def on_create(self, name: str) -> None:
-        self.by_endpoint[name] = self.queue.popleft() if self.queue else EndpointScript()
-
-    def status(self, name: str) -> tuple[str, str | None]:
-        script = self.by_endpoint.setdefault(name, EndpointScript())
-        status = script.next_status()
-        return status, script.failure_reason if status == "Failed" else None
+    def on_delete(self, name: str) -> None: ...
 
 
 def set_dispatcher(dispatcher: Dispatcher | None) -> None:
@@ -70,7 +46,7 @@ def set_dispatcher(dispatcher: Dispatcher | None) -> None:
     _dispatcher = dispatcher
 
 
-def set_hosting(hosting: ScriptedHosting | None) -> None:
+def set_hosting(hosting: Hosting | None) -> None:
     global _hosting
     _hosting = hosting
 
@@ -146,8 +122,8 @@ def _patch_sagemaker() -> None:
             raise ValidationError(message=f'Cannot create already existing endpoint "{endpoint_name}".')
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
         if _hosting is not None:
-            _hosting.on_create(endpoint_name)
             endpoint.endpoint_status = "Creating"
+            _hosting.on_create(endpoint_name, self)
         return endpoint
 
     def describe_endpoint(self: Any, endpoint_name: str) -> Any:
@@ -158,8 +134,16 @@ def _patch_sagemaker() -> None:
             endpoint.failure_reason = reason
         return original_describe(self, endpoint_name)
 
+    original_delete = sm.SageMakerModelBackend.delete_endpoint
+
+    def delete_endpoint(self: Any, endpoint_name: str) -> None:
+        original_delete(self, endpoint_name)
+        if _hosting is not None:
+            _hosting.on_delete(endpoint_name)
+
     sm.SageMakerModelBackend.create_endpoint = create_endpoint
     sm.SageMakerModelBackend.describe_endpoint = describe_endpoint
+    sm.SageMakerModelBackend.delete_endpoint = delete_endpoint
 
 
 def _patch_events() -> None:

@@ -12,28 +12,25 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from modeldrop.local.moto_shims import EndpointScript
+from modeldrop.local.hosting import LocalHosting
 
-CANNED_NOTE = (
-    "endpoint answers come from moto's sagemaker-runtime result queue (canned OpenAI chat completions), "
-    "not from a model server"
-)
-
-OOM_REASON = (
-    "The primary container for production variant AllTraffic did not pass the ping health check. "
-    "Please check CloudWatch logs for this endpoint."
-)
-CAPACITY_REASON = (
-    "InsufficientInstanceCapacity: We currently do not have sufficient capacity for ml.g6.2xlarge "
-    "in the Availability Zone you requested."
-)
+ENGINE_NOTES = {
+    "reference": (
+        "endpoints were served by the reference engine: a real local server process per endpoint that speaks the "
+        "container contract and OpenAI chat/SSE, with deterministic text from no weights - not a language model"
+    ),
+    "vllm": "endpoints were served by vLLM on this machine with the deployment's own container env",
+    "sglang": "endpoints were served by SGLang on this machine with the deployment's own container env",
+}
 
 FAULTS: dict[str, str] = {
     "none": "no fault",
-    "oom": "the endpoint goes Failed: engine CUDA OOM, ping health check not passed",
-    "capacity": "the endpoint goes Failed: InsufficientInstanceCapacity",
-    "slow-start": "the endpoint stays Creating past the deploy deadline",
-    "truncate": "the endpoint answers with finish_reason=length",
+    "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
+    "capacity": "no instance starts: the endpoint goes Failed with InsufficientInstanceCapacity",
+    "slow-start": "the engine is still loading when the startup health check times out: Failed",
+    "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
+    "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
+    "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
 }
 
 
@@ -53,21 +50,12 @@ class RunResult(BaseModel):
     output: dict[str, Any] | None = None
     record: dict[str, Any] = Field(default_factory=dict)
     eval: dict[str, Any] | None = None
+    eval_report: dict[str, Any] | None = None
     leftover_resources: list[str] = Field(default_factory=list)
-    note: str = CANNED_NOTE
+    note: str = ""
+    engine: str = "reference"
     fault: str = "none"
     seconds: float = 0.0
-
-
-def _chat(finish: str) -> dict[str, Any]:
-    text = "Hello! Nice to meet you." if finish == "stop" else "Hello! Nice to"
-    return {
-        "id": "chatcmpl-local",
-        "object": "chat.completion",
-        "model": "local",
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
-        "usage": {"prompt_tokens": 14, "completion_tokens": 7 if finish == "stop" else 64, "total_tokens": 21},
-    }
 
 
 def _artifact_bytes(artifact: Path | None, workdir: Path) -> bytes:
@@ -84,97 +72,103 @@ def run_local(
     artifact: Path | None = None,
     fault: str = "none",
     on_state: Callable[[StateRun], None] | None = None,
-    engine: str | None = None,
+    engine: str = "reference",
+    deploy_engine: str | None = None,
 ) -> RunResult:
+    """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine."""
     from moto import mock_aws
 
     from modeldrop import clock
     from modeldrop.local.stack import build_stack
-    from modeldrop.models import deployment_id_for
 
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
+    if deploy_engine is None and engine in ("vllm", "sglang"):
+        deploy_engine = engine
     started = time.monotonic()
     clock.reset()
+    hosting = LocalHosting(engine=engine, fault=fault)
     with (
         tempfile.TemporaryDirectory(prefix="modeldrop-") as tmp,
         mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
     ):
-        stack = build_stack(parameters={"DefaultEngine": engine} if engine else None)
-        stack.extra_env["MODELDROP_ANSWERS_FROM"] = "moto result queue (canned)"
-        if fault == "oom":
-            stack.hosting.plan(
-                EndpointScript(
-                    ["Creating", "Creating", "Failed"],
-                    OOM_REASON,
-                )
-            )
-        elif fault == "capacity":
-            stack.hosting.plan(
-                EndpointScript(
-                    ["Creating", "Failed"],
-                    CAPACITY_REASON,
-                )
-            )
-        elif fault == "slow-start":
-            stack.hosting.plan(EndpointScript(["Creating"]))
-        finish = "length" if fault == "truncate" else "stop"
-        stack.queue_chat_answers([_chat(finish) for _ in range(8)])
-        body = _artifact_bytes(artifact, Path(tmp))
-        key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
-        stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=body)
-        sfn = stack.client("stepfunctions")
-        executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
-        if not executions:
-            return RunResult(
-                status="not-started", error="NoExecution", cause="the S3 event started no execution", fault=fault
-            )
-        entered: dict[str, datetime] = {}
-        states: list[StateRun] = []
+        stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
+        try:
+            result = _deploy(stack, artifact, Path(tmp), on_state)
+        finally:
+            stack.close()
+        result.engine, result.fault, result.note = engine, fault, ENGINE_NOTES[engine]
+        result.seconds = round(time.monotonic() - started, 2)
+        return result
 
-        def on_event(event: dict[str, Any]) -> None:
-            kind = event["type"]
-            if kind.endswith("StateEntered"):
-                entered[event["stateEnteredEventDetails"]["name"]] = event["timestamp"]
-            elif kind.endswith("StateExited"):
-                name = event["stateExitedEventDetails"]["name"]
-                seconds = (event["timestamp"] - entered.get(name, event["timestamp"])).total_seconds()
-                state = StateRun(name=name, outcome="ok", seconds=round(seconds, 3))
-                states.append(state)
-                if on_state:
-                    on_state(state)
-            elif kind == "TaskFailed" and on_state:
-                details = event.get("taskFailedEventDetails", {})
-                on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
 
-        desc = stack.wait(executions[0]["executionArn"], timeout=120, on_event=on_event)
-        # Fail states have no exit event: show where the execution ended.
-        if desc["status"] == "FAILED":
-            last = [n for n in entered if n not in {s.name for s in states}]
-            for name in last:
-                state = StateRun(name=name, outcome=desc.get("error", "failed"), seconds=0.0)
-                states.append(state)
-                if on_state:
-                    on_state(state)
-        deployment_id = deployment_id_for(desc["name"])
-        item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
-        record = {k: (json.loads(v) if k == "request" else v) for k, v in item.items() if k != "steps"}
-        record["steps"] = {k: json.loads(v) for k, v in item.get("steps", {}).items()}
-        output = json.loads(desc["output"]) if desc.get("output") else None
-        return RunResult(
-            status="succeeded" if desc["status"] == "SUCCEEDED" else "failed",
-            error=desc.get("error"),
-            cause=_cause(desc.get("cause")),
-            deployment_id=deployment_id,
-            execution_name=desc["name"],
-            states=states,
-            output=output,
-            record=json.loads(json.dumps(record, default=str)),
-            eval=(output or {}).get("eval") or record["steps"].get("smoke_eval"),
-            leftover_resources=stack.leftover_resources() if desc["status"] != "SUCCEEDED" else [],
-            fault=fault,
-            seconds=round(time.monotonic() - started, 2),
-        )
+def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable[[StateRun], None] | None) -> RunResult:
+    from modeldrop.models import deployment_id_for
+
+    body = _artifact_bytes(artifact, workdir)
+    key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
+    stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=body)
+    sfn = stack.client("stepfunctions")
+    executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    if not executions:
+        return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
+    entered: dict[str, datetime] = {}
+    states: list[StateRun] = []
+
+    def on_event(event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind.endswith("StateEntered"):
+            entered[event["stateEnteredEventDetails"]["name"]] = event["timestamp"]
+        elif kind.endswith("StateExited"):
+            name = event["stateExitedEventDetails"]["name"]
+            seconds = (event["timestamp"] - entered.get(name, event["timestamp"])).total_seconds()
+            state = StateRun(name=name, outcome="ok", seconds=round(seconds, 3))
+            states.append(state)
+            if on_state:
+                on_state(state)
+        elif kind == "TaskFailed" and on_state:
+            details = event.get("taskFailedEventDetails", {})
+            on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
+
+    desc = stack.wait(executions[0]["executionArn"], timeout=120, on_event=on_event)
+    # Fail states have no exit event: show where the execution ended.
+    if desc["status"] == "FAILED":
+        last = [n for n in entered if n not in {s.name for s in states}]
+        for name in last:
+            state = StateRun(name=name, outcome=desc.get("error", "failed"), seconds=0.0)
+            states.append(state)
+            if on_state:
+                on_state(state)
+    deployment_id = deployment_id_for(desc["name"])
+    item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
+    record = {k: (json.loads(v) if k == "request" else v) for k, v in item.items() if k != "steps"}
+    record["steps"] = {k: json.loads(v) for k, v in item.get("steps", {}).items()}
+    output = json.loads(desc["output"]) if desc.get("output") else None
+    return RunResult(
+        status="succeeded" if desc["status"] == "SUCCEEDED" else "failed",
+        error=desc.get("error"),
+        cause=_cause(desc.get("cause")),
+        deployment_id=deployment_id,
+        execution_name=desc["name"],
+        states=states,
+        output=output,
+        record=json.loads(json.dumps(record, default=str)),
+        eval=(output or {}).get("eval") or record["steps"].get("smoke_eval"),
+        eval_report=_eval_report(stack, record),
+        leftover_resources=stack.leftover_resources() if desc["status"] != "SUCCEEDED" else [],
+    )
+
+
+def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:
+    uri = record.get("eval_report_uri")
+    if not uri:
+        return None
+    from modeldrop.s3uri import parse_s3_uri
+
+    loc = parse_s3_uri(uri)
+    body = stack.client("s3").get_object(Bucket=loc.bucket, Key=loc.key)["Body"].read()
+    report: dict[str, Any] = json.loads(body)
+    return report
 
 
 def _cause(cause: str | None) -> str | None:

@@ -26,6 +26,8 @@ import boto3
 import yaml
 
 from modeldrop.local import moto_shims
+from modeldrop.local.hosting import LocalHosting
+from modeldrop.local.runtime_endpoint import LocalRuntime
 
 REGION = "us-east-1"
 STACK_NAME = "modeldrop-local"
@@ -91,7 +93,8 @@ class EmulatedStack:
     functions: dict[str, FunctionSpec] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
     state_machine_arn: str = ""
-    hosting: moto_shims.ScriptedHosting = field(default_factory=moto_shims.ScriptedHosting)
+    hosting: LocalHosting = field(default_factory=LocalHosting)
+    runtime: LocalRuntime | None = None
     invocations: list[Invocation] = field(default_factory=list)
     inject: dict[str, list[str]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
@@ -190,13 +193,14 @@ class EmulatedStack:
     def table(self) -> Any:
         return boto3.resource("dynamodb", region_name=REGION).Table(self.table_name)
 
-    def queue_chat_answers(self, answers: list[dict[str, Any]]) -> None:
-        """Canned runtime answers (moto's result queue) until a hosted endpoint answers."""
-        from moto.sagemakerruntime.models import sagemakerruntime_backends
-
-        backend = sagemakerruntime_backends["123456789012"][REGION]
-        for answer in answers:
-            backend.results_queue.append((json.dumps(answer), "application/json", "AllTraffic", ""))
+    def close(self) -> None:
+        """Stop every endpoint process and the local runtime endpoint."""
+        if self.runtime is not None:
+            self.runtime.stop()
+            self.runtime = None
+        self.hosting.stop_all()
+        moto_shims.set_hosting(None)
+        moto_shims.set_dispatcher(None)
 
     def invoke_function(self, logical_id: str, event: dict[str, Any]) -> dict[str, Any]:
         payload, errored, _ = self.dispatch(self.functions[logical_id].name, event)
@@ -237,6 +241,7 @@ class EmulatedStack:
         left = [f"endpoint/{e['EndpointName']}" for e in sm.list_endpoints()["Endpoints"]]
         left += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
         left += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
+        left += [f"process/{name}" for name in self.hosting.running()]
         return left
 
 
@@ -282,16 +287,22 @@ LOCAL_ENV = {
 }
 
 
-def build_stack(root: Path | None = None, parameters: dict[str, str] | None = None) -> EmulatedStack:
-    """Create the stack's resources in moto (call inside an active mock_aws)."""
+def build_stack(
+    root: Path | None = None,
+    parameters: dict[str, str] | None = None,
+    hosting: LocalHosting | None = None,
+    runtime_options: dict[str, Any] | None = None,
+) -> EmulatedStack:
+    """Create the stack's resources in moto (call inside an active mock_aws); close() it after."""
     moto_shims.install()
     root = root or project_root()
     template = load_template(root)
     params = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
     params.update(LOCAL_PARAMETERS)
     params.update(parameters or {})
-    stack = EmulatedStack(root=root, parameters=params)
-    stack.extra_env = dict(LOCAL_ENV)
+    stack = EmulatedStack(root=root, parameters=params, hosting=hosting or LocalHosting())
+    stack.runtime = LocalRuntime(stack.hosting, **(runtime_options or {})).start()
+    stack.extra_env = {**LOCAL_ENV, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": stack.runtime.url}
     resources = template["Resources"]
 
     s3 = boto3.client("s3", region_name=REGION)

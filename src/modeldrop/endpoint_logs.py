@@ -1,0 +1,71 @@
+"""What an endpoint's CloudWatch logs say about why it failed, behind the logs client passed in.
+
+"did not pass the ping health check" means either the engine died (CUDA OOM: a bigger startup
+timeout will not help) or it loads slowly (it will). The container's last error lines tell which.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+_ERROR_LINE = re.compile(r"error|exception|traceback|killed|exited with code|did not pass|out of memory", re.I)
+_OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I)
+_MISSING_WEIGHTS = re.compile(r"weights were not initialized from checkpoint", re.I)
+
+
+def log_group_for(endpoint_name: str) -> str:
+    return f"/aws/sagemaker/Endpoints/{endpoint_name}"
+
+
+@dataclass(frozen=True)
+class LogDiagnosis:
+    excerpt: list[str]
+    diagnosis: str | None
+    hint: str | None
+
+
+def diagnose(lines: list[str]) -> LogDiagnosis:
+    """Pure: the error lines worth showing and what they mean."""
+    errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
+    excerpt = errors[-8:]
+    text = "\n".join(lines)
+    if _OOM.search(text):
+        return LogDiagnosis(
+            excerpt,
+            "the engine ran out of GPU memory while loading",
+            "lower max_num_seqs or max_model_len, or use a larger instance type; "
+            "a longer startup timeout will not help",
+        )
+    if _MISSING_WEIGHTS.search(text):
+        return LogDiagnosis(
+            excerpt,
+            "the checkpoint lacks weights the engine expects",
+            "run `modeldrop validate SOURCE --base BASE` and `modeldrop repair` to restore them",
+        )
+    if any("ping did not pass" in line for line in lines) and not errors[:-1]:
+        return LogDiagnosis(
+            excerpt,
+            "the engine was still loading when the startup health check timed out",
+            "raise ContainerStartupHealthCheckTimeoutInSeconds (and ModelDataDownloadTimeoutInSeconds for big models)",
+        )
+    return LogDiagnosis(excerpt, None, None)
+
+
+def read_recent(logs: Any, endpoint_name: str, limit: int = 300) -> list[str] | None:
+    """The last lines of the endpoint's newest log stream; None when it has no log group (no instance started)."""
+    group = log_group_for(endpoint_name)
+    try:
+        streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True, limit=1)
+        if not streams.get("logStreams"):
+            return []
+        name = streams["logStreams"][0]["logStreamName"]
+        events = logs.get_log_events(logGroupName=group, logStreamName=name, startFromHead=False, limit=limit)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return None
+        raise
+    return [str(e.get("message", "")) for e in events.get("events", [])]

@@ -1,0 +1,331 @@
+"""A local SageMaker hosting emulator: one real server process per endpoint.
+
+Creating an endpoint downloads its model data from (moto's) S3, extracts it read-only as
+`/opt/ml/model` would be, and starts the engine's server process with the model's container env
+on a free port. `describe_endpoint` then reports what SageMaker would: Creating until `/ping`
+answers 200, InService after, Failed with SageMaker's own FailureReason when the process exits or
+`/ping` has not passed within `ContainerStartupHealthCheckTimeoutInSeconds`. The process output is
+written to the CloudWatch log group `/aws/sagemaker/Endpoints/<name>`. Deleting the endpoint stops
+the process.
+
+Startup timeouts are measured on the run's virtual clock (Wait states do not sleep), but a real
+process also gets `real_startup_grace` seconds of real time before it can be declared failed, so a
+slow machine never fails a healthy engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import stat
+import subprocess
+import tarfile
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from modeldrop import clock
+from modeldrop.local import engines
+from modeldrop.s3uri import parse_s3_uri
+
+PING_FAILED = (
+    "The primary container for production variant AllTraffic did not pass the ping health check. "
+    "Please check CloudWatch logs for this endpoint."
+)
+CAPACITY = (
+    "InsufficientInstanceCapacity: We currently do not have sufficient capacity for {instance} in the "
+    "Availability Zone you requested. Please try again later or choose a different instance type."
+)
+HOSTING_FAULTS = ("none", "oom", "slow-start", "capacity", "truncate", "throttle", "stream-break")
+THROTTLED_CALLS = 2
+_PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@dataclass
+class HostedEndpoint:
+    name: str
+    instance_type: str
+    startup_timeout: int
+    created_virtual: datetime
+    created_real: float
+    fault: str
+    env: dict[str, str]
+    port: int = 0
+    process: subprocess.Popen[bytes] | None = None
+    model_dir: Path | None = None
+    status: str = "Creating"
+    failure_reason: str | None = None
+    log_lines: deque[str] = field(default_factory=lambda: deque(maxlen=5000))
+    unflushed: list[tuple[int, str]] = field(default_factory=list)
+    throttle_left: int = 0
+    invocations: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    log_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def log_group(self) -> str:
+        return f"/aws/sagemaker/Endpoints/{self.name}"
+
+    @property
+    def log_stream(self) -> str:
+        return f"AllTraffic/i-{hashlib.sha256(self.name.encode()).hexdigest()[:17]}"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+class LocalHosting:
+    def __init__(
+        self,
+        engine: str = "reference",
+        fault: str = "none",
+        real_startup_grace: float = 5.0,
+        ms_per_token: float = 2.0,
+        account_id: str = "123456789012",
+        region: str = "us-east-1",
+    ) -> None:
+        if fault not in HOSTING_FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(HOSTING_FAULTS)}")
+        engines.check_available(engine)
+        self.engine = engine
+        self.fault = fault
+        self.real_startup_grace = real_startup_grace
+        self.ms_per_token = ms_per_token
+        self.account_id = account_id
+        self.region = region
+        self.endpoints: dict[str, HostedEndpoint] = {}
+        self.planned: deque[str] = deque()
+        self.scratch = Path(tempfile.mkdtemp(prefix="modeldrop-hosting-"))
+
+    def plan(self, fault: str) -> None:
+        """The next created endpoint gets this fault instead of the hosting's default."""
+        if fault not in HOSTING_FAULTS:
+            raise ValueError(f"unknown fault {fault!r}")
+        self.planned.append(fault)
+
+    # ---- called from the moto SageMaker backend --------------------------------------------
+    def on_create(self, name: str, backend: Any) -> None:
+        config = backend.endpoint_configs[backend.endpoints[name].endpoint_config_name]
+        variant = config.production_variants[0]
+        model = backend._models[variant["ModelName"]]
+        container = model.primary_container or {}
+        fault = self.planned.popleft() if self.planned else self.fault
+        hosted = HostedEndpoint(
+            name=name,
+            instance_type=variant.get("InstanceType", "ml.g6.2xlarge"),
+            startup_timeout=int(variant.get("ContainerStartupHealthCheckTimeoutInSeconds") or 480),
+            created_virtual=clock.utcnow(),
+            created_real=time.monotonic(),
+            fault=fault,
+            env=dict(container.get("Environment") or {}),
+            throttle_left=THROTTLED_CALLS if fault == "throttle" else 0,
+        )
+        self.endpoints[name] = hosted
+        if fault == "capacity":
+            # No instance, so no container and no log group: as SageMaker leaves it.
+            return
+        self._create_log_stream(hosted)
+        try:
+            hosted.model_dir = self._materialize(name, container)
+            self._start(hosted)
+        except Exception as exc:  # whatever stops the container from starting is the endpoint's failure
+            self._log(hosted, f"modeldrop local hosting: container did not start: {exc}")
+            hosted.status, hosted.failure_reason = "Failed", PING_FAILED
+
+    def status(self, name: str) -> tuple[str, str | None]:
+        hosted = self.endpoints.get(name)
+        if hosted is None:
+            return "InService", None
+        with hosted.lock:
+            if hosted.status == "Creating":
+                self._advance(hosted)
+            self._flush_logs(hosted)
+            return hosted.status, hosted.failure_reason
+
+    def on_delete(self, name: str) -> None:
+        hosted = self.endpoints.pop(name, None)
+        if hosted is not None:
+            self._stop(hosted)
+
+    def stop_all(self) -> None:
+        for name in list(self.endpoints):
+            self.on_delete(name)
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def running(self) -> list[str]:
+        return [n for n, h in self.endpoints.items() if h.process is not None and h.process.poll() is None]
+
+    # ---- the lifecycle ------------------------------------------------------------------------
+    def _advance(self, hosted: HostedEndpoint) -> None:
+        if hosted.fault == "capacity":
+            hosted.status = "Failed"
+            hosted.failure_reason = CAPACITY.format(instance=hosted.instance_type)
+            return
+        # Give a young process a moment of real time per poll; past the grace, only virtual time counts.
+        young = time.monotonic() - hosted.created_real < self.real_startup_grace
+        real_deadline = time.monotonic() + (0.5 if young else 0.0)
+        while True:
+            if hosted.process is not None and hosted.process.poll() is not None:
+                self._log(hosted, f"container exited with code {hosted.process.returncode}")
+                hosted.status, hosted.failure_reason = "Failed", PING_FAILED
+                self._stop(hosted)
+                return
+            if self._ping(hosted):
+                hosted.status = "InService"
+                return
+            if time.monotonic() >= real_deadline:
+                break
+            time.sleep(0.05)
+        virtual_elapsed = (clock.utcnow() - hosted.created_virtual).total_seconds()
+        real_elapsed = time.monotonic() - hosted.created_real
+        if virtual_elapsed > hosted.startup_timeout and real_elapsed > self.real_startup_grace:
+            self._log(hosted, f"ping did not pass within {hosted.startup_timeout}s; stopping the container")
+            hosted.status, hosted.failure_reason = "Failed", PING_FAILED
+            self._stop(hosted)
+
+    def _ping(self, hosted: HostedEndpoint) -> bool:
+        try:
+            with urllib.request.urlopen(hosted.base_url + "/ping", timeout=2) as resp:
+                return bool(resp.status == 200)
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    def _materialize(self, name: str, container: dict[str, Any]) -> Path:
+        import boto3
+
+        s3 = boto3.client("s3", region_name=self.region)
+        target = self.scratch / name / "model"
+        target.mkdir(parents=True)
+        source = container.get("ModelDataSource", {}).get("S3DataSource")
+        if source:
+            uri = parse_s3_uri(source["S3Uri"])
+            paginator = s3.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=uri.bucket, Prefix=uri.key):
+                for obj in page.get("Contents", []):
+                    relative = obj["Key"][len(uri.key) :].lstrip("/")
+                    if not relative or relative.endswith("/"):
+                        continue
+                    dest = (target / relative).resolve()
+                    if not dest.is_relative_to(target.resolve()):
+                        raise ValueError(f"object key {obj['Key']} escapes the model directory")
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    s3.download_file(uri.bucket, obj["Key"], str(dest))
+        else:
+            uri = parse_s3_uri(container["ModelDataUrl"])
+            archive = self.scratch / name / "model.tar.gz"
+            s3.download_file(uri.bucket, uri.key, str(archive))
+            with tarfile.open(archive) as tar:
+                tar.extractall(target, filter="data")
+            archive.unlink()
+        _make_read_only(target)
+        return target
+
+    def _start(self, hosted: HostedEndpoint) -> None:
+        assert hosted.model_dir is not None
+        hosted.port = free_port()
+        cmd = engines.command(self.engine, hosted.env, hosted.model_dir, hosted.port)
+        env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV}
+        env.update(hosted.env)
+        env.update(
+            {
+                "SAGEMAKER_BIND_TO_PORT": str(hosted.port),
+                "MODELDROP_REFERENCE_MS_PER_TOKEN": str(self.ms_per_token),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        if hosted.fault in ("oom", "truncate", "stream-break"):
+            env["MODELDROP_REFERENCE_FAULT"] = hosted.fault
+        if hosted.fault == "slow-start":
+            # Loads for longer than any run waits: only the startup timeout ends it.
+            env["MODELDROP_REFERENCE_LOAD_SECONDS"] = "600"
+        self._log(hosted, f"modeldrop local hosting: starting {self.engine} engine on port {hosted.port}")
+        hosted.process = subprocess.Popen(
+            cmd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        threading.Thread(target=self._pump, args=(hosted,), daemon=True).start()
+
+    def _pump(self, hosted: HostedEndpoint) -> None:
+        assert hosted.process is not None and hosted.process.stdout is not None
+        for raw in hosted.process.stdout:
+            self._log(hosted, raw.decode(errors="replace").rstrip("\n"))
+
+    def _stop(self, hosted: HostedEndpoint) -> None:
+        process = hosted.process
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=5)
+        if process is not None and process.stdout is not None:
+            process.stdout.close()
+        self._flush_logs(hosted)
+        if hosted.model_dir is not None:
+            shutil.rmtree(hosted.model_dir.parent, ignore_errors=True, onexc=_make_writable_and_retry)
+
+    # ---- CloudWatch logs in moto ---------------------------------------------------------------
+    def _logs_backend(self) -> Any:
+        from moto.logs.models import logs_backends
+
+        return logs_backends[self.account_id][self.region]
+
+    def _create_log_stream(self, hosted: HostedEndpoint) -> None:
+        backend = self._logs_backend()
+        if hosted.log_group not in backend.groups:
+            backend.create_log_group(hosted.log_group, {})
+        backend.create_log_stream(hosted.log_group, hosted.log_stream)
+
+    def _log(self, hosted: HostedEndpoint, line: str) -> None:
+        with hosted.log_lock:
+            hosted.log_lines.append(line)
+            hosted.unflushed.append((int(time.time() * 1000), line))
+
+    def _flush_logs(self, hosted: HostedEndpoint) -> None:
+        with hosted.log_lock:
+            if hosted.fault == "capacity" or not hosted.unflushed:
+                return
+            events, hosted.unflushed = hosted.unflushed, []
+        self._logs_backend().put_log_events(
+            hosted.log_group, hosted.log_stream, [{"timestamp": t, "message": m or " "} for t, m in events]
+        )
+
+
+def _make_read_only(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        mode = path.stat().st_mode
+        path.chmod(mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+    root.chmod(root.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _make_writable_and_retry(func: Any, path: str, _exc: BaseException) -> None:
+    Path(path).parent.chmod(0o755)
+    with contextlib.suppress(OSError):
+        Path(path).chmod(0o755)
+    func(path)

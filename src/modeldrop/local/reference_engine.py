@@ -1,0 +1,333 @@
+"""The reference engine: a deterministic, weight-free model server that speaks the container contract.
+
+It is not a language model. It reads the model directory the way an engine starts (config.json,
+the safetensors headers), then answers `/ping` and `/invocations` with the protocol behaviour the
+eval depends on: OpenAI chat completions with and without SSE streaming, LMI's inputs/parameters
+schema, `finish_reason == "length"` exactly when max_tokens cuts the answer, vLLM's context-length
+400, usage counts, and a per-token latency. Its answer text is a deterministic function of the
+prompt, so the same run gives the same answers.
+
+Standard library only: it starts in a fraction of a second as its own process.
+
+Settings come from the container env the deployment built (max model length, served model name)
+and from MODELDROP_REFERENCE_* variables (latency, load time, faults) set by the local hosting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import socket
+import struct
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+# A few multi-byte words so that streamed answers split UTF-8 characters across chunks.
+_WORDS = tuple(
+    [
+        "the",
+        "model",
+        "answers",
+        "this",
+        "request",
+        "with",
+        "a",
+        "short",
+        "deterministic",
+        "reply",
+        "drawn",
+        "from",
+        "a",
+        "fixed",
+        "vocabulary",
+        "so",
+        "that",
+        "every",
+        "run",
+        "of",
+        "the",
+        "same",
+        "prompt",
+        "gives",
+        "the",
+        "same",
+        "tokens",
+        "and",
+        "counts",
+        "café",
+        "naïve",
+        "모델",
+        "응답",
+    ]
+)
+_MAX_LEN_KEYS = ("SM_VLLM_MAX_MODEL_LEN", "SM_SGLANG_CONTEXT_LENGTH", "OPTION_MAX_MODEL_LEN")
+_NAME_KEYS = ("SM_VLLM_SERVED_MODEL_NAME", "SM_SGLANG_SERVED_MODEL_NAME", "OPTION_SERVED_MODEL_NAME")
+TRUNCATE_AT = 8
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. GPU 0 has a total capacity of "
+    "21.96 GiB of which 301.56 MiB is free. Including non-PyTorch memory, this process has 21.66 GiB memory in use."
+)
+
+
+def count_tokens(text: str) -> int:
+    return len(_TOKEN.findall(text))
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    # A chat template adds a few tokens per turn and the generation prompt.
+    return sum(count_tokens(str(m.get("content", ""))) + 4 for m in messages) + 3
+
+
+def answer_tokens(prompt: str) -> list[str]:
+    """The reply: 12-31 tokens chosen by the prompt's hash, ending in a full stop."""
+    digest = hashlib.sha256(prompt.encode()).digest()
+    length = 12 + digest[0] % 20
+    words = [_WORDS[(digest[i % 32] + i) % len(_WORDS)] for i in range(length - 1)]
+    tokens = [(" " if i else "") + w for i, w in enumerate(words)]
+    tokens[0] = tokens[0].capitalize()
+    return [*tokens, "."]
+
+
+class Engine:
+    def __init__(self, model_dir: Path, env: dict[str, str]) -> None:
+        self.model_dir = model_dir
+        self.env = env
+        self.ready = threading.Event()
+        self.ms_per_token = float(env.get("MODELDROP_REFERENCE_MS_PER_TOKEN", "2"))
+        self.fault = env.get("MODELDROP_REFERENCE_FAULT", "")
+        self.max_model_len = 0
+        self.name = next((env[k] for k in _NAME_KEYS if env.get(k)), str(model_dir))
+
+    def load(self) -> None:
+        """Read what an engine reads at start; exit like one when the checkpoint is unusable."""
+        config_path = self.model_dir / "config.json"
+        if not config_path.is_file():
+            log(f"ValueError: no config.json in {self.model_dir}")
+            sys.exit(1)
+        config = json.loads(config_path.read_text())
+        text = config.get("text_config") or config
+        configured = next((self.env[k] for k in _MAX_LEN_KEYS if self.env.get(k)), None)
+        self.max_model_len = int(configured or text.get("max_position_embeddings") or 2048)
+        params = 0
+        shards = sorted(self.model_dir.rglob("*.safetensors"))
+        for shard in shards:
+            with shard.open("rb") as fh:
+                (n,) = struct.unpack("<Q", fh.read(8))
+                header = json.loads(fh.read(n))
+            for key, spec in header.items():
+                if key != "__metadata__":
+                    count = 1
+                    for dim in spec["shape"]:
+                        count *= dim
+                    params += count
+        log(f"Loading model weights from {self.model_dir}: {len(shards)} shard(s), {params} parameters")
+        time.sleep(float(self.env.get("MODELDROP_REFERENCE_LOAD_SECONDS", "0.1")))
+        if self.fault == "oom":
+            log("Traceback (most recent call last):")
+            log(
+                '  File "/usr/local/lib/python3.12/site-packages/vllm/worker/worker.py", line 242, '
+                "in determine_num_available_blocks"
+            )
+            log(OOM_LINE)
+            sys.exit(1)
+        log(f"Maximum model length: {self.max_model_len}; served model name: {self.name}")
+        self.ready.set()
+        log("Application startup complete.")
+
+    def context_error(self, prompt: int, requested: int) -> dict[str, Any]:
+        message = (
+            f"This model's maximum context length is {self.max_model_len} tokens. However, you requested "
+            f"{requested} output tokens and your prompt contains at least {prompt} input tokens, for a total of "
+            f"at least {prompt + requested} tokens. Please reduce the length of the input prompt or the number "
+            "of requested output tokens."
+        )
+        return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
+
+    def generate(self, prompt_text: str, prompt: int, max_tokens: int | None) -> tuple[list[str], str, int]:
+        room = self.max_model_len - prompt
+        limit = room if max_tokens is None else max_tokens
+        if self.fault == "truncate":
+            limit = min(limit, TRUNCATE_AT)
+        tokens = answer_tokens(prompt_text)
+        if len(tokens) > limit:
+            return tokens[:limit], "length", limit
+        return tokens, "stop", len(tokens)
+
+
+def log(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    engine: Engine
+
+    def setup(self) -> None:
+        super().setup()
+        # Streamed tokens are small writes: without NODELAY, Nagle + delayed ACK hold each for ~40 ms.
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log(f'INFO:     {self.address_string()} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
+
+    def _json(self, status: int, body: Any) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def do_GET(self) -> None:
+        if self.path == "/ping":
+            if self.engine.ready.is_set():
+                self._json(200, {})
+            else:
+                self._json(503, {"status": "loading"})
+            return
+        self._json(404, {"message": f"no route {self.path}"})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length)
+        if self.path not in ("/invocations", "/v1/chat/completions"):
+            self._json(404, {"message": f"no route {self.path}"})
+            return
+        if not self.engine.ready.is_set():
+            self._json(503, {"message": "model is loading"})
+            return
+        try:
+            body = json.loads(raw)
+            assert isinstance(body, dict)
+        except (json.JSONDecodeError, AssertionError):
+            self._json(400, {"object": "error", "message": "request body is not a JSON object", "code": 400})
+            return
+        if "inputs" in body:
+            self._lmi(body)
+        elif isinstance(body.get("messages"), list):
+            self._chat(body)
+        else:
+            self._json(400, {"object": "error", "message": "expected 'messages' or 'inputs'", "code": 400})
+
+    def _lmi(self, body: dict[str, Any]) -> None:
+        params = body.get("parameters") or {}
+        text = str(body["inputs"])
+        prompt = count_tokens(text)
+        max_tokens = params.get("max_new_tokens")
+        if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
+            self._json(400, {"error": self.engine.context_error(prompt, int(max_tokens))["message"], "code": 400})
+            return
+        tokens, finish, n = self.engine.generate(text, prompt, max_tokens)
+        time.sleep(self.engine.ms_per_token * n / 1000)
+        details = {"finish_reason": finish, "generated_tokens": n, "prompt_tokens": prompt}
+        self._json(200, {"generated_text": "".join(tokens), "details": details if params.get("details") else None})
+
+    def _chat(self, body: dict[str, Any]) -> None:
+        messages = body["messages"]
+        prompt = prompt_tokens(messages)
+        max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
+        if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
+            self._json(400, self.engine.context_error(prompt, int(max_tokens)))
+            return
+        if prompt >= self.engine.max_model_len:
+            self._json(400, self.engine.context_error(prompt, 1))
+            return
+        prompt_text = json.dumps(messages, sort_keys=True)
+        tokens, finish, n = self.engine.generate(prompt_text, prompt, max_tokens)
+        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        completion_id = "chatcmpl-" + hashlib.sha256(prompt_text.encode()).hexdigest()[:16]
+        if body.get("stream"):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._stream(completion_id, tokens, finish, usage if include_usage else None)
+            return
+        time.sleep(self.engine.ms_per_token * n / 1000)
+        self._json(
+            200,
+            {
+                "id": completion_id,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": self.engine.name,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": {"role": "assistant", "content": "".join(tokens)},
+                        "finish_reason": finish,
+                    }
+                ],
+                "usage": usage,
+            },
+        )
+
+    def _stream(self, completion_id: str, tokens: list[str], finish: str, usage: dict[str, int] | None) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        base = {"id": completion_id, "object": "chat.completion.chunk", "model": self.engine.name}
+
+        def send(data: str) -> None:
+            raw = f"data: {data}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
+            self.wfile.flush()
+
+        def chunk(delta: dict[str, str], finish_reason: str | None) -> str:
+            choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
+            return json.dumps({**base, "choices": [choice]}, ensure_ascii=False)
+
+        send(chunk({"role": "assistant", "content": ""}, None))
+        for i, token in enumerate(tokens):
+            time.sleep(self.engine.ms_per_token / 1000)
+            if self.engine.fault == "stream-break" and i == len(tokens) // 2:
+                # The server dies mid-answer: the chunked body never gets its terminator.
+                log("RuntimeError: engine core died while streaming")
+                self.close_connection = True
+                return
+            send(chunk({"content": token}, None))
+        send(chunk({}, finish))
+        if usage is not None:
+            send(json.dumps({**base, "choices": [], "usage": usage}))
+        send("[DONE]")
+        self.wfile.write(b"0\r\n\r\n")
+
+
+def _exit_with_parent(parent: int) -> None:
+    # The hosting emulator stops its processes; if it is killed outright, do not outlive it.
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--model-dir", type=Path, default=Path("/opt/ml/model"))
+    args = parser.parse_args(argv)
+    engine = Engine(args.model_dir, dict(os.environ))
+    Handler.engine = engine
+    server = ThreadingHTTPServer((args.host, args.port), Handler)
+    server.daemon_threads = True
+    log(f"INFO:     reference engine listening on http://{args.host}:{args.port}")
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+    engine.load()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.shutdown()
+
+
+if __name__ == "__main__":
+    main()
