@@ -122,3 +122,16 @@ def test_lambda_layer_excludes_cli_dependencies() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert deps == {"pydantic", "aws-lambda-powertools"}
+
+
+def test_sample_events_are_valid_inputs() -> None:
+    from modeldrop.models import DeploymentRequest
+    from modeldrop.starter import S3Object, classify_key, parse_marker
+
+    events = ROOT / "events"
+    for path in sorted(events.glob("direct-start*.json")):
+        DeploymentRequest.model_validate_json(path.read_text())
+    parse_marker((events / "modeldrop-marker.example.json").read_bytes(), "events/modeldrop-marker.example.json")
+    for path in sorted(events.glob("s3-object-created-*.json")):
+        detail = json.loads(path.read_text())["detail"]
+        assert classify_key(S3Object.from_detail(detail["object"]).key) is not None, path

@@ -302,3 +302,51 @@ def test_quota_exceeded_is_not_retried(stack: Any, archive: bytes, monkeypatch: 
     assert "for endpoint usage" in desc["cause"]
     assert [i.function for i in stack.invocations].count("CreateEndpointFunction") == 1
     assert stack.leftover_resources() == []
+
+
+def test_quota_precheck_refuses_before_anything_is_created(stack: Any, archive: bytes) -> None:
+    from modeldrop.local import moto_shims
+
+    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 0})
+    _upload(stack, "noquota/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["error"] == "QuotaExceeded"
+    assert "'ml.g6.2xlarge for endpoint usage' (L-" in desc["cause"]
+    assert "request-service-quota-increase" in desc["cause"]
+    assert [i.function for i in stack.invocations].count("CreateEndpointFunction") == 1
+    assert stack.leftover_resources() == [] and stack.hosting.endpoints == {}
+
+
+def test_secrets_reach_the_container_but_never_the_state_or_the_record(stack: Any, archive: bytes) -> None:
+    value = "hf_live_5ecret_value"
+    stack.client("secretsmanager").create_secret(Name="modeldrop/hf", SecretString=json.dumps({"token": value}))
+    _upload(stack, "gated/weights.tar.gz", archive)
+    arn = stack.start(
+        {
+            "artifact_uri": f"s3://{stack.bucket}/gated/weights.tar.gz",
+            "secrets": {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"},
+        },
+        name="gated-run",
+    )
+    desc = stack.wait(arn)
+    assert desc["status"] == "SUCCEEDED", desc.get("cause")
+    name = json.loads(desc["output"])["endpoint_name"]
+    model = stack.client("sagemaker").describe_model(ModelName=name)
+    assert model["PrimaryContainer"]["Environment"]["HF_TOKEN"] == value
+    process = stack.hosting.endpoints[name].process
+    assert value.encode() in Path(f"/proc/{process.pid}/environ").read_bytes()
+    history = stack.client("stepfunctions").get_execution_history(executionArn=arn, maxResults=1000)
+    assert value not in json.dumps(history, default=str) and value not in desc["output"]
+    item = _record(stack, desc)
+    assert value not in json.dumps(item, default=str)
+    assert json.loads(item["steps"]["build_env"])["secret_refs"] == {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"}
+
+
+def test_secret_outside_the_prefix_is_refused_at_the_door(stack: Any) -> None:
+    arn = stack.start(
+        {"artifact_uri": f"s3://{stack.bucket}/x/model.tar.gz", "secrets": {"HF_TOKEN": "ssm:/other-team/token"}},
+        name="bad-secret",
+    )
+    desc = stack.wait(arn)
+    assert desc["error"] == "RequestInvalid" and "outside this stack's secrets prefix" in desc["cause"]
+    assert stack.table().scan()["Items"] == []

@@ -1,4 +1,4 @@
-"""CreateEndpoint: model, endpoint config and endpoint, tagged as managed by this stack."""
+"""CreateEndpoint: quota check, secrets by reference, then model, endpoint config and endpoint, tagged."""
 
 from typing import Any
 
@@ -22,8 +22,14 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> EndpointRef:
     settings = DeploySettings.from_env()
     table = settings.table()
+    clients = steps.CreateClients(
+        sagemaker=boto3.client("sagemaker"),
+        quotas=boto3.client("service-quotas"),
+        secretsmanager=boto3.client("secretsmanager"),
+        ssm=boto3.client("ssm"),
+    )
     return steps.create(
-        boto3.client("sagemaker"),
+        clients,
         table,
         event.request,
         event.image,

@@ -47,6 +47,7 @@ class DefaultsSettings(_EnvSettings):
     default_ttl_hours: float = Field(4.0, gt=0)
     deploy_deadline_seconds: int = Field(1800, ge=60)
     resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
+    secrets_prefix: str = Field("modeldrop/", min_length=1)
 
 
 class DeploySettings(_WithTable):

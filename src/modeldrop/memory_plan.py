@@ -153,6 +153,18 @@ def largest_fitting_seqs(shape: ModelShape, instance_type: str, max_model_len: i
     return None
 
 
+def largest_fitting_model_len(
+    shape: ModelShape, instance_type: str, max_num_seqs: int, max_model_len: int, fraction: float
+) -> int | None:
+    """The longest context (a multiple of 256, at least 256) that fits, or None."""
+    length = (max_model_len - 1) // 256 * 256
+    while length >= 256:
+        if plan_memory(shape, instance_type, max_num_seqs, length, fraction).verdict != "oom":
+            return length
+        length -= 256
+    return None
+
+
 def smallest_fitting_instance(
     shape: ModelShape, max_num_seqs: int, max_model_len: int, fraction: float, region: str
 ) -> str | None:

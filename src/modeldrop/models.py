@@ -52,6 +52,18 @@ class DeploymentRequest(_Strict):
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
     eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
+    engine_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Expert passthrough of raw container env keys; each must carry the engine's own prefix",
+    )
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Container env names -> secret references (secretsmanager:<name>[#key] or ssm:<name>) under the "
+            "stack's secrets prefix; values are read when the model is created and never stored or logged"
+        ),
+    )
+    force_plan: bool = Field(False, description="Deploy even when the memory plan predicts a CUDA OOM")
     source: Literal["direct", "s3-event"] = "direct"
 
     @field_validator("artifact_uri")
@@ -85,6 +97,9 @@ class NormalizedRequest(_Strict):
     max_model_len: int | None
     max_num_seqs: int | None
     eval_thresholds: EvalThresholds
+    engine_env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+    force_plan: bool = False
     source: str
     resource_name: str
     deploy_deadline_seconds: int
@@ -158,6 +173,9 @@ class EnginePlan(BaseModel):
     startup_timeout_seconds: int
     download_timeout_seconds: int
     memory: dict[str, Any] = Field(default_factory=dict)
+    secret_refs: dict[str, str] = Field(default_factory=dict, description="env name -> reference, never a value")
+    eval_max_tokens_ceiling: int | None = None
+    warnings: list[str] = Field(default_factory=list)
 
 
 class EndpointRef(BaseModel):

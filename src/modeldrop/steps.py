@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from modeldrop import clock, endpoint_logs, registry
 from modeldrop.artifact_scan import scan_source
 from modeldrop.checkpoint import validate_scan
 from modeldrop.config import DefaultsSettings
+from modeldrop.endpoint_quota import check_endpoint_quota
 from modeldrop.errors import (
     CheckpointRefused,
     DeployDeadlineExceeded,
@@ -27,7 +29,7 @@ from modeldrop.eval_report import MetricSink, emit_metrics, to_markdown
 from modeldrop.eval_runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.image import resolve_image
-from modeldrop.memory_plan import ModelShape, hourly_price, instance_catalog
+from modeldrop.memory_plan import hourly_price, instance_catalog
 from modeldrop.models import (
     DeploymentRequest,
     EndpointPoll,
@@ -44,7 +46,9 @@ from modeldrop.models import (
 )
 from modeldrop.s3uri import parse_s3_uri
 from modeldrop.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
-from modeldrop.serving_plan import max_tokens_ceiling, plan_serving
+from modeldrop.secret_refs import check_refs
+from modeldrop.secret_refs import resolve as resolve_secrets
+from modeldrop.serving_plan import max_tokens_ceiling, plan_serving, shape_from
 from modeldrop.smoke_eval import EvalCase, default_eval_set, parse_eval_set
 
 
@@ -54,6 +58,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
     except ValidationError as exc:
         raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
     deployment_id = deployment_id_for(execution_name)
+    check_refs(request.secrets, defaults.secrets_prefix, engine_keys=set(request.engine_env))
     return NormalizedRequest(
         deployment_id=deployment_id,
         execution_name=execution_name,
@@ -65,6 +70,9 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         max_model_len=request.max_model_len,
         max_num_seqs=request.max_num_seqs,
         eval_thresholds=request.eval_thresholds,
+        engine_env=request.engine_env,
+        secrets=request.secrets,
+        force_plan=request.force_plan,
         source=request.source,
         resource_name=resource_name_for(defaults.resource_prefix, deployment_id),
         deploy_deadline_seconds=defaults.deploy_deadline_seconds,
@@ -136,19 +144,6 @@ def resolve(
     return choice
 
 
-def shape_from(validation: ValidationSummary) -> ModelShape:
-    return ModelShape(
-        weights_gib=validation.weights_gib,
-        vocab_size=validation.vocab_size or 262_144,
-        num_hidden_layers=validation.num_hidden_layers or 0,
-        num_kv_shared_layers=validation.num_kv_shared_layers,
-        num_key_value_heads=validation.num_key_value_heads or 0,
-        head_dim=validation.head_dim or 0,
-        layer_types=validation.layer_types,
-        sliding_window=validation.sliding_window,
-    )
-
-
 def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice) -> EnginePlan:
     plan = plan_serving(
         image.engine,
@@ -158,25 +153,48 @@ def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary
         max_num_seqs=req.max_num_seqs,
         max_model_len=req.max_model_len,
         max_position_embeddings=validation.max_position_embeddings,
+        passthrough=req.engine_env,
+        force=req.force_plan,
     )
+    refs = check_refs(req.secrets, allowed_prefix="", engine_keys=set(plan.env)) if req.secrets else {}
+    plan.secret_refs = {name: ref.display for name, ref in refs.items()}
     registry.record_step(table, req.deployment_id, "build_env", plan.model_dump(mode="json"), status="planned")
     return plan
 
 
+@dataclass
+class CreateClients:
+    sagemaker: Any
+    quotas: Any
+    secretsmanager: Any
+    ssm: Any
+
+
 def create(
-    sm: Any, table: Any, req: NormalizedRequest, image: ImageChoice, plan: EnginePlan, role_arn: str, stack_tag: str
+    clients: CreateClients,
+    table: Any,
+    req: NormalizedRequest,
+    image: ImageChoice,
+    plan: EnginePlan,
+    role_arn: str,
+    stack_tag: str,
 ) -> EndpointRef:
     now = clock.utcnow()
     expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
     name = req.resource_name
     uri = parse_s3_uri(req.artifact_uri)
+    sm = clients.sagemaker
+    quota = check_endpoint_quota(clients.quotas, sm, plan.instance_type)
+    refs = check_refs(req.secrets, allowed_prefix="", engine_keys=set(plan.env))
+    # Secret values exist only in this call and the model's container env.
+    env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, refs)}
     create_all(
         sm,
         name,
         image.image_uri,
         req.artifact_uri,
         compressed=not uri.is_prefix,
-        env=plan.env,
+        env=env,
         role_arn=role_arn,
         instance_type=plan.instance_type,
         startup_timeout=plan.startup_timeout_seconds,
@@ -193,7 +211,7 @@ def create(
         table,
         req.deployment_id,
         "create_endpoint",
-        ref.model_dump(mode="json"),
+        {**ref.model_dump(mode="json"), "quota": asdict(quota)},
         status="creating",
         expires_at=expires_at,
         started_at=clock.iso(now),
@@ -257,7 +275,8 @@ def smoke_eval(
 ) -> EvalVerdict:
     cases = load_eval_set(s3, req.eval_set_uri)
     target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
-    report = run_eval(runtime, target, cases, req.eval_thresholds, max_tokens_ceiling(req.engine), retry)
+    ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
+    report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
     bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
     report_uri = _put_json(s3, bucket, prefix + "eval.json", report)
     markdown_key = prefix + "eval.md"

@@ -8,12 +8,14 @@ One place, used by the tests and by `modeldrop run-local`:
 - SageMaker: accept GPU instance types; let the local hosting run a server per endpoint and decide
   its status; refuse a duplicate endpoint name as SageMaker does.
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
+- Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
 """
 
 # Monkeypatching moto is this module's purpose.
-# mypy: disable-error-code="method-assign,assignment,unused-ignore"
+# mypy: disable-error-code="method-assign,assignment,unused-ignore,attr-defined"
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -29,6 +31,7 @@ _installed = False
 _lock = threading.Lock()
 _dispatcher: Dispatcher | None = None
 _hosting: Hosting | None = None
+_endpoint_quotas: dict[str, float] = {}
 
 
 class Hosting(Protocol):
@@ -44,6 +47,16 @@ class Hosting(Protocol):
 def set_dispatcher(dispatcher: Dispatcher | None) -> None:
     global _dispatcher
     _dispatcher = dispatcher
+
+
+def set_endpoint_quotas(quotas: dict[str, float]) -> None:
+    """The local account's 'ml.X for endpoint usage' quotas (instance type -> instances)."""
+    _endpoint_quotas.clear()
+    _endpoint_quotas.update(quotas)
+
+
+def local_quota_code(instance_type: str) -> str:
+    return "L-" + hashlib.sha256(instance_type.encode()).hexdigest()[:8].upper()
 
 
 def set_hosting(hosting: Hosting | None) -> None:
@@ -62,6 +75,7 @@ def install() -> None:
         _patch_timing()
         _patch_sagemaker()
         _patch_events()
+        _patch_service_quotas()
         for name in ("moto.stepfunctions", "moto.stepfunctions.parser"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _installed = True
@@ -161,6 +175,30 @@ def _patch_events() -> None:
         original(self, original_event, transform_input)
 
     ev.Rule.send_to_targets = send_to_targets
+
+
+def _patch_service_quotas() -> None:
+    from moto.servicequotas.responses import ServiceQuotasResponse
+
+    def list_service_quotas(self: Any) -> str:
+        params = json.loads(self.body)
+        if params.get("ServiceCode") != "sagemaker":
+            return json.dumps({"Quotas": []})
+        quotas = [
+            {
+                "ServiceCode": "sagemaker",
+                "ServiceName": "Amazon SageMaker",
+                "QuotaCode": local_quota_code(instance_type),
+                "QuotaName": f"{instance_type} for endpoint usage",
+                "Value": value,
+                "Unit": "None",
+                "Adjustable": True,
+            }
+            for instance_type, value in sorted(_endpoint_quotas.items())
+        ]
+        return json.dumps({"Quotas": quotas})
+
+    ServiceQuotasResponse.list_service_quotas = list_service_quotas
 
 
 def error_payload(exc: BaseException) -> str:

@@ -278,6 +278,9 @@ LOCAL_PARAMETERS = {
     "PollIntervalSeconds": "30",
 }
 
+# The emulated account may run this many instances of each type as endpoints.
+LOCAL_ENDPOINT_QUOTA = 2.0
+
 LOCAL_ENV = {
     "AWS_REGION": REGION,
     "AWS_DEFAULT_REGION": REGION,
@@ -382,4 +385,7 @@ def build_stack(
 
     moto_shims.set_dispatcher(stack.dispatch)
     moto_shims.set_hosting(stack.hosting)
+    from modeldrop.memory_plan import instance_catalog
+
+    moto_shims.set_endpoint_quotas({name: LOCAL_ENDPOINT_QUOTA for name in instance_catalog()["instances"]})
     return stack
