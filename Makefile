@@ -33,6 +33,10 @@ cfn-lint: install
 pytest: install
 	$(PY) -m pytest -q
 
+# Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz (cached in .bench/).
+bench: install
+	$(PY) tools/bench_validate.py $(SIZES)
+
 asl: install
 	$(PY) tools/gen_asl.py
 
@@ -44,4 +48,4 @@ sam-build:
 	sam build
 
 clean:
-	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .bench

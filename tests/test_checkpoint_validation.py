@@ -166,6 +166,34 @@ def test_corrupt_and_truncated_archives(tmp_path: Path) -> None:
         scan_tar_stream(io.BytesIO(b"this is not a model at all" * 10), "t", compressed=True)
 
 
+def test_local_archives_parallel_path_trusts_only_a_matching_trailer(tmp_path: Path) -> None:
+    """Local .tar.gz files go through rapidgzip, which stops quietly at a cut end: the trailer decides."""
+    import gzip
+    import tarfile
+
+    from modeldrop import artifact_scan
+
+    d = write_checkpoint(tmp_path / "c")
+    good = tar_gz_bytes(d)
+    (tmp_path / "good.tar.gz").write_bytes(good)
+    assert artifact_scan._scan_with_rapidgzip(tmp_path / "good.tar.gz") is not None
+    assert validate_scan(scan_local(str(tmp_path / "good.tar.gz"))).deployable
+    # Cut exactly before the 8-byte trailer: every tar member is intact, the gzip stream is not.
+    (tmp_path / "cut.tar.gz").write_bytes(good[:-8])
+    assert artifact_scan._scan_with_rapidgzip(tmp_path / "cut.tar.gz") is None
+    with pytest.raises(CheckpointUnreadable, match=r"truncated|gzip"):
+        scan_local(str(tmp_path / "cut.tar.gz"))
+    # A valid multi-member gzip (as bgzip or a concatenation writes it) still validates.
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w") as tar:
+        for p in sorted(d.iterdir()):
+            tar.add(p, arcname=p.name)
+    data = raw.getvalue()
+    half = len(data) // 2
+    (tmp_path / "multi.tar.gz").write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    assert validate_scan(scan_local(str(tmp_path / "multi.tar.gz"))).deployable
+
+
 def test_not_a_model_is_refused_with_findings(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("hello")
     report = validate_scan(scan_local(str(tmp_path)))

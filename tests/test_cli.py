@@ -76,6 +76,10 @@ def test_readme_commands_exist() -> None:
     eval_help = _run("eval", "--help").stdout
     for option in ("--eval-set", "--stream", "--no-stream", "--json"):
         assert option in eval_help and option in readme
+    assert "make bench" in readme and "\nbench:" in makefile
+    repair_help = _run("repair", "--help").stdout + _run("validate", "--help").stdout
+    for option in ("--base", "--out"):
+        assert option in repair_help and option in readme
     plan_help = _run("plan", "--help").stdout
     for option in ("--engine", "--region", "--instance-type", "--max-model-len", "--max-num-seqs", "--force"):
         assert option in plan_help and option in readme

@@ -31,7 +31,13 @@ SMALL_FILE_SUFFIXES = (".json", ".jinja", ".txt", ".model", ".tiktoken")
 MAX_SMALL_FILE_BYTES = 64 * 1024 * 1024
 MAX_MEMBERS = 20_000
 MAX_DECLARED_BYTES = 2 * 1024**4  # 2 TiB: past any real checkpoint, short of a hostile header
-FIRST_RANGE_BYTES = 1024 * 1024  # one GET covers the header of all but the largest indices
+FIRST_RANGE_BYTES = 1024 * 1024
+TAR_BUFSIZE = 4 * 1024 * 1024
+# Measured by `make bench` (2 cores): 4 MiB chunks run 2.8-3.5x faster than gzip -dc. rapidgzip's
+# seek index grows ~5-8 MB per GB, so past RAPIDGZIP_MAX_BYTES the sequential inflater (flat
+# memory, ~2x gzip -dc) takes over and peak RSS stays under 128 MB whatever the size.
+RAPIDGZIP_CHUNK = 4 * 1024 * 1024
+RAPIDGZIP_MAX_BYTES = 6 * 1024**3
 
 
 @dataclass
@@ -45,7 +51,7 @@ class ArtifactScan:
     requests: int = 0
 
 
-def _normalize_member(name: str) -> str:
+def normalize_member(name: str) -> str:
     if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
         raise CheckpointUnreadable(
             f"archive member {name!r} has an absolute path", "rebuild the archive with relative paths"
@@ -101,7 +107,7 @@ def scan_directory(path: Path) -> ArtifactScan:
     return scan
 
 
-def _decompressor(raw: IO[bytes], compressed: bool) -> IO[bytes]:
+def decompressor(raw: IO[bytes], compressed: bool) -> IO[bytes]:
     if not compressed:
         return raw
     try:
@@ -114,12 +120,16 @@ def _decompressor(raw: IO[bytes], compressed: bool) -> IO[bytes]:
 
 def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool) -> ArtifactScan:
     """Validate-read a tar(.gz) stream once. Only regular files and directories are accepted."""
-    scan = ArtifactScan(source=source, format="tar.gz" if compressed else "tar")
-    stream = _decompressor(raw, compressed)
+    return _scan_tar(decompressor(raw, compressed), source, "tar.gz" if compressed else "tar", seekable=False)
+
+
+def _scan_tar(stream: IO[bytes], source: str, fmt: str, seekable: bool) -> ArtifactScan:
+    scan = ArtifactScan(source=source, format=fmt)
     declared = 0
     members = 0
     try:
-        with tarfile.open(fileobj=stream, mode="r|") as tar:
+        # Seekable (rapidgzip): skipping a member is a seek done in C. A stream: large reads.
+        with tarfile.open(fileobj=stream, mode="r:" if seekable else "r|", bufsize=TAR_BUFSIZE) as tar:
             for member in tar:
                 members += 1
                 if members > MAX_MEMBERS:
@@ -127,7 +137,7 @@ def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool) -> ArtifactSc
                         f"archive has more than {MAX_MEMBERS} members",
                         "a model directory has far fewer files; rebuild the archive",
                     )
-                rel = _normalize_member(member.name)
+                rel = normalize_member(member.name)
                 if member.isdir():
                     continue
                 if not member.isreg():
@@ -148,7 +158,7 @@ def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool) -> ArtifactSc
                 _scan_member(scan, rel, member.size, fh)
     except CheckpointUnreadable:
         raise
-    except (gzip.BadGzipFile, zlib.error, OSError) as exc:
+    except (gzip.BadGzipFile, zlib.error, OSError, ValueError, RuntimeError) as exc:
         raise CheckpointUnreadable(
             f"corrupt gzip stream: {exc}", "re-create model.tar.gz (tar -czf) and upload it again"
         ) from None
@@ -176,8 +186,59 @@ def scan_local(path: str) -> ArtifactScan:
             f"{path}: no such file or directory", "pass a model directory, .tar, .tar.gz or s3:// URI"
         )
     compressed = path.endswith((".gz", ".tgz"))
+    if compressed:
+        fast = _scan_with_rapidgzip(p)
+        if fast is not None:
+            return fast
     with p.open("rb") as fh:
         return scan_tar_stream(fh, path, compressed)
+
+
+def _bound_allocator() -> None:
+    """Make glibc give rapidgzip's freed chunk buffers back to the OS.
+
+    By default each decoder thread gets its own malloc arena and glibc raises its mmap threshold
+    after large frees, so multi-MB buffers pile up on heaps that are never trimmed: measured, peak
+    RSS of a 4 GB validation went from ~95 MB to 150 MB. One arena, trimming, a fixed threshold.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return
+    m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8
+    libc.mallopt(m_arena_max, 1)
+    libc.mallopt(m_trim_threshold, 0)
+    libc.mallopt(m_mmap_threshold, 1024 * 1024)
+
+
+def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
+    """Parallel inflate for a local .tar.gz; None when rapidgzip is absent or cannot vouch for the file.
+
+    rapidgzip stops quietly at a truncated end, so the result counts only if the decompressed size
+    matches the gzip trailer; otherwise (truncated, or a multi-member gzip) the sequential inflater,
+    which checks every trailer, decides.
+    """
+    if path.stat().st_size > RAPIDGZIP_MAX_BYTES:
+        return None
+    try:
+        import rapidgzip
+    except ImportError:
+        return None
+    _bound_allocator()
+    try:
+        with rapidgzip.RapidgzipFile(
+            str(path), parallelization=os.cpu_count() or 1, chunk_size=RAPIDGZIP_CHUNK
+        ) as stream:
+            scan = _scan_tar(cast(IO[bytes], stream), str(path), "tar.gz", seekable=True)
+            total = stream.seek(0, os.SEEK_END)
+    except CheckpointUnreadable:
+        return None
+    with path.open("rb") as fh:
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    return scan if isize == total % 2**32 else None
 
 
 def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:

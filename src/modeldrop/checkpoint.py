@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from modeldrop.architecture_rules import expected_kv_tensors, layer_prefix, rule_for
 from modeldrop.artifact_scan import ArtifactScan
+from modeldrop.base_compare import BaseComparison, base_findings, compare_to_base
 from modeldrop.models import Finding, ValidationSummary
 
 GIB = 1024**3
@@ -49,6 +50,7 @@ class ValidationReport(BaseModel):
     has_generation_config: bool
     kv_shared: KvShared
     findings: list[Finding]
+    base: BaseComparison | None = None
     requests: int = 0
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
@@ -97,7 +99,7 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def validate_scan(scan: ArtifactScan) -> ValidationReport:
+def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
     findings: list[Finding] = []
     config = _json(scan, "config.json", findings)
     if config is None and "config.json" not in scan.small_files:
@@ -206,8 +208,9 @@ def validate_scan(scan: ArtifactScan) -> ValidationReport:
                             "'Following weights were not initialized from checkpoint'"
                         ),
                         hint=(
-                            "copy these tensors from the base checkpoint into an extra shard and the index "
-                            "before upload; they are unused in the forward pass, so restoring them is harmless"
+                            f"`modeldrop repair {scan.source} --base BASE --out DEST` copies them from the base "
+                            "checkpoint into an extra shard and the index; they are unused in the forward pass, "
+                            "so restoring them is harmless"
                         ),
                     )
                 )
@@ -246,6 +249,9 @@ def validate_scan(scan: ArtifactScan) -> ValidationReport:
             )
         )
 
+    comparison = compare_to_base(scan, base) if base is not None else None
+    if comparison is not None:
+        findings += base_findings(comparison, scan.source)
     total_bytes = sum(scan.files.values())
     return ValidationReport(
         deployable=not any(f.severity == "error" for f in findings),
@@ -273,7 +279,8 @@ def validate_scan(scan: ArtifactScan) -> ValidationReport:
         has_generation_config=has_gen,
         kv_shared=kv,
         findings=findings,
-        requests=scan.requests,
+        base=comparison,
+        requests=scan.requests + (base.requests if base is not None else 0),
     )
 
 

@@ -137,6 +137,9 @@ def _summary(result: Any) -> None:
 @app.command("validate")
 def validate_cmd(
     source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
+    base: Annotated[
+        str | None, typer.Option(help="the base checkpoint: report every tensor of it this one lacks")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
@@ -144,23 +147,9 @@ def validate_cmd(
     from modeldrop.checkpoint import validate_scan
 
     try:
-        report = validate_scan(scan_source(source))
+        report = validate_scan(scan_source(source), scan_source(base) if base else None)
     except ModeldropError as exc:
-        if as_json:
-            print(
-                json.dumps(
-                    {
-                        "deployable": False,
-                        "source": source,
-                        "error": type(exc).__name__,
-                        "message": exc.message,
-                        "hint": exc.hint,
-                    }
-                )
-            )
-        else:
-            err.print(f"error: {exc.message}\n  fix: {exc.hint}")
-        raise typer.Exit(2) from None
+        _input_error(exc, source, as_json)
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
@@ -175,14 +164,69 @@ def validate_cmd(
             ("parameters", f"{report.parameters:,}"),
             ("weights", f"{report.weights_gib:.3f} GiB"),
             ("dtypes", ", ".join(report.dtypes)),
+            ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
         ):
             table.add_row(label, str(value))
+        if report.kv_shared.num_kv_shared_layers:
+            kv = report.kv_shared
+            table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
+        if report.base is not None:
+            table.add_row(
+                "vs base", f"{len(report.base.missing)} of {report.base.base_tensor_count} base tensors missing"
+            )
         console.print(table)
         for f in report.findings:
             colour = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
             console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {f.message}\n  fix: {f.hint}")
         console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def _input_error(exc: ModeldropError, source: str, as_json: bool) -> NoReturn:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "deployable": False,
+                    "source": source,
+                    "error": type(exc).__name__,
+                    "message": exc.message,
+                    "hint": exc.hint,
+                }
+            )
+        )
+        raise typer.Exit(2)
+    _fail(exc.message, exc.hint)
+
+
+@app.command("repair")
+def repair_cmd(
+    source: Annotated[str, typer.Argument(help="the fine-tuned checkpoint (dir, .tar(.gz), s3:// key or prefix)")],
+    base: Annotated[str, typer.Option(help="the base checkpoint to restore missing tensors from")],
+    out: Annotated[str, typer.Option(help="where the repaired copy goes: same shape as SOURCE, never SOURCE")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
+    from modeldrop.repair import repair
+
+    try:
+        result = repair(source, base, out)
+    except ModeldropError as exc:
+        _input_error(exc, source, as_json)
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        console.print(f"restored {len(result.restored)} tensors ({result.restored_bytes:,} bytes) into {result.shard}")
+        for name in result.restored[:10]:
+            console.print(f"  {name}")
+        if len(result.restored) > 10:
+            console.print(f"  ... and {len(result.restored) - 10} more")
+        verdict = "[green]deployable[/]" if result.report.deployable else "[red]still refused[/]"
+        console.print(f"{result.out}: {verdict}")
+        for f in result.report.findings:
+            if f.severity == "error":
+                console.print(f"[red]ERROR {f.code}[/]: {f.message}")
+    raise typer.Exit(0 if result.report.deployable else 1)
 
 
 def _eval_table(report: Any) -> None:

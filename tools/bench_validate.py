@@ -1,0 +1,166 @@
+"""Validation throughput and memory on large generated .tar.gz checkpoints (`make bench`).
+
+For each size (GB, default 0.5 2 4) a checkpoint of bf16-like shards is generated once under
+.bench/ (random mantissas, exponents in a narrow band: gzip shrinks it about as little as real
+weights). Then, on the same file:
+  - `gzip -dc FILE > /dev/null`: the baseline;
+  - `modeldrop validate FILE --json` in a fresh process: wall time and that process's peak RSS;
+  - the same with the stdlib inflater forced, to show what rapidgzip / python-isal buy.
+Results are printed as throughput, the ratio to gzip -dc, and peak RSS. Targets (issue #3):
+validate >= 2.5x faster than gzip -dc; peak RSS <= 128 MB and flat across sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+from typing import IO
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / ".bench"
+GB = 1000**3
+SHARD_BYTES = 1024**3
+ROW = 4096 * 2  # one bf16 row of 4096 values
+
+STDLIB = (
+    "import gzip, sys, modeldrop.artifact_scan as a;"
+    "a.decompressor = lambda raw, c: gzip.GzipFile(fileobj=raw, mode='rb') if c else raw;"
+    "a._scan_with_rapidgzip = lambda path: None;"
+    "from modeldrop.cli import main; sys.argv = ['modeldrop'] + sys.argv[1:]; main()"
+)
+
+
+def bf16_block(size: int = 4 * 1024 * 1024) -> bytes:
+    block = bytearray(os.urandom(size))
+    # Little-endian bf16: the high byte holds sign + 7 exponent bits; 20 exponents around 2^0 make
+    # gzip -6 save ~8%, as it does on real bf16 weights.
+    table = bytes((0x36 + (b % 20)) | (b & 0x80) for b in range(256))
+    block[1::2] = bytes(block[1::2]).translate(table)
+    return bytes(block)
+
+
+class _Stream:
+    """`size` bytes of bf16-like data, produced on demand."""
+
+    def __init__(self, prefix: bytes, size: int, block: bytes) -> None:
+        self.prefix, self.remaining, self.block, self.offset = prefix, size, block, 0
+
+    def read(self, n: int = -1) -> bytes:
+        if n < 0:
+            n = len(self.prefix) + self.remaining
+        out = bytearray(self.prefix[:n])
+        self.prefix = self.prefix[len(out) :]
+        want = min(n - len(out), self.remaining)
+        self.remaining -= want
+        while want:
+            take = min(want, len(self.block) - self.offset)
+            out += self.block[self.offset : self.offset + take]
+            self.offset = (self.offset + take) % len(self.block)
+            want -= take
+        return bytes(out)
+
+
+def shard_header(index: int, data_bytes: int) -> bytes:
+    rows = data_bytes // ROW
+    header = {
+        "__metadata__": {"format": "pt"},
+        f"model.layers.{index}.mlp.weight": {"dtype": "BF16", "shape": [rows, 4096], "data_offsets": [0, rows * ROW]},
+    }
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    return len(raw).to_bytes(8, "little") + raw
+
+
+def generate(path: Path, total: int) -> None:
+    from isal import igzip
+
+    from modeldrop.sample_checkpoint import write_checkpoint
+
+    small = write_checkpoint(BENCH / "small-files")
+    shards = max(1, -(-total // SHARD_BYTES))
+    config = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": shards,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "torch_dtype": "bfloat16",
+    }
+    (small / "config.json").write_text(json.dumps(config))
+    block = bf16_block()
+    per = (total // shards) // ROW * ROW
+    tmp = path.with_suffix(".partial")
+    with (
+        tmp.open("wb") as raw,
+        igzip.IGzipFile(fileobj=raw, mode="wb", compresslevel=1) as gz,
+        tarfile.open(fileobj=gz, mode="w|", format=tarfile.PAX_FORMAT) as tar,
+    ):
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            tar.add(small / name, arcname=name)
+        weight_map = {}
+        for i in range(shards):
+            name = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
+            head = shard_header(i, per)
+            info = tarfile.TarInfo(name)
+            info.size = len(head) + per
+            tar.addfile(info, _Stream(head, per, block))  # type: ignore[arg-type]
+            weight_map[f"model.layers.{i}.mlp.weight"] = name
+        index = json.dumps({"metadata": {}, "weight_map": weight_map}).encode()
+        info = tarfile.TarInfo("model.safetensors.index.json")
+        info.size = len(index)
+        tar.addfile(info, _BytesIO(index))
+    tmp.rename(path)
+
+
+class _BytesIO:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self, n: int = -1) -> bytes:
+        out, self.data = (self.data, b"") if n < 0 else (self.data[:n], self.data[n:])
+        return out
+
+
+def run(cmd: list[str], stdout: IO[bytes] | int) -> tuple[float, int, int]:
+    """(wall seconds, peak RSS in MB of that process, exit code)."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.DEVNULL, cwd=ROOT)
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    return seconds, usage.ru_maxrss // 1024, os.waitstatus_to_exitcode(status)
+
+
+def main(sizes: list[float]) -> int:
+    BENCH.mkdir(exist_ok=True)
+    heads = (("size", 8), ("file MB", 8), ("gzip -dc", 10), ("validate", 10), ("ratio", 7), ("GB/s", 6), ("RSS MB", 7))
+    print(" ".join(f"{h:>{w}}" for h, w in heads) + "   stdlib inflate")
+    ok = True
+    for gb in sizes:
+        path = BENCH / f"ckpt-{gb:g}GB.tar.gz"
+        if not path.exists():
+            t = time.perf_counter()
+            generate(path, int(gb * GB))
+            print(f"  (generated {path.name} in {time.perf_counter() - t:.1f}s)", file=sys.stderr)
+        size_mb = path.stat().st_size / 1e6
+        with open(os.devnull, "wb") as null:
+            gzip_s, _, _ = run(["gzip", "-dc", str(path)], null)
+            val_s, rss, code = run([sys.executable, "-m", "modeldrop", "validate", str(path), "--json"], null)
+            std_s, std_rss, _ = run([sys.executable, "-c", STDLIB, "validate", str(path), "--json"], null)
+        ratio = gzip_s / val_s
+        ok = ok and code == 0 and ratio >= 2.5 and rss <= 128
+        print(
+            f"{gb:>6g}GB {size_mb:>8.0f} {gzip_s:>9.2f}s {val_s:>9.2f}s {ratio:>6.2f}x {gb / val_s:>6.2f} {rss:>7}"
+            f"   {std_s:.2f}s ({gzip_s / std_s:.2f}x, {std_rss} MB)"
+            + ("" if code == 0 else f"  [validate exit {code}]")
+        )
+    print("targets: ratio >= 2.5x, RSS <= 128 MB and flat ->", "met" if ok else "NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main([float(a) for a in sys.argv[1:]] or [0.5, 2.0, 4.0]))
