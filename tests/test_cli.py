@@ -83,3 +83,28 @@ def test_readme_commands_exist() -> None:
     plan_help = _run("plan", "--help").stdout
     for option in ("--engine", "--region", "--instance-type", "--max-model-len", "--max-num-seqs", "--force"):
         assert option in plan_help and option in readme
+
+
+def test_every_documented_command_and_option_exists() -> None:
+    """README code blocks: each `modeldrop CMD ... --option` must be a real command and option."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+    from modeldrop.models import DeploymentRequest
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    lines = [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("modeldrop ")]
+    documented = {line.split()[1] for line in lines} | {"run-local"}  # run-local: `make run-local` + its options
+    assert documented == {c.name for c in app.registered_commands}
+    runner = CliRunner()
+    for line in lines:
+        command = line.split()[1]
+        help_text = runner.invoke(app, [command, "--help"], terminal_width=200).output
+        assert "Usage:" in help_text, (command, help_text)
+        for option in re.findall(r"(--[a-z][a-z-]*)", line):
+            assert option in help_text, (line, option)
+    for field in DeploymentRequest.model_fields:
+        assert f"`{field}`" in readme, field

@@ -135,3 +135,21 @@ def test_sample_events_are_valid_inputs() -> None:
     for path in sorted(events.glob("s3-object-created-*.json")):
         detail = json.loads(path.read_text())["detail"]
         assert classify_key(S3Object.from_detail(detail["object"]).key) is not None, path
+
+
+def test_dashboard_and_alarm_metrics_are_emitted_by_the_code() -> None:
+    import re
+
+    template = (ROOT / "template.yaml").read_text()
+    code = "\n".join(p.read_text() for p in [*ROOT.glob("functions/*/app.py"), *ROOT.glob("src/modeldrop/*.py")])
+    metrics = set(re.findall(r'\["modeldrop", "(\w+)"', template)) | set(re.findall(r'\[".", "(\w+)"', template))
+    metrics.add(re.search(r"MetricName: (\w+)", template).group(1))  # type: ignore[union-attr]
+    assert {"DeploymentsSucceeded", "ValidationMBps", "EvalTTFTP50", "OverdueEndpoints"} <= metrics
+    for metric in metrics:
+        stem = re.sub(r"P(50|90)$", "", metric)
+        emitted = (
+            f'name="{metric}"' in code
+            or f'"{stem}": (' in code  # the eval report's p50/p90 series
+            or (metric.startswith("Deployments") and 'name=f"Deployments{' in code)
+        )
+        assert emitted, metric

@@ -67,12 +67,14 @@ def test_reaper_marks_the_deployment_expired(stack: Any, archive: bytes) -> None
 def test_reaper_leaves_endpoints_that_cannot_be_deleted_yet(stack: Any) -> None:
     stack.hosting.plan("slow-start")
     _create(
-        stack, "modeldrop-busy", tags_for("modeldrop-local", "busy", clock.iso(clock.utcnow() - timedelta(minutes=1)))
+        stack, "modeldrop-busy", tags_for("modeldrop-local", "busy", clock.iso(clock.utcnow() - timedelta(hours=2)))
     )
     stack.client("sagemaker").describe_endpoint(EndpointName="modeldrop-busy")
     result = stack.invoke_function("ReaperFunction", {})
     assert result["expired"] == []
     assert result["retry_next_run"] == ["modeldrop-busy (Creating)"]
+    # Two hours past expiry is past two reaper periods: the overdue alarm's metric counts it.
+    assert result["overdue"] == ["modeldrop-busy"]
     assert stack.hosting.running() == ["modeldrop-busy"]
 
 

@@ -1,5 +1,6 @@
 """Scheduled: delete managed endpoints whose expires-at tag has passed, and orphans."""
 
+from datetime import timedelta
 from typing import Any
 
 import boto3
@@ -21,7 +22,9 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         settings.event_bus_name,
         settings.stack_tag,
         settings.resource_prefix,
+        overdue_after=timedelta(minutes=2 * settings.reaper_period_minutes),
     )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
+    metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))
     logger.info("reaper run", extra=result.model_dump())
     return result.model_dump(mode="json")

@@ -73,3 +73,4 @@ class ReaperSettings(_WithTable):
     event_bus_name: str
     stack_tag: str
     resource_prefix: str
+    reaper_period_minutes: int = Field(15, ge=1, le=60)

@@ -30,6 +30,8 @@ class ReapResult(BaseModel):
     expired: list[str] = Field(default_factory=list)
     retry_next_run: list[str] = Field(default_factory=list)
     orphans_deleted: list[str] = Field(default_factory=list)
+    # Managed endpoints still up past expiry + the grace: what the OverdueEndpoints alarm counts.
+    overdue: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 
@@ -50,7 +52,14 @@ def _managed(name: str, resource_prefix: str) -> bool:
 
 
 def reap(
-    sm: Any, table: Any, events: Any, bus: str, stack_tag: str, resource_prefix: str, now: datetime | None = None
+    sm: Any,
+    table: Any,
+    events: Any,
+    bus: str,
+    stack_tag: str,
+    resource_prefix: str,
+    now: datetime | None = None,
+    overdue_after: timedelta = timedelta(minutes=30),
 ) -> ReapResult:
     now = now or clock.utcnow()
     result = ReapResult()
@@ -76,8 +85,10 @@ def reap(
             continue  # deleted since it was listed
         if desc["EndpointStatus"] in BUSY_STATES:
             result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
-            continue
-        _expire(sm, table, events, bus, desc, tags.get(DEPLOYMENT_TAG), result)
+        else:
+            _expire(sm, table, events, bus, desc, tags.get(DEPLOYMENT_TAG), result)
+        if name not in result.expired and clock.parse_iso(expires) + overdue_after < now:
+            result.overdue.append(name)
     _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
     return result
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from modeldrop.execution_watch import StateRun, watch
 from modeldrop.local.hosting import LocalHosting
 
 ENGINE_NOTES = {
@@ -32,12 +33,6 @@ FAULTS: dict[str, str] = {
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
     "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
 }
-
-
-class StateRun(BaseModel):
-    name: str
-    outcome: str
-    seconds: float
 
 
 class RunResult(BaseModel):
@@ -112,33 +107,7 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
         return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
-    entered: dict[str, datetime] = {}
-    states: list[StateRun] = []
-
-    def on_event(event: dict[str, Any]) -> None:
-        kind = event["type"]
-        if kind.endswith("StateEntered"):
-            entered[event["stateEnteredEventDetails"]["name"]] = event["timestamp"]
-        elif kind.endswith("StateExited"):
-            name = event["stateExitedEventDetails"]["name"]
-            seconds = (event["timestamp"] - entered.get(name, event["timestamp"])).total_seconds()
-            state = StateRun(name=name, outcome="ok", seconds=round(seconds, 3))
-            states.append(state)
-            if on_state:
-                on_state(state)
-        elif kind == "TaskFailed" and on_state:
-            details = event.get("taskFailedEventDetails", {})
-            on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
-
-    desc = stack.wait(executions[0]["executionArn"], timeout=120, on_event=on_event)
-    # Fail states have no exit event: show where the execution ended.
-    if desc["status"] == "FAILED":
-        last = [n for n in entered if n not in {s.name for s in states}]
-        for name in last:
-            state = StateRun(name=name, outcome=desc.get("error", "failed"), seconds=0.0)
-            states.append(state)
-            if on_state:
-                on_state(state)
+    desc, states = watch(sfn, executions[0]["executionArn"], on_state, poll_seconds=0.02, timeout_seconds=120)
     deployment_id = deployment_id_for(desc["name"])
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
     record = {k: (json.loads(v) if k == "request" else v) for k, v in item.items() if k != "steps"}

@@ -1,0 +1,12 @@
+"""The modeldrop command line (needs the `cli` extra; the Lambda bundle never imports this)."""
+
+from __future__ import annotations
+
+from modeldrop.cli import checkpoint_commands, eval_commands, local_commands, operate_commands
+from modeldrop.cli._shared import app
+
+__all__ = ["app", "checkpoint_commands", "eval_commands", "local_commands", "main", "operate_commands"]
+
+
+def main() -> None:
+    app()

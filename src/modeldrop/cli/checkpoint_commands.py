@@ -1,0 +1,203 @@
+"""validate, repair and plan: what a checkpoint is and what serving it needs."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.table import Table
+
+from modeldrop.cli._shared import app, console, fail
+from modeldrop.errors import ModeldropError
+
+
+@app.command("validate")
+def validate_cmd(
+    source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
+    base: Annotated[
+        str | None, typer.Option(help="the base checkpoint: report every tensor of it this one lacks")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
+    from modeldrop.artifact_scan import scan_source
+    from modeldrop.checkpoint import validate_scan
+
+    try:
+        report = validate_scan(scan_source(source), scan_source(base) if base else None)
+    except ModeldropError as exc:
+        _input_error(exc, source, as_json)
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        table = Table(show_header=False, box=None)
+        for label, value in (
+            ("source", report.source),
+            ("format", report.format),
+            ("architecture", report.architecture),
+            ("model_type", report.model_type),
+            ("tensors", report.tensor_count),
+            ("shards", report.shard_count),
+            ("parameters", f"{report.parameters:,}"),
+            ("weights", f"{report.weights_gib:.3f} GiB"),
+            ("dtypes", ", ".join(report.dtypes)),
+            ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
+        ):
+            table.add_row(label, str(value))
+        if report.kv_shared.num_kv_shared_layers:
+            kv = report.kv_shared
+            table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
+        if report.base is not None:
+            table.add_row(
+                "vs base", f"{len(report.base.missing)} of {report.base.base_tensor_count} base tensors missing"
+            )
+        console.print(table)
+        for f in report.findings:
+            colour = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
+            console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {f.message}\n  fix: {f.hint}")
+        console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
+    raise typer.Exit(0 if report.deployable else 1)
+
+
+def _input_error(exc: ModeldropError, source: str, as_json: bool) -> NoReturn:
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    "deployable": False,
+                    "source": source,
+                    "error": type(exc).__name__,
+                    "message": exc.message,
+                    "hint": exc.hint,
+                }
+            )
+        )
+        raise typer.Exit(2)
+    fail(exc.message, exc.hint)
+
+
+@app.command("repair")
+def repair_cmd(
+    source: Annotated[str, typer.Argument(help="the fine-tuned checkpoint (dir, .tar(.gz), s3:// key or prefix)")],
+    base: Annotated[str, typer.Option(help="the base checkpoint to restore missing tensors from")],
+    out: Annotated[str, typer.Option(help="where the repaired copy goes: same shape as SOURCE, never SOURCE")],
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
+    from modeldrop.repair import repair
+
+    try:
+        result = repair(source, base, out)
+    except ModeldropError as exc:
+        _input_error(exc, source, as_json)
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        console.print(f"restored {len(result.restored)} tensors ({result.restored_bytes:,} bytes) into {result.shard}")
+        for name in result.restored[:10]:
+            console.print(f"  {name}")
+        if len(result.restored) > 10:
+            console.print(f"  ... and {len(result.restored) - 10} more")
+        verdict = "[green]deployable[/]" if result.report.deployable else "[red]still refused[/]"
+        console.print(f"{result.out}: {verdict}")
+        for f in result.report.findings:
+            if f.severity == "error":
+                console.print(f"[red]ERROR {f.code}[/]: {f.message}")
+    raise typer.Exit(0 if result.report.deployable else 1)
+
+
+@app.command("plan")
+def plan_cmd(
+    source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
+    engine: Annotated[str, typer.Option(help="vllm | sglang | lmi")] = "vllm",
+    region: Annotated[str | None, typer.Option(help="the endpoint's region (default: AWS_REGION)")] = None,
+    instance_type: Annotated[str, typer.Option(help="SageMaker instance type")] = "ml.g6.2xlarge",
+    max_model_len: Annotated[int | None, typer.Option(min=256)] = None,
+    max_num_seqs: Annotated[int | None, typer.Option(min=1)] = None,
+    env: Annotated[
+        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="plan even when a CUDA OOM is predicted")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
+
+    from modeldrop.artifact_scan import scan_source
+    from modeldrop.checkpoint import validate_scan
+    from modeldrop.serving_plan import plan_report
+
+    if engine not in ("vllm", "sglang", "lmi"):
+        fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if not region:
+        fail("no region: pass --region or set AWS_REGION")
+    passthrough: dict[str, str] = {}
+    for item in env or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"--env {item!r} is not KEY=VALUE")
+        passthrough[key] = value
+    try:
+        validation = validate_scan(scan_source(source))
+    except ModeldropError as exc:
+        fail(exc.message, exc.hint)
+    report = plan_report(
+        validation.summary(),
+        source,
+        engine,  # type: ignore[arg-type]
+        region,
+        instance_type,
+        os.environ,
+        max_model_len=max_model_len,
+        max_num_seqs=max_num_seqs,
+        passthrough=passthrough,
+        force=force,
+    )
+    if as_json:
+        print(report.model_dump_json(indent=2))
+    else:
+        _plan_summary(report)
+    raise typer.Exit(0 if report.deployable else 1)
+
+
+def _plan_summary(report: Any) -> None:
+    table = Table(show_header=False, box=None)
+    table.add_row("engine / region", f"{report.engine} / {report.region}")
+    table.add_row("image", str(report.image or "-") + (f"  ({report.image_source})" if report.image_source else ""))
+    price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
+    table.add_row("instance", report.instance_type + price)
+    table.add_row("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-")
+    for key, value in report.timeouts.items():
+        table.add_row(key.replace("_", " "), str(value))
+    console.print(table)
+    memory = report.memory
+    if memory.get("budget_gib") is not None:
+        mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")
+        mem.add_column("item")
+        mem.add_column("GiB", justify="right")
+        for label, key in (
+            ("budget (capacity x fraction)", "budget_gib"),
+            ("weights", "weights_gib"),
+            ("sampler buffer", "sampler_gib"),
+            ("activations + CUDA graphs", "overhead_gib"),
+            ("left for KV cache", "kv_cache_gib"),
+            ("KV needed for one full sequence", "kv_min_gib"),
+            ("headroom", "headroom_gib"),
+        ):
+            mem.add_row(label, f"{memory[key]:.3f}")
+        console.print(mem)
+        colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
+        console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
+    for f in report.findings:
+        if f.severity != "info":
+            console.print(
+                f"[yellow]{f.severity.upper()} {f.code}[/]: {f.message}" + (f"\n  fix: {f.hint}" if f.hint else "")
+            )
+    if report.refused:
+        console.print(f"[bold red]REFUSED[/] {report.refused['error']}: {report.refused['message']}")
+        if report.refused.get("hint"):
+            console.print(f"  fix: {report.refused['hint']}")
+    else:
+        console.print("[bold green]PLAN OK[/]")

@@ -1,0 +1,116 @@
+"""run-local: one deployment end to end on this machine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from modeldrop.cli._shared import app, console, err, fail
+from modeldrop.cli.eval_commands import eval_table
+
+
+@app.command("run-local")
+def run_local_cmd(
+    artifact: Annotated[
+        Path | None, typer.Argument(help="model dir, .tar or .tar.gz; default: a generated sample")
+    ] = None,
+    engine: Annotated[
+        str, typer.Option(help="local server behind the endpoint: reference (built in) | vllm | sglang")
+    ] = "reference",
+    deploy_engine: Annotated[
+        str | None, typer.Option(help="the deployment's engine: vllm | sglang | lmi (default: the stack's)")
+    ] = None,
+    fault: Annotated[str, typer.Option(help="none|oom|capacity|slow-start|truncate|throttle|stream-break")] = "none",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Run one deployment end to end on this machine: no AWS account needed."""
+    from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable, check_available
+    from modeldrop.local.run import FAULTS, run_local
+
+    if fault not in FAULTS:
+        fail(f"unknown --fault {fault!r}; choose from {', '.join(FAULTS)}")
+    if engine not in LOCAL_ENGINES:
+        fail(f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
+    if deploy_engine not in (None, "vllm", "sglang", "lmi"):
+        fail(f"unknown --deploy-engine {deploy_engine!r}; choose vllm, sglang or lmi")
+    if engine != "reference" and deploy_engine not in (None, engine):
+        fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
+    if artifact is not None and not artifact.exists():
+        fail(f"{artifact}: no such file or directory")
+    try:
+        check_available(engine)
+    except EngineUnavailable as exc:
+        fail(str(exc))
+    if not as_json:
+        console.print(
+            "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
+            f"endpoints served by local {engine} processes"
+        )
+        console.print("  S3 put -> EventBridge -> starter -> Step Functions (moto)")
+
+    def show(state: Any) -> None:
+        if not as_json:
+            mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
+            console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
+
+    try:
+        result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
+    except KeyboardInterrupt:
+        err.print("interrupted: local endpoint processes stopped")
+        raise typer.Exit(130) from None
+    if as_json:
+        print(result.model_dump_json(indent=2))
+    else:
+        _summary(result)
+    raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _summary(result: Any) -> None:
+    rec = result.record
+    out = result.output or {}
+    table = Table(show_header=False, box=None)
+    table.add_row("deployment", str(result.deployment_id))
+    table.add_row("endpoint", str(rec.get("endpoint_name")))
+    table.add_row("image", str(out.get("image") or rec.get("image_uri")))
+    env = out.get("env") or (rec.get("steps", {}).get("build_env") or {}).get("env") or {}
+    table.add_row("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-")
+    memory = out.get("memory") or (rec.get("steps", {}).get("build_env") or {}).get("memory") or {}
+    if memory:
+        table.add_row(
+            "memory plan",
+            (
+                f"{memory.get('verdict')}: weights {memory.get('weights_gib')} GiB, "
+                f"KV {memory.get('kv_cache_gib')} GiB, headroom {memory.get('headroom_gib')} GiB "
+                f"on {memory.get('instance_type')}"
+            ),
+        )
+    ev = result.eval or {}
+    if ev:
+        table.add_row("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}")
+        table.add_row("eval report", str(ev.get("report_markdown_uri")))
+    teardown = rec.get("steps", {}).get("teardown")
+    if teardown:
+        table.add_row("deleted", ", ".join(teardown.get("deleted", [])) or "nothing was created")
+    console.print(table)
+    if result.eval_report:
+        from modeldrop.smoke_eval import EvalReport
+
+        eval_table(EvalReport.model_validate(result.eval_report))
+    failure = rec.get("steps", {}).get("failure") or {}
+    if failure.get("diagnosis"):
+        console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
+        for line in failure.get("log_excerpt", [])[-3:]:
+            console.print(f"  [dim]{line}[/]")
+    console.print(f"[dim]note: {result.note}[/]")
+    if result.status == "succeeded":
+        console.print(
+            f"[bold green]SUCCESS[/] deployment {result.deployment_id} is InService and passed its smoke eval "
+            f"({result.seconds}s)"
+        )
+    else:
+        console.print(f"[bold red]FAILED[/] {result.error}: {result.cause}")
+        left = result.leftover_resources
+        console.print("  leftover resources: " + (", ".join(left) if left else "none (everything was deleted)"))

@@ -1,0 +1,83 @@
+"""Follow a Step Functions execution state by state, from its history (the CLI and the local run)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+
+class StateRun(BaseModel):
+    name: str
+    outcome: str
+    seconds: float
+
+
+class _Tracker:
+    def __init__(self, on_state: Callable[[StateRun], None] | None) -> None:
+        self.entered: dict[str, datetime] = {}
+        self.states: list[StateRun] = []
+        self.on_state = on_state
+
+    def emit(self, state: StateRun) -> None:
+        self.states.append(state)
+        if self.on_state:
+            self.on_state(state)
+
+    def event(self, event: dict[str, Any]) -> None:
+        kind = event["type"]
+        if kind.endswith("StateEntered"):
+            self.entered[event["stateEnteredEventDetails"]["name"]] = event["timestamp"]
+        elif kind.endswith("StateExited"):
+            name = event["stateExitedEventDetails"]["name"]
+            seconds = (event["timestamp"] - self.entered.get(name, event["timestamp"])).total_seconds()
+            self.emit(StateRun(name=name, outcome="ok", seconds=round(seconds, 3)))
+        elif kind == "TaskFailed" and self.on_state:
+            details = event.get("taskFailedEventDetails", {})
+            self.on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
+
+    def close(self, desc: dict[str, Any]) -> None:
+        # Fail states have no exit event: show where the execution ended.
+        if desc["status"] == "FAILED":
+            done = {s.name for s in self.states}
+            for name in [n for n in self.entered if n not in done]:
+                self.emit(StateRun(name=name, outcome=desc.get("error", "failed"), seconds=0.0))
+
+
+def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"executionArn": arn, "maxResults": 1000}
+    while True:
+        page = sfn.get_execution_history(**kwargs)
+        events.extend(page["events"])
+        if not page.get("nextToken"):
+            return events
+        kwargs["nextToken"] = page["nextToken"]
+
+
+def watch(
+    sfn: Any,
+    arn: str,
+    on_state: Callable[[StateRun], None] | None = None,
+    poll_seconds: float = 2.0,
+    timeout_seconds: float | None = None,
+) -> tuple[dict[str, Any], list[StateRun]]:
+    """Poll until the execution ends; returns (describe_execution, the states it went through)."""
+    tracker = _Tracker(on_state)
+    seen = 0
+    deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
+    while True:
+        desc: dict[str, Any] = sfn.describe_execution(executionArn=arn)
+        events = _history(sfn, arn)
+        for event in events[seen:]:
+            tracker.event(event)
+        seen = len(events)
+        if desc["status"] != "RUNNING":
+            tracker.close(desc)
+            return desc, tracker.states
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"execution {arn} still RUNNING after {timeout_seconds}s")
+        time.sleep(poll_seconds)
