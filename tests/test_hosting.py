@@ -85,3 +85,28 @@ def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any
     assert failed == [] and len(deleted) == 3
     assert not _pid_alive(pid) and not model_dir.exists()
     assert stack.hosting.running() == []
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MODELDROP_TORCH_PYTHON"), reason="set MODELDROP_TORCH_PYTHON to a Python with torch"
+)
+def test_transformers_engine_generates_from_the_checkpoints_own_weights() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-kvshared-base"
+    result = subprocess.run(
+        [sys.executable, "-m", "modeldrop", "run-local", str(fixture), "--engine", "transformers", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    data = json.loads(result.stdout)
+    # Random weights never say EOS: every answer runs to max_tokens, and the eval says so.
+    assert data["error"] == "EvalFailed" and data["leftover_resources"] == []
+    cases = data["eval_report"]["cases"]
+    assert all(c["outcome"] == "truncated" and c["completion_tokens"] == c["max_tokens"] for c in cases)

@@ -18,7 +18,7 @@ def run_local_cmd(
         Path | None, typer.Argument(help="model dir, .tar or .tar.gz; default: a generated sample")
     ] = None,
     engine: Annotated[
-        str, typer.Option(help="local server behind the endpoint: reference (built in) | vllm | sglang")
+        str, typer.Option(help="local server behind the endpoint: reference (built in) | transformers | vllm | sglang")
     ] = "reference",
     deploy_engine: Annotated[
         str | None, typer.Option(help="the deployment's engine: vllm | sglang | lmi (default: the stack's)")

@@ -8,13 +8,16 @@ local one and `/opt/ml/model` is the extracted artifact.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 from modeldrop.engine_env import MODEL_PATH
 
-LOCAL_ENGINES = ("reference", "vllm", "sglang")
+LOCAL_ENGINES = ("reference", "transformers", "vllm", "sglang")
+TORCH_PYTHON_ENV = "MODELDROP_TORCH_PYTHON"
 _PREFIX = {"vllm": "SM_VLLM_", "sglang": "SM_SGLANG_"}
 _MODULE = {"vllm": "vllm.entrypoints.openai.api_server", "sglang": "sglang.launch_server"}
 
@@ -35,8 +38,23 @@ def entrypoint_args(prefix: str, env: dict[str, str], model_dir: Path) -> list[s
     return args
 
 
+def torch_python() -> str:
+    """The interpreter that runs the transformers engine: MODELDROP_TORCH_PYTHON, else this one."""
+    return os.environ.get(TORCH_PYTHON_ENV) or sys.executable
+
+
 def check_available(engine: str) -> None:
     if engine == "reference":
+        return
+    if engine == "transformers":
+        probe = subprocess.run(
+            [torch_python(), "-c", "import torch, transformers"], capture_output=True, text=True, timeout=120
+        )
+        if probe.returncode != 0:
+            raise EngineUnavailable(
+                f"transformers engine: {torch_python()} cannot import torch and transformers; install them "
+                f"(pip install 'modeldrop[transformers]') or point {TORCH_PYTHON_ENV} at a Python that has them"
+            )
         return
     if engine not in _MODULE:
         raise EngineUnavailable(f"unknown local engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
@@ -47,16 +65,12 @@ def check_available(engine: str) -> None:
 
 
 def command(engine: str, env: dict[str, str], model_dir: Path, port: int) -> list[str]:
-    check_available(engine)
-    if engine == "reference":
-        return [
-            sys.executable,
-            "-m",
-            "modeldrop.local.reference_engine",
-            "--port",
-            str(port),
-            "--model-dir",
-            str(model_dir),
-        ]
+    """The server process for one endpoint (availability is checked once, by the hosting)."""
+    if engine in ("reference", "transformers"):
+        python = sys.executable if engine == "reference" else torch_python()
+        module = f"modeldrop.local.{engine}_engine"
+        return [python, "-m", module, "--port", str(port), "--model-dir", str(model_dir)]
+    if not any(key.startswith(_PREFIX[engine]) for key in env):
+        raise EngineUnavailable(f"the deployment's container env has no {_PREFIX[engine]}* keys for {engine}")
     base = [sys.executable, "-m", _MODULE[engine], "--host", "127.0.0.1", "--port", str(port)]
     return base + entrypoint_args(_PREFIX[engine], env, model_dir)

@@ -9,8 +9,9 @@ written to the CloudWatch log group `/aws/sagemaker/Endpoints/<name>`. Deleting 
 the process.
 
 Startup timeouts are measured on the run's virtual clock (Wait states do not sleep), but a real
-process also gets `real_startup_grace` seconds of real time before it can be declared failed, so a
-slow machine never fails a healthy engine.
+process also gets `real_startup_grace` seconds of real time before it can be declared failed, and
+while within it each describe waits up to a few real seconds for /ping, so neither a slow machine
+nor a slow engine (transformers, vLLM) is failed while it is still loading.
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ CAPACITY = (
 )
 HOSTING_FAULTS = ("none", "oom", "slow-start", "capacity", "truncate", "throttle", "stream-break")
 THROTTLED_CALLS = 2
+# Real seconds an engine may take to come up before the virtual clock alone can fail it.
+REAL_STARTUP_GRACE = {"reference": 5.0, "transformers": 180.0, "vllm": 1800.0, "sglang": 1800.0}
+# While a process is within its grace, one describe_endpoint waits up to this long for /ping.
+REAL_WAIT_PER_POLL = 5.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
 
 
@@ -98,7 +103,7 @@ class LocalHosting:
         self,
         engine: str = "reference",
         fault: str = "none",
-        real_startup_grace: float = 5.0,
+        real_startup_grace: float | None = None,
         ms_per_token: float = 2.0,
         account_id: str = "123456789012",
         region: str = "us-east-1",
@@ -108,7 +113,7 @@ class LocalHosting:
         engines.check_available(engine)
         self.engine = engine
         self.fault = fault
-        self.real_startup_grace = real_startup_grace
+        self.real_startup_grace = real_startup_grace or REAL_STARTUP_GRACE[engine]
         self.ms_per_token = ms_per_token
         self.account_id = account_id
         self.region = region
@@ -182,7 +187,7 @@ class LocalHosting:
             return
         # Give a young process a moment of real time per poll; past the grace, only virtual time counts.
         young = time.monotonic() - hosted.created_real < self.real_startup_grace
-        real_deadline = time.monotonic() + (0.5 if young else 0.0)
+        real_deadline = time.monotonic() + (REAL_WAIT_PER_POLL if young else 0.0)
         while True:
             if hosted.process is not None and hosted.process.poll() is not None:
                 self._log(hosted, f"container exited with code {hosted.process.returncode}")
@@ -245,6 +250,9 @@ class LocalHosting:
         cmd = engines.command(self.engine, hosted.env, hosted.model_dir, hosted.port)
         env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV}
         env.update(hosted.env)
+        # The engine modules must import from this checkout even under another interpreter.
+        src = str(Path(engines.__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
         env.update(
             {
                 "SAGEMAKER_BIND_TO_PORT": str(hosted.port),

@@ -68,7 +68,7 @@ _WORDS = tuple(
         "응답",
     ]
 )
-_MAX_LEN_KEYS = ("SM_VLLM_MAX_MODEL_LEN", "SM_SGLANG_CONTEXT_LENGTH", "OPTION_MAX_MODEL_LEN")
+MAX_LEN_KEYS = ("SM_VLLM_MAX_MODEL_LEN", "SM_SGLANG_CONTEXT_LENGTH", "OPTION_MAX_MODEL_LEN")
 _NAME_KEYS = ("SM_VLLM_SERVED_MODEL_NAME", "SM_SGLANG_SERVED_MODEL_NAME", "OPTION_SERVED_MODEL_NAME")
 TRUNCATE_AT = 8
 
@@ -115,7 +115,7 @@ class Engine:
             sys.exit(1)
         config = json.loads(config_path.read_text())
         text = config.get("text_config") or config
-        configured = next((self.env[k] for k in _MAX_LEN_KEYS if self.env.get(k)), None)
+        configured = next((self.env[k] for k in MAX_LEN_KEYS if self.env.get(k)), None)
         self.max_model_len = int(configured or text.get("max_position_embeddings") or 2048)
         params = 0
         shards = sorted(self.model_dir.rglob("*.safetensors"))
@@ -152,7 +152,14 @@ class Engine:
         )
         return {"object": "error", "message": message, "type": "BadRequestError", "param": None, "code": 400}
 
-    def generate(self, prompt_text: str, prompt: int, max_tokens: int | None) -> tuple[list[str], str, int]:
+    def chat_prompt(self, messages: list[dict[str, Any]]) -> tuple[Any, int]:
+        """(what generate() takes, prompt token count) for chat messages."""
+        return json.dumps(messages, sort_keys=True), prompt_tokens(messages)
+
+    def text_prompt(self, text: str) -> tuple[Any, int]:
+        return text, count_tokens(text)
+
+    def generate(self, prompt_text: Any, prompt: int, max_tokens: int | None) -> tuple[list[str], str, int]:
         room = self.max_model_len - prompt
         limit = room if max_tokens is None else max_tokens
         if self.fault == "truncate":
@@ -220,8 +227,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _lmi(self, body: dict[str, Any]) -> None:
         params = body.get("parameters") or {}
-        text = str(body["inputs"])
-        prompt = count_tokens(text)
+        text, prompt = self.engine.text_prompt(str(body["inputs"]))
         max_tokens = params.get("max_new_tokens")
         if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
             self._json(400, {"error": self.engine.context_error(prompt, int(max_tokens))["message"], "code": 400})
@@ -233,7 +239,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _chat(self, body: dict[str, Any]) -> None:
         messages = body["messages"]
-        prompt = prompt_tokens(messages)
+        prompt_input, prompt = self.engine.chat_prompt(messages)
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
         if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
             self._json(400, self.engine.context_error(prompt, int(max_tokens)))
@@ -242,7 +248,7 @@ class Handler(BaseHTTPRequestHandler):
             self._json(400, self.engine.context_error(prompt, 1))
             return
         prompt_text = json.dumps(messages, sort_keys=True)
-        tokens, finish, n = self.engine.generate(prompt_text, prompt, max_tokens)
+        tokens, finish, n = self.engine.generate(prompt_input, prompt, max_tokens)
         usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
         completion_id = "chatcmpl-" + hashlib.sha256(prompt_text.encode()).hexdigest()[:16]
         if body.get("stream"):
@@ -307,17 +313,18 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def serve(engine_class: type[Engine], label: str, argv: list[str] | None = None) -> None:
+    """Parse --port/--host/--model-dir, answer /ping at once (503 while loading), then load."""
+    parser = argparse.ArgumentParser(description=f"modeldrop {label} engine")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--model-dir", type=Path, default=Path("/opt/ml/model"))
     args = parser.parse_args(argv)
-    engine = Engine(args.model_dir, dict(os.environ))
+    engine = engine_class(args.model_dir, dict(os.environ))
     Handler.engine = engine
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     server.daemon_threads = True
-    log(f"INFO:     reference engine listening on http://{args.host}:{args.port}")
+    log(f"INFO:     {label} engine listening on http://{args.host}:{args.port}")
     threading.Thread(target=server.serve_forever, daemon=True).start()
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     engine.load()
@@ -327,6 +334,10 @@ def main(argv: list[str] | None = None) -> None:
         pass
     finally:
         server.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    serve(Engine, "reference", argv)
 
 
 if __name__ == "__main__":

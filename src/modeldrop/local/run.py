@@ -20,6 +20,7 @@ ENGINE_NOTES = {
         "endpoints were served by the reference engine: a real local server process per endpoint that speaks the "
         "container contract and OpenAI chat/SSE, with deterministic text from no weights - not a language model"
     ),
+    "transformers": "endpoints were served by transformers (CPU, greedy) from the checkpoint's own weights",
     "vllm": "endpoints were served by vLLM on this machine with the deployment's own container env",
     "sglang": "endpoints were served by SGLang on this machine with the deployment's own container env",
 }
