@@ -60,3 +60,44 @@ def archive(checkpoint: Path) -> bytes:
     from modeldrop.sample_checkpoint import tar_gz_bytes
 
     return tar_gz_bytes(checkpoint)
+
+
+def create_endpoint(
+    stack: Any,
+    name: str,
+    archive: bytes,
+    *,
+    managed_by: str = "modeldrop-local",
+    expires_at: str = "2099-01-01T00:00:00Z",
+    env: dict[str, str] | None = None,
+    tags: list[dict[str, str]] | None = None,
+) -> None:
+    """Model, config and endpoint as the CreateEndpoint step makes them, from an archive at a key no rule watches."""
+    from modeldrop.sagemaker_resources import create_all, tags_for
+
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
+    create_all(
+        stack.client("sagemaker"),
+        name,
+        "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
+        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
+        True,
+        env if env is not None else {"SM_VLLM_MAX_MODEL_LEN": "4096", "SM_VLLM_MODEL": "/opt/ml/model"},
+        "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
+        "ml.g6.2xlarge",
+        600,
+        600,
+        tags if tags is not None else tags_for(managed_by, name, expires_at),
+    )
+
+
+def subscribe(stack: Any, pattern: str = '{"source": ["modeldrop"]}') -> tuple[Any, str]:
+    """A training pipeline's view: an SQS queue subscribed to the modeldrop bus."""
+    sqs = stack.client("sqs")
+    url = sqs.create_queue(QueueName="pipeline-events")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    events = stack.client("events")
+    bus = stack.resources["EventBus"]
+    events.put_rule(Name="to-pipeline", EventBusName=bus, EventPattern=pattern)
+    events.put_targets(Rule="to-pipeline", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
+    return sqs, url

@@ -14,12 +14,12 @@ from typing import Any
 
 import boto3
 import pytest
+from conftest import create_endpoint
 from typer.testing import CliRunner
 
 from modeldrop.eval_runner import EvalTarget, RetryPolicy, evaluate_endpoint, run_eval, runtime_client_config
 from modeldrop.local.runtime_endpoint import LocalRuntime
 from modeldrop.models import EvalThresholds
-from modeldrop.sagemaker_resources import create_all, tags_for
 from modeldrop.smoke_eval import EvalCase
 
 NO_WAIT = RetryPolicy(base_seconds=0.01, sleep=lambda _s: None)
@@ -43,7 +43,6 @@ def endpoint(make_stack: Callable[..., Any], archive: bytes) -> Callable[..., tu
     ) -> tuple[str, Any]:
         if not built:
             built.append(make_stack())
-            built[0].client("s3").put_object(Bucket=built[0].bucket, Key="fixtures/weights.tar.gz", Body=archive)
         stack = built[0]
         stack.hosting.plan(fault)
         stack.hosting.ms_per_token = ms_per_token
@@ -53,19 +52,7 @@ def endpoint(make_stack: Callable[..., Any], archive: bytes) -> Callable[..., tu
         counter[0] += 1
         name = f"modeldrop-eval-{counter[0]}"
         sm = stack.client("sagemaker")
-        create_all(
-            sm,
-            name,
-            "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-            f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-            True,
-            env if env is not None else {"SM_VLLM_MAX_MODEL_LEN": "4096", "SM_VLLM_MODEL": "/opt/ml/model"},
-            "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
-            "ml.g6.2xlarge",
-            600,
-            600,
-            tags_for("modeldrop-local", name, "2099-01-01T00:00:00Z"),
-        )
+        create_endpoint(stack, name, archive, env=env)
         for _ in range(40):
             if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Creating":
                 break

@@ -49,23 +49,14 @@ def _pid_alive(pid: int) -> bool:
 
 
 def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any, archive: bytes) -> None:
-    from modeldrop.sagemaker_resources import create_all, delete_all, tags_for
+    from conftest import create_endpoint
 
-    stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
-    sm = stack.client("sagemaker")
-    create_all(
-        sm,
-        "modeldrop-proc",
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-        True,
-        {"SM_VLLM_MAX_MODEL_LEN": "1024", "SM_VLLM_SERVED_MODEL_NAME": "tiny"},
-        "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
-        "ml.g6.2xlarge",
-        600,
-        600,
-        tags_for("modeldrop-local", "proc", "2099-01-01T00:00:00Z"),
+    from modeldrop.sagemaker_resources import delete_all
+
+    create_endpoint(
+        stack, "modeldrop-proc", archive, env={"SM_VLLM_MAX_MODEL_LEN": "1024", "SM_VLLM_SERVED_MODEL_NAME": "tiny"}
     )
+    sm = stack.client("sagemaker")
     hosted = stack.hosting.endpoints["modeldrop-proc"]
     assert sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] in ("Creating", "InService")
     while sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] == "Creating":

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, create_endpoint, subscribe
 from typer.testing import CliRunner
 
 from modeldrop import clock
@@ -42,22 +42,9 @@ def _cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 
 
-def _subscribe(stack: Any) -> tuple[Any, str]:
-    sqs = stack.client("sqs")
-    url = sqs.create_queue(QueueName="ops-events")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events = stack.client("events")
-    bus = stack.resources["EventBus"]
-    # The documented rule pattern, as a pipeline would subscribe with it.
-    pattern = (ROOT / "events" / "modeldrop-events.rule.json").read_text()
-    events.put_rule(Name="ops", EventBusName=bus, EventPattern=pattern)
-    events.put_targets(Rule="ops", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
-    return sqs, url
-
-
 def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) -> None:
     stack = deployed
-    sqs, url = _subscribe(stack)
+    sqs, url = subscribe(stack, (ROOT / "events" / "modeldrop-events.rule.json").read_text())
     stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/7/weights.tar.gz", Body=archive)
     started = _cli("deploy", f"s3://{stack.bucket}/runs/7/weights.tar.gz", *REGION, "--ttl", "2h", "--wait", "--json")
     assert started.exit_code == 0, started.output
@@ -101,23 +88,8 @@ def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) 
 
 
 def test_refusals_are_one_line(deployed: Any, archive: bytes) -> None:
-    from modeldrop.sagemaker_resources import create_all, tags_for
-
     stack = deployed
-    stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
-    create_all(
-        stack.client("sagemaker"),
-        "modeldrop-not-ours",
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-        True,
-        {},
-        "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
-        "ml.g6.2xlarge",
-        600,
-        600,
-        tags_for("another-stack", "x", "2099-01-01T00:00:00Z"),
-    )
+    create_endpoint(stack, "modeldrop-not-ours", archive, managed_by="another-stack")
     cases = [
         (("teardown", "modeldrop-not-ours", *REGION), "is not managed by stack modeldrop-local (managed-by: another"),
         (("status", "nope", *REGION), "no deployment or endpoint 'nope'"),

@@ -10,7 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
-from conftest import ROOT
+from conftest import ROOT, create_endpoint
 
 from modeldrop.endpoint_quota import check_endpoint_quota
 from modeldrop.errors import QuotaExceeded, RequestInvalid
@@ -148,7 +148,6 @@ def test_secret_references_are_checked_and_resolved_without_leaking(stack: Any) 
 
 def test_quota_precheck_counts_creating_endpoints(stack: Any, archive: bytes) -> None:
     from modeldrop.local import moto_shims
-    from modeldrop.sagemaker_resources import create_all, tags_for
 
     moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g5.xlarge": 0})
     sm = stack.client("sagemaker")
@@ -159,21 +158,8 @@ def test_quota_precheck_counts_creating_endpoints(stack: Any, archive: bytes) ->
     with pytest.raises(QuotaExceeded) as zero:
         check_endpoint_quota(quotas, sm, "ml.g5.xlarge")
     assert "request-service-quota-increase --service-code sagemaker --quota-code L-" in zero.value.hint
-    stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
     stack.hosting.plan("slow-start")  # stays Creating: it still counts
-    create_all(
-        sm,
-        "other-team-endpoint",
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-        True,
-        {},
-        "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
-        "ml.g6.2xlarge",
-        600,
-        600,
-        tags_for("someone-else", "x", "2099-01-01T00:00:00Z"),
-    )
+    create_endpoint(stack, "other-team-endpoint", archive, managed_by="someone-else")
     with pytest.raises(QuotaExceeded) as full:
         check_endpoint_quota(quotas, sm, "ml.g6.2xlarge")
     assert "is 1; 1 in use (other-team-endpoint (1)); this deployment needs 1 more" in full.value.message

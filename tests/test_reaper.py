@@ -6,29 +6,18 @@ import json
 from datetime import timedelta
 from typing import Any
 
+from conftest import create_endpoint
+
 from modeldrop import clock
-from modeldrop.sagemaker_resources import create_all, tags_for
+from modeldrop.sagemaker_resources import tags_for
 
 
 def _create(stack: Any, name: str, tags: list[dict[str, str]]) -> None:
     from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
-    if "Contents" not in stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="fixtures/"):
-        body = tar_gz_bytes(write_checkpoint(stack.hosting.scratch / "reaper-sample"))
-        stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=body)
-    create_all(
-        stack.client("sagemaker"),
-        name,
-        "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-        True,
-        {},
-        "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
-        "ml.g6.2xlarge",
-        600,
-        600,
-        tags,
-    )
+    sample = stack.hosting.scratch / "reaper-sample"
+    archive = tar_gz_bytes(sample if sample.exists() else write_checkpoint(sample))
+    create_endpoint(stack, name, archive, env={}, tags=tags)
 
 
 def test_reaper_deletes_expired_managed_and_nothing_else(stack: Any) -> None:

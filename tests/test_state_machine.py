@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from conftest import subscribe
+
 from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
 
@@ -32,25 +34,13 @@ def _record(stack: Any, desc: dict[str, Any]) -> dict[str, Any]:
     return item
 
 
-def _subscribe(stack: Any) -> tuple[Any, str]:
-    """A training pipeline's view: an SQS queue subscribed to the modeldrop bus."""
-    sqs = stack.client("sqs")
-    url = sqs.create_queue(QueueName="pipeline-events")["QueueUrl"]
-    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-    events = stack.client("events")
-    bus = stack.resources["EventBus"]
-    events.put_rule(Name="to-pipeline", EventBusName=bus, EventPattern=json.dumps({"source": ["modeldrop"]}))
-    events.put_targets(Rule="to-pipeline", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
-    return sqs, url
-
-
 def _received(sqs: Any, url: str) -> list[dict[str, Any]]:
     messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
     return [json.loads(m["Body"]) for m in messages]
 
 
 def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
-    sqs, url = _subscribe(stack)
+    sqs, url = subscribe(stack)
     _upload(stack, "runs/exp1/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"), stack.invocations)
@@ -108,7 +98,7 @@ def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) ->
 
 
 def test_engine_oom_fails_the_endpoint_with_the_cause_from_its_logs(stack: Any, archive: bytes) -> None:
-    sqs, url = _subscribe(stack)
+    sqs, url = subscribe(stack)
     stack.hosting.plan("oom")
     _upload(stack, "m/model.tar.gz", archive)
     desc = _only_execution(stack)

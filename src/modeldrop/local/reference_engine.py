@@ -20,14 +20,15 @@ import hashlib
 import json
 import os
 import re
-import socket
 import struct
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from modeldrop.local.http_base import StreamingJSONHandler
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 # A few multi-byte words so that streamed answers split UTF-8 characters across chunks.
@@ -174,25 +175,14 @@ def log(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class Handler(StreamingJSONHandler):
     engine: Engine
-
-    def setup(self) -> None:
-        super().setup()
-        # Streamed tokens are small writes: without NODELAY, Nagle + delayed ACK hold each for ~40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         log(f'INFO:     {self.address_string()} - "{self.requestline}" {args[1] if len(args) > 1 else ""}')
 
     def _json(self, status: int, body: Any) -> None:
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        self.send_json(status, body)
 
     def do_GET(self) -> None:
         if self.path == "/ping":
@@ -275,16 +265,11 @@ class Handler(BaseHTTPRequestHandler):
         )
 
     def _stream(self, completion_id: str, tokens: list[str], finish: str, usage: dict[str, int] | None) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
+        self.start_chunked({"Content-Type": "text/event-stream"})
         base = {"id": completion_id, "object": "chat.completion.chunk", "model": self.engine.name}
 
         def send(data: str) -> None:
-            raw = f"data: {data}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(raw), raw))
-            self.wfile.flush()
+            self.write_chunk(f"data: {data}\n\n".encode())
 
         def chunk(delta: dict[str, str], finish_reason: str | None) -> str:
             choice = {"index": 0, "delta": delta, "finish_reason": finish_reason}
@@ -303,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
         if usage is not None:
             send(json.dumps({**base, "choices": [], "usage": usage}))
         send("[DONE]")
-        self.wfile.write(b"0\r\n\r\n")
+        self.end_chunked()
 
 
 def _exit_with_parent(parent: int) -> None:

@@ -11,15 +11,14 @@ a ModelStreamError event when the container breaks off a stream.
 from __future__ import annotations
 
 import http.client
-import json
 import re
-import socket
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from modeldrop import eventstream
 from modeldrop.local.hosting import HostedEndpoint, LocalHosting
+from modeldrop.local.http_base import StreamingJSONHandler
 
 _ROUTE = re.compile(r"^/endpoints/([^/]+)/(invocations|invocations-response-stream)$")
 TIMEOUT_MESSAGE = (
@@ -64,26 +63,14 @@ class LocalRuntime:
         return f"arn:aws:logs:{h.region}:{h.account_id}:log-group:{hosted.log_group}"
 
 
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
+class _Handler(StreamingJSONHandler):
     owner: LocalRuntime
-
-    def setup(self) -> None:
-        super().setup()
-        # PayloadParts are small writes: without NODELAY, Nagle + delayed ACK hold each for ~40 ms.
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
     def log_message(self, format: str, *args: Any) -> None:
         return
 
     def _error(self, status: int, code: str, message: str, **extra: Any) -> None:
-        raw = json.dumps({"message": message, **extra}).encode()
-        self.send_response(status)
-        self.send_header("x-amzn-ErrorType", code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
+        self.send_json(status, {"message": message, **extra}, {"x-amzn-ErrorType": code})
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -155,16 +142,14 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(raw)
 
     def _stream(self, response: http.client.HTTPResponse) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/vnd.amazon.eventstream")
-        self.send_header("X-Amzn-SageMaker-Content-Type", response.getheader("Content-Type") or "text/event-stream")
-        self.send_header("x-Amzn-Invoked-Production-Variant", "AllTraffic")
-        self.send_header("Transfer-Encoding", "chunked")
-        self.end_headers()
-
-        def send(message: bytes) -> None:
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(message), message))
-            self.wfile.flush()
+        self.start_chunked(
+            {
+                "Content-Type": "application/vnd.amazon.eventstream",
+                "X-Amzn-SageMaker-Content-Type": response.getheader("Content-Type") or "text/event-stream",
+                "x-Amzn-Invoked-Production-Variant": "AllTraffic",
+            }
+        )
+        send = self.write_chunk
 
         step = self.owner.max_part_bytes
         try:
@@ -183,4 +168,4 @@ class _Handler(BaseHTTPRequestHandler):
                     "ModelStreamError", f"the model container closed the stream unexpectedly: {exc}", "StreamBroken"
                 )
             )
-        self.wfile.write(b"0\r\n\r\n")
+        self.end_chunked()

@@ -217,19 +217,12 @@ class EmulatedStack:
         )["executionArn"]
         return arn
 
-    def wait(
-        self, execution_arn: str, timeout: float = 60.0, on_event: Callable[[dict[str, Any]], None] | None = None
-    ) -> dict[str, Any]:
+    def wait(self, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
+        """The finished execution (describe only: execution_watch.watch also follows the states)."""
         sfn = self.client("stepfunctions")
         deadline = time.monotonic() + timeout
-        seen = 0
         while True:
             desc: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
-            if on_event is not None:
-                events = sfn.get_execution_history(executionArn=execution_arn)["events"]
-                for event in events[seen:]:
-                    on_event(event)
-                seen = len(events)
             if desc["status"] != "RUNNING":
                 return desc
             if time.monotonic() > deadline:
