@@ -108,3 +108,45 @@ def test_every_documented_command_and_option_exists() -> None:
             assert option in help_text, (line, option)
     for field in DeploymentRequest.model_fields:
         assert f"`{field}`" in readme, field
+
+
+def test_ctrl_c_stops_the_endpoint_processes() -> None:
+    import os
+    import signal
+    import time
+
+    def engines_of(parent: int) -> list[int]:
+        found = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat[1]) == parent and b"reference_engine" in cmdline:
+                found.append(int(entry))
+        return found
+
+    # slow-start keeps an endpoint process loading for several seconds: interrupt the run then.
+    run = subprocess.Popen(
+        [*MODELDROP, "run-local", "--fault", "slow-start", "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    children: list[int] = []
+    while not children and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.1)
+        children = engines_of(run.pid)
+    assert children, "no endpoint process was started"
+    run.send_signal(signal.SIGINT)
+    _out, err = run.communicate(timeout=60)
+    assert run.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    time.sleep(0.5)
+    for pid in children:
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", pid
