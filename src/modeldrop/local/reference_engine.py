@@ -24,6 +24,8 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,15 @@ def answer_tokens(prompt: str) -> list[str]:
     return [*tokens, "."]
 
 
+@dataclass
+class Generation:
+    """Tokens as they are produced; `finish` and `count` are final once `tokens` is exhausted."""
+
+    tokens: Iterator[str]
+    finish: str = "stop"
+    count: int = 0
+
+
 class Engine:
     def __init__(self, model_dir: Path, env: dict[str, str]) -> None:
         self.model_dir = model_dir
@@ -160,15 +171,21 @@ class Engine:
     def text_prompt(self, text: str) -> tuple[Any, int]:
         return text, count_tokens(text)
 
-    def generate(self, prompt_text: Any, prompt: int, max_tokens: int | None) -> tuple[list[str], str, int]:
+    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None) -> Generation:
         room = self.max_model_len - prompt
         limit = room if max_tokens is None else max_tokens
         if self.fault == "truncate":
             limit = min(limit, TRUNCATE_AT)
-        tokens = answer_tokens(prompt_text)
-        if len(tokens) > limit:
-            return tokens[:limit], "length", limit
-        return tokens, "stop", len(tokens)
+        tokens = answer_tokens(prompt_input)
+        finish = "length" if len(tokens) > limit else "stop"
+        tokens = tokens[:limit]
+
+        def produce() -> Iterator[str]:
+            for token in tokens:
+                time.sleep(self.ms_per_token / 1000)
+                yield token
+
+        return Generation(produce(), finish, len(tokens))
 
 
 def log(line: str) -> None:
@@ -222,10 +239,10 @@ class Handler(StreamingJSONHandler):
         if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
             self._json(400, {"error": self.engine.context_error(prompt, int(max_tokens))["message"], "code": 400})
             return
-        tokens, finish, n = self.engine.generate(text, prompt, max_tokens)
-        time.sleep(self.engine.ms_per_token * n / 1000)
-        details = {"finish_reason": finish, "generated_tokens": n, "prompt_tokens": prompt}
-        self._json(200, {"generated_text": "".join(tokens), "details": details if params.get("details") else None})
+        gen = self.engine.generate(text, prompt, max_tokens)
+        answer = "".join(gen.tokens)
+        details = {"finish_reason": gen.finish, "generated_tokens": gen.count, "prompt_tokens": prompt}
+        self._json(200, {"generated_text": answer, "details": details if params.get("details") else None})
 
     def _chat(self, body: dict[str, Any]) -> None:
         messages = body["messages"]
@@ -238,14 +255,14 @@ class Handler(StreamingJSONHandler):
             self._json(400, self.engine.context_error(prompt, 1))
             return
         prompt_text = json.dumps(messages, sort_keys=True)
-        tokens, finish, n = self.engine.generate(prompt_input, prompt, max_tokens)
-        usage = {"prompt_tokens": prompt, "completion_tokens": n, "total_tokens": prompt + n}
+        gen = self.engine.generate(prompt_input, prompt, max_tokens)
         completion_id = "chatcmpl-" + hashlib.sha256(prompt_text.encode()).hexdigest()[:16]
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-            self._stream(completion_id, tokens, finish, usage if include_usage else None)
+            self._stream(completion_id, gen, prompt if include_usage else None)
             return
-        time.sleep(self.engine.ms_per_token * n / 1000)
+        answer = "".join(gen.tokens)
+        usage = {"prompt_tokens": prompt, "completion_tokens": gen.count, "total_tokens": prompt + gen.count}
         self._json(
             200,
             {
@@ -256,15 +273,15 @@ class Handler(StreamingJSONHandler):
                 "choices": [
                     {
                         "index": 0,
-                        "message": {"role": "assistant", "content": "".join(tokens)},
-                        "finish_reason": finish,
+                        "message": {"role": "assistant", "content": answer},
+                        "finish_reason": gen.finish,
                     }
                 ],
                 "usage": usage,
             },
         )
 
-    def _stream(self, completion_id: str, tokens: list[str], finish: str, usage: dict[str, int] | None) -> None:
+    def _stream(self, completion_id: str, gen: Generation, prompt_for_usage: int | None) -> None:
         self.start_chunked({"Content-Type": "text/event-stream"})
         base = {"id": completion_id, "object": "chat.completion.chunk", "model": self.engine.name}
 
@@ -276,16 +293,17 @@ class Handler(StreamingJSONHandler):
             return json.dumps({**base, "choices": [choice]}, ensure_ascii=False)
 
         send(chunk({"role": "assistant", "content": ""}, None))
-        for i, token in enumerate(tokens):
-            time.sleep(self.engine.ms_per_token / 1000)
-            if self.engine.fault == "stream-break" and i == len(tokens) // 2:
+        for i, token in enumerate(gen.tokens):
+            if self.engine.fault == "stream-break" and i == gen.count // 2:
                 # The server dies mid-answer: the chunked body never gets its terminator.
                 log("RuntimeError: engine core died while streaming")
                 self.close_connection = True
                 return
             send(chunk({"content": token}, None))
-        send(chunk({}, finish))
-        if usage is not None:
+        send(chunk({}, gen.finish))
+        if prompt_for_usage is not None:
+            total = prompt_for_usage + gen.count
+            usage = {"prompt_tokens": prompt_for_usage, "completion_tokens": gen.count, "total_tokens": total}
             send(json.dumps({**base, "choices": [], "usage": usage}))
         send("[DONE]")
         self.end_chunked()

@@ -108,7 +108,12 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
         return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
-    desc, states = watch(sfn, executions[0]["executionArn"], on_state, poll_seconds=0.02, timeout_seconds=120)
+    # Real time: the virtual clock makes waits instant, so only process starts and answers take long.
+    limit = 120 + stack.hosting.real_startup_grace
+    try:
+        desc, states = watch(sfn, executions[0]["executionArn"], on_state, poll_seconds=0.02, timeout_seconds=limit)
+    except TimeoutError as exc:
+        return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     deployment_id = deployment_id_for(desc["name"])
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
     record = {k: (json.loads(v) if k == "request" else v) for k, v in item.items() if k != "steps"}

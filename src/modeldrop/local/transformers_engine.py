@@ -2,16 +2,20 @@
 
 Same HTTP surface as the reference engine (OpenAI chat with SSE, LMI's inputs schema, vLLM's
 context-length 400), but the answer comes from the checkpoint's own weights and tokenizer via
-transformers' `generate` (greedy). Needs torch + transformers in the interpreter that runs it:
-the hosting emulator uses MODELDROP_TORCH_PYTHON when set, so the tool's own venv needs neither.
+transformers' greedy `generate`, streamed token by token as it is produced. Needs torch and
+transformers in the interpreter that runs it: the hosting emulator uses MODELDROP_TORCH_PYTHON
+when set, so the tool's own venv needs neither.
 """
 
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from queue import Queue
 from typing import Any
 
-from modeldrop.local.reference_engine import MAX_LEN_KEYS, Engine, log, serve
+from modeldrop.local.reference_engine import MAX_LEN_KEYS, Engine, Generation, log, serve
 
 
 class TransformersEngine(Engine):
@@ -47,18 +51,55 @@ class TransformersEngine(Engine):
         ids = list(self.tokenizer(text)["input_ids"])
         return ids, len(ids)
 
-    def generate(self, prompt_text: Any, prompt: int, max_tokens: int | None) -> tuple[list[str], str, int]:
+    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None) -> Generation:
+        """Greedy generation in a thread, each token handed over as the model produces it."""
         limit = self.max_model_len - prompt if max_tokens is None else int(max_tokens)
-        inputs = self.torch.tensor([prompt_text])
-        with self.torch.no_grad():
-            output = self.model.generate(inputs, max_new_tokens=limit, do_sample=False)
-        new = [int(t) for t in output[0][inputs.shape[1] :]]
+        queue: Queue[int | None] = Queue()
+        streamer = _TokenQueue(queue)
+        inputs = self.torch.tensor([prompt_input])
+
+        def run() -> None:
+            try:
+                with self.torch.no_grad():
+                    self.model.generate(inputs, max_new_tokens=limit, do_sample=False, streamer=streamer)
+            finally:
+                queue.put(None)
+
+        threading.Thread(target=run, daemon=True).start()
+        gen = Generation(iter(()))
         eos = self.tokenizer.eos_token_id
-        if eos is not None and eos in new:
-            new = new[: new.index(eos)]
-            return [self.tokenizer.decode([t]) for t in new], "stop", len(new) + 1
-        finish = "length" if len(new) >= limit else "stop"
-        return [self.tokenizer.decode([t]) for t in new], finish, len(new)
+
+        def produce() -> Iterator[str]:
+            while (token := queue.get()) is not None:
+                gen.count += 1
+                if token == eos:
+                    gen.finish = "stop"
+                    while queue.get() is not None:  # let the generating thread finish
+                        pass
+                    return
+                yield self.tokenizer.decode([token])
+            gen.finish = "length" if gen.count >= limit else "stop"
+
+        gen.tokens = produce()
+        return gen
+
+
+class _TokenQueue:
+    """A transformers streamer (put/end) that passes generated token ids on, skipping the prompt."""
+
+    def __init__(self, queue: Queue[int | None]) -> None:
+        self.queue = queue
+        self.prompt_seen = False
+
+    def put(self, value: Any) -> None:
+        if not self.prompt_seen:
+            self.prompt_seen = True
+            return
+        for token in value.reshape(-1).tolist():
+            self.queue.put(int(token))
+
+    def end(self) -> None:
+        pass
 
 
 def main(argv: list[str] | None = None) -> None:
