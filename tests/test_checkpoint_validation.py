@@ -225,3 +225,14 @@ def test_s3_prefix_reads_only_headers(tmp_path: Path) -> None:
         assert len(scan.headers) == 3
         assert scan.requests - small <= 2 * 3
         assert validate_scan(scan).deployable
+
+
+def test_unreadable_s3_sources_are_named_not_raised() -> None:
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        for uri in ("s3://no-such-bucket/run/", "s3://no-such-bucket/run/model.tar.gz"):
+            with pytest.raises(CheckpointUnreadable, match=f"cannot read {uri}: NoSuchBucket"):
+                scan_source(uri, s3)

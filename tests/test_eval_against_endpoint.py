@@ -7,7 +7,6 @@ endpoint answers invoke_endpoint and invoke_endpoint_with_response_stream with A
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -185,4 +184,3 @@ def test_eval_command_against_an_endpoint(endpoint: Any, tmp_path: Path, monkeyp
     assert missing.exit_code == 2 and "does not exist" in missing.output and "Traceback" not in missing.output
     bad = runner.invoke(app, ["eval", name, "--eval-set", str(tmp_path / "nope.jsonl")])
     assert bad.exit_code == 2 and "no such file" in bad.output
-    assert os.environ["AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME"] == runtime.meta.endpoint_url

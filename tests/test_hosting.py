@@ -64,7 +64,6 @@ def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any
     assert sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] == "InService"
     model_dir = hosted.model_dir
     assert (model_dir / "config.json").is_file()
-    assert not os.access(model_dir / "config.json", os.W_OK) or os.geteuid() == 0
     assert oct((model_dir / "config.json").stat().st_mode & 0o222) == "0o0"
     environ = Path(f"/proc/{hosted.process.pid}/environ").read_bytes()
     assert environ.count(b"SM_VLLM_MAX_MODEL_LEN=1024") == 1 and b"AWS_SECRET_ACCESS_KEY" not in environ

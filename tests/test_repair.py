@@ -170,7 +170,6 @@ def test_repaired_checkpoint_loads_and_generates_with_transformers(tmp_path: Pat
         assert done.returncode == 0, done.stderr[-2000:]
         results[fine.name] = json.loads(done.stdout.strip().splitlines()[-1])
     for name, result in results.items():
-        assert result["new_tokens"] == 5, (name, result)
-        # transformers does not create the restored tensors, so it reports them as unused: harmless.
-        assert all("self_attn.k" in k or "self_attn.v" in k for k in result["unexpected"]), result
+        # Loads with nothing missing and generates; transformers ignores the restored KV-shared tensors.
+        assert result["new_tokens"] == 5 and result["missing"] == [], (name, result)
     shutil.rmtree(tmp_path, ignore_errors=True)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modeldrop import eventstream
-from modeldrop.sse import SSEDecoder, iter_events
+from modeldrop.sse import SSEDecoder, SSEEvent
 
 # Text with multi-byte characters (2, 3 and 4 bytes in UTF-8), but no line breaks inside a data line.
 TEXT = st.text(alphabet=st.sampled_from(list('ab {}":,é모델😀\\[]')), max_size=40)
@@ -34,7 +34,11 @@ def _split(blob: bytes, cuts: list[int]) -> list[bytes]:
 )
 def test_events_survive_any_split(datas: list[str], cuts: list[int], newline: str) -> None:
     blob = _wire([*datas, "[DONE]"], newline)
-    events = list(iter_events(_split(blob, cuts)))
+    decoder = SSEDecoder()
+    events: list[SSEEvent] = []
+    for part in _split(blob, cuts):
+        events += decoder.feed(part)
+    events += decoder.close()
     assert [e.data for e in events] == [*datas, "[DONE]"]
     assert events[-1].is_done
 

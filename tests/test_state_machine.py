@@ -329,7 +329,7 @@ def test_secrets_reach_the_container_but_never_the_state_or_the_record(stack: An
     assert value not in json.dumps(history, default=str) and value not in desc["output"]
     item = _record(stack, desc)
     assert value not in json.dumps(item, default=str)
-    assert json.loads(item["steps"]["build_env"])["secret_refs"] == {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"}
+    assert json.loads(item["request"])["secrets"] == {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"}
 
 
 def test_secret_outside_the_prefix_is_refused_at_the_door(stack: Any) -> None:

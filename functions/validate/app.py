@@ -1,6 +1,5 @@
 """ValidateCheckpoint: open the artifact, check config and safetensors headers, refuse with fixes."""
 
-import time
 from typing import Any
 
 import boto3
@@ -24,11 +23,4 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> ValidationSummary:
     settings = RecordSettings.from_env()
     table = settings.table()
-    started = time.monotonic()
-    summary = steps.validate(boto3.client("s3"), table, event.deployment_id, event.artifact_uri)
-    seconds = time.monotonic() - started
-    metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))
-    metrics.add_metric(
-        name="ValidationMBps", unit="Megabytes/Second", value=round(summary.total_bytes / 1e6 / seconds, 2)
-    )
-    return summary
+    return steps.validate(boto3.client("s3"), table, event.deployment_id, event.artifact_uri, metrics=metrics)

@@ -15,8 +15,11 @@ import tarfile
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import IO, Any, cast
+
+from botocore.exceptions import ClientError
 
 from modeldrop.errors import CheckpointUnreadable
 from modeldrop.s3uri import S3Uri
@@ -194,6 +197,7 @@ def scan_local(path: str) -> ArtifactScan:
         return scan_tar_stream(fh, path, compressed)
 
 
+@cache
 def _bound_allocator() -> None:
     """Make glibc give rapidgzip's freed chunk buffers back to the OS.
 
@@ -304,5 +308,13 @@ def scan_source(source: str, s3: Any | None = None) -> ArtifactScan:
 
             s3 = boto3.client("s3")
         uri = parse_s3_uri(source)
-        return scan_s3_prefix(s3, uri) if uri.is_prefix else scan_s3_object(s3, uri)
+        try:
+            return scan_s3_prefix(s3, uri) if uri.is_prefix else scan_s3_object(s3, uri)
+        except ClientError as exc:
+            # AccessDenied, NoSuchBucket, a wrong region: the artifact cannot be read, say which way.
+            err = exc.response.get("Error", {})
+            raise CheckpointUnreadable(
+                f"cannot read {source}: {err.get('Code')}: {err.get('Message')}",
+                "check the URI, the bucket's region and read permission (s3:GetObject, s3:ListBucket)",
+            ) from None
     return scan_local(os.fspath(source))

@@ -7,6 +7,8 @@ one is routed).
 
 from __future__ import annotations
 
+import json
+
 from pydantic import ValidationError
 
 
@@ -122,3 +124,16 @@ def classify(error_name: str) -> str:
     if error_name.startswith("States."):
         return "internal"
     return "internal"
+
+
+def cause_message(cause: str | None) -> str | None:
+    """A Step Functions failure cause is the Lambda error payload as JSON: keep its errorMessage."""
+    if not cause:
+        return cause
+    try:
+        parsed = json.loads(cause)
+    except json.JSONDecodeError:
+        return cause
+    if isinstance(parsed, dict) and "errorMessage" in parsed:
+        return str(parsed["errorMessage"])
+    return cause

@@ -23,12 +23,10 @@ from modeldrop.context_budget import budget_for, parse_context_overflow
 from modeldrop.engine_env import engine_of_env, max_model_len_of_env
 from modeldrop.errors import RequestInvalid
 from modeldrop.models import EvalThresholds
-from modeldrop.sagemaker_resources import endpoint_container_env
+from modeldrop.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
 from modeldrop.serving_plan import max_tokens_ceiling
 from modeldrop.smoke_eval import CaseResult, EvalCase, EvalReport, Timing, judge, verdict
 from modeldrop.sse import SSEDecoder
-
-THROTTLE_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException"}
 
 
 def runtime_client_config() -> Config:
@@ -42,6 +40,11 @@ class EvalTarget:
     max_model_len: int | None
     schema: Schema = "chat"
     stream: bool = True
+
+    @property
+    def streams(self) -> bool:
+        """Streaming is asked for and the schema has a stream (LMI's inputs schema is read whole)."""
+        return self.stream and self.schema == "chat"
 
 
 @dataclass(frozen=True)
@@ -143,13 +146,13 @@ def _classify(exc: Exception, target: EvalTarget) -> _CallFailed:
 def invoke_case(
     runtime: Any, target: EvalTarget, case: EvalCase, max_tokens: int, source: str, retry: RetryPolicy
 ) -> CaseResult:
-    body = build_body(target.schema, case.message_dicts(), max_tokens, target.stream and target.schema == "chat")
+    body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams)
     attempt = 0
     while True:
         attempt += 1
         started = time.monotonic()
         try:
-            if target.stream and target.schema == "chat":
+            if target.streams:
                 completion, ttft = _invoke_stream(runtime, target, body, started)
             else:
                 completion, ttft = _invoke_plain(runtime, target, body)
@@ -211,7 +214,7 @@ def run_eval(
         results,
         thresholds,
         max_model_len=target.max_model_len,
-        streaming=target.stream and target.schema == "chat",
+        streaming=target.streams,
         schema_name=target.schema,
     )
 

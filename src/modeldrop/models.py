@@ -173,7 +173,6 @@ class EnginePlan(BaseModel):
     startup_timeout_seconds: int
     download_timeout_seconds: int
     memory: dict[str, Any] = Field(default_factory=dict)
-    secret_refs: dict[str, str] = Field(default_factory=dict, description="env name -> reference, never a value")
     eval_max_tokens_ceiling: int | None = None
     warnings: list[str] = Field(default_factory=list)
 

@@ -147,6 +147,19 @@ def row_for(item: Mapping[str, Any], now: datetime | None = None) -> DeploymentR
     )
 
 
+def deployment_status(info: StackInfo, item: Mapping[str, Any]) -> dict[str, Any]:
+    """One record in full, decoded, with its cost, its failure (if any) and console links."""
+    row = row_for(item)
+    status = registry.decoded(item)
+    status.update(
+        cost_usd=row.cost_usd,
+        cost_is_final=row.cost_is_final,
+        failure=status["steps"].get("failure"),
+        links=console_links(info, item),
+    )
+    return status
+
+
 def list_deployments(table: Any) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {}

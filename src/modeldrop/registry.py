@@ -80,6 +80,14 @@ def get(table: Any, deployment_id: str) -> dict[str, Any] | None:
     return item
 
 
+def decoded(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A record with its JSON-string fields (the request, each step) turned back into values."""
+    out = {k: v for k, v in item.items() if k not in ("request", "steps")}
+    out["request"] = json.loads(item["request"]) if item.get("request") else None
+    out["steps"] = {k: json.loads(v) for k, v in (item.get("steps") or {}).items()}
+    return out
+
+
 def cost_so_far(item: Mapping[str, Any]) -> float | None:
     """Dollars billed from endpoint creation to its end (or now), at the recorded hourly price."""
     price = item.get("hourly_price")

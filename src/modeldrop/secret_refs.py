@@ -47,13 +47,21 @@ def parse_ref(env_name: str, ref: str) -> SecretRef:
     return SecretRef(m["store"], m["name"], m["key"])
 
 
+def parse_refs(secrets: Mapping[str, str]) -> dict[str, SecretRef]:
+    return {env_name: parse_ref(env_name, ref) for env_name, ref in secrets.items()}
+
+
+def refuse_collisions(secrets: Mapping[str, str], env: Mapping[str, str]) -> None:
+    clash = sorted(set(secrets) & set(env))
+    if clash:
+        raise RequestInvalid(f"secret {clash[0]} would overwrite an engine setting of the plan")
+
+
 def check_refs(secrets: Mapping[str, str], allowed_prefix: str, engine_keys: set[str]) -> dict[str, SecretRef]:
     """Parse every reference and refuse those this stack may not read (IAM is scoped to the prefix)."""
-    parsed: dict[str, SecretRef] = {}
-    for env_name, ref in secrets.items():
-        secret = parse_ref(env_name, ref)
-        if env_name in engine_keys:
-            raise RequestInvalid(f"secret {env_name} would overwrite an engine setting of the plan")
+    parsed = parse_refs(secrets)
+    refuse_collisions(secrets, dict.fromkeys(engine_keys, ""))
+    for env_name, secret in parsed.items():
         name = secret.name
         arn = _ARN_NAME.match(name)
         bare = arn["name"] if arn else name
@@ -62,7 +70,6 @@ def check_refs(secrets: Mapping[str, str], allowed_prefix: str, engine_keys: set
                 f"secret {env_name}: {secret.display} is outside this stack's secrets prefix {allowed_prefix!r}",
                 f"store it under {allowed_prefix} (the functions may read nothing else)",
             )
-        parsed[env_name] = secret
     return parsed
 
 

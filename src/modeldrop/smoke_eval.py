@@ -12,13 +12,15 @@ import json
 import math
 import re
 from importlib import resources
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from modeldrop.chat_protocol import Completion
 from modeldrop.errors import RequestInvalid, describe_validation
 from modeldrop.models import ChatMessage, EvalThresholds
+from modeldrop.s3uri import parse_s3_uri
 
 CaseOutcome = Literal["pass", "check_failed", "truncated", "context_overflow", "error", "timeout"]
 OUTCOMES: tuple[CaseOutcome, ...] = ("pass", "check_failed", "truncated", "context_overflow", "error", "timeout")
@@ -128,6 +130,24 @@ def parse_eval_set(text: str, source: str) -> list[EvalCase]:
 def default_eval_set() -> list[EvalCase]:
     text = resources.files("modeldrop").joinpath("data/default_eval.jsonl").read_text()
     return parse_eval_set(text, "default eval set")
+
+
+def load_eval_set(source: str | None, s3: Any = None) -> list[EvalCase]:
+    """The default set, an s3:// JSONL object (read with the client passed in) or a local JSONL file."""
+    if not source:
+        return default_eval_set()
+    if source.startswith("s3://"):
+        uri = parse_s3_uri(source)
+        try:
+            text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
+        except Exception as exc:  # the eval set is user input: name it, whatever went wrong
+            raise RequestInvalid(f"cannot read eval set {source}: {exc}") from None
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise RequestInvalid(f"eval set {source}: no such file")
+        text = path.read_text()
+    return parse_eval_set(text, source)
 
 
 def recommended_max_tokens(used: int) -> int:

@@ -8,7 +8,6 @@ be split between parts. Buffer the bytes, split on the blank line, decode increm
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 # An event ends at a blank line; the spec allows CRLF, LF or CR line endings.
@@ -68,10 +67,3 @@ def _parse_event(raw: bytes) -> SSEEvent | None:
     if not data:
         return None
     return SSEEvent(data="\n".join(data), event=name)
-
-
-def iter_events(chunks: Iterable[bytes]) -> Iterator[SSEEvent]:
-    decoder = SSEDecoder()
-    for chunk in chunks:
-        yield from decoder.feed(chunk)
-    yield from decoder.close()

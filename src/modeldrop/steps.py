@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -22,6 +23,7 @@ from modeldrop.errors import (
     EvalFailed,
     RequestInvalid,
     TeardownIncomplete,
+    cause_message,
     classify,
     describe_validation,
 )
@@ -46,10 +48,10 @@ from modeldrop.models import (
 )
 from modeldrop.s3uri import parse_s3_uri
 from modeldrop.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
-from modeldrop.secret_refs import check_refs
+from modeldrop.secret_refs import check_refs, parse_refs, refuse_collisions
 from modeldrop.secret_refs import resolve as resolve_secrets
 from modeldrop.serving_plan import max_tokens_ceiling, plan_serving, shape_from
-from modeldrop.smoke_eval import EvalCase, default_eval_set, parse_eval_set
+from modeldrop.smoke_eval import load_eval_set
 
 
 def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
@@ -113,8 +115,17 @@ def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) 
     return f"s3://{bucket}/{key}"
 
 
-def validate(s3: Any, table: Any, deployment_id: str, artifact_uri: str) -> ValidationSummary:
+def validate(
+    s3: Any, table: Any, deployment_id: str, artifact_uri: str, metrics: MetricSink | None = None
+) -> ValidationSummary:
+    started = time.monotonic()
     report = validate_scan(scan_source(artifact_uri, s3))
+    seconds = max(time.monotonic() - started, 1e-6)
+    if metrics is not None:
+        metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))
+        metrics.add_metric(
+            name="ValidationMBps", unit="Megabytes/Second", value=round(report.total_bytes / 1e6 / seconds, 2)
+        )
     bucket, prefix = report_prefix(artifact_uri, deployment_id)
     uri = _put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
@@ -156,8 +167,8 @@ def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary
         passthrough=req.engine_env,
         force=req.force_plan,
     )
-    refs = check_refs(req.secrets, allowed_prefix="", engine_keys=set(plan.env)) if req.secrets else {}
-    plan.secret_refs = {name: ref.display for name, ref in refs.items()}
+    # The references were checked at the door; only now are the engine's own keys known.
+    refuse_collisions(req.secrets, plan.env)
     registry.record_step(table, req.deployment_id, "build_env", plan.model_dump(mode="json"), status="planned")
     return plan
 
@@ -185,9 +196,8 @@ def create(
     uri = parse_s3_uri(req.artifact_uri)
     sm = clients.sagemaker
     quota = check_endpoint_quota(clients.quotas, sm, plan.instance_type)
-    refs = check_refs(req.secrets, allowed_prefix="", engine_keys=set(plan.env))
     # Secret values exist only in this call and the model's container env.
-    env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, refs)}
+    env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
     create_all(
         sm,
         name,
@@ -252,17 +262,6 @@ def hint_for_failure(reason: str) -> str:
     return EndpointFailed.default_hint
 
 
-def load_eval_set(s3: Any, eval_set_uri: str | None) -> list[EvalCase]:
-    if not eval_set_uri:
-        return default_eval_set()
-    uri = parse_s3_uri(eval_set_uri)
-    try:
-        text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
-    except Exception as exc:  # the eval set is user input: name it, whatever went wrong
-        raise RequestInvalid(f"cannot read eval set {eval_set_uri}: {exc}") from None
-    return parse_eval_set(text, eval_set_uri)
-
-
 def smoke_eval(
     runtime: Any,
     s3: Any,
@@ -273,7 +272,7 @@ def smoke_eval(
     metrics: MetricSink | None = None,
     retry: RetryPolicy | None = None,
 ) -> EvalVerdict:
-    cases = load_eval_set(s3, req.eval_set_uri)
+    cases = load_eval_set(req.eval_set_uri, s3)
     target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
     ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
     report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
@@ -312,21 +311,11 @@ def smoke_eval(
     return verdict
 
 
-def _cause_message(cause: str) -> str:
-    try:
-        parsed = json.loads(cause)
-    except (json.JSONDecodeError, TypeError):
-        return cause
-    if isinstance(parsed, dict) and "errorMessage" in parsed:
-        return str(parsed["errorMessage"])
-    return cause
-
-
 def record_failure(
     sm: Any, logs: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
 ) -> FailureRecord:
     error = str(failure.get("Error") or "States.Runtime")
-    cause = _cause_message(str(failure.get("Cause") or ""))
+    cause = cause_message(str(failure.get("Cause") or "")) or ""
     desc = describe_endpoint(sm, resource_name)
     endpoint_reason = desc.get("FailureReason") if desc else None
     diagnosis = None

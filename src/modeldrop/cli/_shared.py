@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import NoReturn
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
 
 try:
     import typer
@@ -12,6 +15,7 @@ except ImportError:  # pragma: no cover - only without the cli extra
     sys.stderr.write("modeldrop's command line needs its extra: pip install 'modeldrop[cli,local]'\n")
     raise SystemExit(2) from None
 
+from modeldrop.errors import ModeldropError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind."
@@ -24,3 +28,46 @@ err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() els
 def fail(message: str, hint: str | None = None, code: int = 2) -> NoReturn:
     err.print(f"error: {message}" + (f"\n  fix: {hint}" if hint else ""))
     raise typer.Exit(code)
+
+
+@contextmanager
+def aws_errors(domain_errors: bool = True) -> Iterator[None]:
+    """What a user can get wrong about AWS becomes one line and exit 2, never a traceback.
+
+    With domain_errors=False a command formats modeldrop's own errors itself (e.g. as JSON).
+    """
+    from botocore.exceptions import (
+        BotoCoreError,
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        NoRegionError,
+    )
+
+    try:
+        yield
+    except ModeldropError as exc:
+        if not domain_errors:
+            raise
+        fail(exc.message, exc.hint)
+    except NoCredentialsError:
+        fail("no AWS credentials found", "configure them (aws configure, AWS_PROFILE, or an instance role)")
+    except NoRegionError:
+        fail("no AWS region configured", "pass --region or set AWS_REGION")
+    except EndpointConnectionError as exc:
+        fail(f"cannot reach AWS: {exc}", "check the region name and the network")
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        fail(f"AWS refused {exc.operation_name}: {err.get('Code')}: {err.get('Message')}")
+    except BotoCoreError as exc:
+        fail(f"AWS SDK: {exc}")
+
+
+def session_for(region: str | None) -> Any:
+    import boto3
+
+    # AWS_REGION is what other SDKs and Lambda read; botocore reads only AWS_DEFAULT_REGION.
+    session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+    if session.region_name is None:
+        fail("no AWS region configured", "pass --region or set AWS_REGION")
+    return session

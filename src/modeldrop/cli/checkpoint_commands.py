@@ -9,7 +9,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, console, fail
+from modeldrop.cli._shared import app, aws_errors, console, fail
 from modeldrop.errors import ModeldropError
 
 
@@ -26,7 +26,8 @@ def validate_cmd(
     from modeldrop.checkpoint import validate_scan
 
     try:
-        report = validate_scan(scan_source(source), scan_source(base) if base else None)
+        with aws_errors(domain_errors=False):
+            report = validate_scan(scan_source(source), scan_source(base) if base else None)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if as_json:
@@ -89,7 +90,8 @@ def repair_cmd(
     from modeldrop.repair import repair
 
     try:
-        result = repair(source, base, out)
+        with aws_errors(domain_errors=False):
+            result = repair(source, base, out)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if as_json:
@@ -139,10 +141,8 @@ def plan_cmd(
         if not sep or not key:
             fail(f"--env {item!r} is not KEY=VALUE")
         passthrough[key] = value
-    try:
+    with aws_errors():
         validation = validate_scan(scan_source(source))
-    except ModeldropError as exc:
-        fail(exc.message, exc.hint)
     report = plan_report(
         validation.summary(),
         source,

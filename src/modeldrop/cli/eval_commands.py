@@ -8,8 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, console, fail
-from modeldrop.errors import ModeldropError
+from modeldrop.cli._shared import app, aws_errors, console, fail, session_for
 
 
 def eval_table(report: Any) -> None:
@@ -53,44 +52,25 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
-    import boto3
-    from botocore.exceptions import BotoCoreError, ClientError
-
     from modeldrop.eval_report import to_markdown
     from modeldrop.eval_runner import evaluate_endpoint, runtime_client_config
     from modeldrop.models import EvalThresholds
-    from modeldrop.smoke_eval import default_eval_set, parse_eval_set
+    from modeldrop.smoke_eval import load_eval_set
 
     if schema not in ("chat", "lmi"):
         fail(f"unknown --schema {schema!r}; choose chat or lmi")
-    if schema == "lmi" and stream:
-        stream = False  # the inputs/parameters schema is evaluated without streaming
-    try:
-        session = boto3.session.Session(region_name=region)
-        if eval_set is None:
-            cases = default_eval_set()
-        elif eval_set.startswith("s3://"):
-            from modeldrop.steps import load_eval_set
-
-            cases = load_eval_set(session.client("s3"), eval_set)
-        else:
-            path = Path(eval_set)
-            if not path.is_file():
-                fail(f"{eval_set}: no such file")
-            cases = parse_eval_set(path.read_text(), eval_set)
+    with aws_errors():
+        session = session_for(region)
+        cases = load_eval_set(eval_set, session.client("s3") if eval_set else None)
         report = evaluate_endpoint(
             session.client("sagemaker"),
             session.client("sagemaker-runtime", config=runtime_client_config()),
             endpoint_name,
             cases,
             EvalThresholds(max_truncated=max_truncated, max_errors=max_errors),
-            stream=stream,
+            stream=stream,  # LMI's inputs schema is read whole whatever this says
             schema=schema,  # type: ignore[arg-type]
         )
-    except ModeldropError as exc:
-        fail(exc.message, exc.hint)
-    except (BotoCoreError, ClientError) as exc:
-        fail(f"AWS: {exc}")
     if markdown is not None:
         markdown.write_text(to_markdown(report))
     if as_json:

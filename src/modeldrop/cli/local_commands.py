@@ -28,7 +28,8 @@ def run_local_cmd(
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable, check_available
-    from modeldrop.local.run import FAULTS, run_local
+    from modeldrop.local.hosting import FAULTS
+    from modeldrop.local.run import run_local
 
     if fault not in FAULTS:
         fail(f"unknown --fault {fault!r}; choose from {', '.join(FAULTS)}")

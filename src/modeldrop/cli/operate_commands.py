@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, console, fail
-from modeldrop.errors import ModeldropError
+from modeldrop.cli._shared import app, aws_errors, console, fail, session_for
+from modeldrop.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
 StackOpt = Annotated[
@@ -21,48 +19,13 @@ StackOpt = Annotated[
 RegionOpt = Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")]
 
 
-@contextmanager
-def _aws_errors() -> Iterator[None]:
-    """What a user can get wrong about AWS becomes one line and exit 2, never a traceback."""
-    from botocore.exceptions import (
-        BotoCoreError,
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        NoRegionError,
-    )
-
-    try:
-        yield
-    except ModeldropError as exc:
-        fail(exc.message, exc.hint)
-    except NoCredentialsError:
-        fail("no AWS credentials found", "configure them (aws configure, AWS_PROFILE, or an instance role)")
-    except NoRegionError:
-        fail("no AWS region configured", "pass --region or set AWS_REGION")
-    except EndpointConnectionError as exc:
-        fail(f"cannot reach AWS: {exc}", "check the region name and the network")
-    except ClientError as exc:
-        err = exc.response.get("Error", {})
-        fail(f"AWS refused {exc.operation_name}: {err.get('Code')}: {err.get('Message')}")
-    except BotoCoreError as exc:
-        fail(f"AWS SDK: {exc}")
-
-
-def _session(region: str | None) -> Any:
-    import boto3
-
-    # AWS_REGION is what other SDKs and Lambda read; botocore reads only AWS_DEFAULT_REGION.
-    session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
-    if session.region_name is None:
-        fail("no AWS region configured", "pass --region or set AWS_REGION")
-    return session
-
-
-def _stack(session: Any, stack: str) -> Any:
+def _connect(stack: str, region: str | None) -> tuple[Any, Any, Any]:
+    """(boto3 session, the stack's outputs, the deployments table)."""
     from modeldrop.operate import stack_info
 
-    return stack_info(session.client("cloudformation"), stack, session.region_name)
+    session = session_for(region)
+    info = stack_info(session.client("cloudformation"), stack, session.region_name)
+    return session, info, session.resource("dynamodb").Table(info.table_name)
 
 
 def _ago(hours: float | None) -> str:
@@ -94,7 +57,7 @@ def deploy_cmd(
     from modeldrop.models import DeploymentRequest
     from modeldrop.operate import parse_ttl, start_deployment
 
-    with _aws_errors():
+    with aws_errors():
         fields: dict[str, Any] = {
             "artifact_uri": artifact,
             "engine": engine,
@@ -106,8 +69,7 @@ def deploy_cmd(
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})
         except ValidationError as exc:
             fail(f"invalid deployment request: {describe_validation(exc)}")
-        session = _session(region)
-        info = _stack(session, stack)
+        session, info, _table = _connect(stack, region)
         sfn = session.client("stepfunctions")
         arn = start_deployment(sfn, info, request, name)
         if not as_json:
@@ -131,7 +93,7 @@ def deploy_cmd(
                     "execution_arn": arn,
                     "status": desc["status"],
                     "error": desc.get("error"),
-                    "cause": desc.get("cause"),
+                    "cause": cause_message(desc.get("cause")),
                     "output": output,
                     "states": [s.model_dump() for s in states],
                 },
@@ -145,7 +107,7 @@ def deploy_cmd(
             f"{(out.get('eval') or {}).get('summary')}; details: modeldrop status {out.get('deployment_id')}"
         )
     else:
-        console.print(f"[bold red]{desc['status']}[/] {desc.get('error')}: {desc.get('cause')}")
+        console.print(f"[bold red]{desc['status']}[/] {desc.get('error')}: {cause_message(desc.get('cause'))}")
     raise typer.Exit(0 if desc["status"] == "SUCCEEDED" else 1)
 
 
@@ -156,19 +118,18 @@ def list_cmd(
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
     from modeldrop.operate import list_deployments, row_for
 
-    with _aws_errors():
-        session = _session(region)
-        info = _stack(session, stack)
-        rows = [row_for(item) for item in list_deployments(session.resource("dynamodb").Table(info.table_name))]
+    with aws_errors():
+        _session, info, table = _connect(stack, region)
+        rows = [row_for(item) for item in list_deployments(table)]
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
         return
-    table = Table(title=f"deployments in {info.stack_name} ({info.region})")
+    view = Table(title=f"deployments in {info.stack_name} ({info.region})")
     for col in ("deployment", "status", "endpoint", "engine", "instance", "age", "expires in", "cost"):
-        table.add_column(col)
+        view.add_column(col)
     for r in rows:
         cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
-        table.add_row(
+        view.add_row(
             r.deployment_id,
             r.status,
             r.endpoint_name or "-",
@@ -178,7 +139,7 @@ def list_cmd(
             _ago(r.expires_in_hours),
             cost,
         )
-    console.print(table)
+    console.print(view)
 
 
 @app.command("status")
@@ -189,24 +150,14 @@ def status_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
-    from modeldrop.operate import console_links, find_deployment, row_for
+    from modeldrop.operate import deployment_status, find_deployment
 
-    with _aws_errors():
-        session = _session(region)
-        info = _stack(session, stack)
-        item = find_deployment(session.resource("dynamodb").Table(info.table_name), deployment)
-    row = row_for(item)
-    steps_done = {k: json.loads(v) for k, v in (item.get("steps") or {}).items()}
-    failure = steps_done.get("failure") or {}
-    data = {
-        **{k: v for k, v in item.items() if k not in ("steps", "request")},
-        "request": json.loads(item["request"]) if item.get("request") else None,
-        "cost_usd": row.cost_usd,
-        "cost_is_final": row.cost_is_final,
-        "failure": failure or None,
-        "links": console_links(info, item),
-        "steps": steps_done,
-    }
+    with aws_errors():
+        _session, info, deployments = _connect(stack, region)
+        item = find_deployment(deployments, deployment)
+    data = deployment_status(info, item)
+    failure = data["failure"] or {}
+    steps_done = data["steps"]
     if as_json:
         print(json.dumps(data, default=str))
         return
@@ -217,7 +168,8 @@ def status_cmd(
     table.add_row("hourly price", f"${price}/h (catalog of {item.get('price_read_on')})" if price else "-")
     table.add_row("started / ended", f"{item.get('started_at', '-')} / {item.get('ended_at', '-')}")
     table.add_row("expires at", str(item.get("expires_at", "-")))
-    cost = "-" if row.cost_usd is None else f"${row.cost_usd:.2f}" + (" (final)" if row.cost_is_final else " so far")
+    cost_usd = data["cost_usd"]
+    cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
     table.add_row("cost", cost)
     if failure:
         table.add_row("error", f"{failure.get('error')} (class {failure.get('failure_class')})")
@@ -242,13 +194,10 @@ def extend_cmd(
     """Move a live deployment's expiry: the endpoint's tag and the record together."""
     from modeldrop.operate import extend, parse_ttl
 
-    with _aws_errors():
+    with aws_errors():
         hours = parse_ttl(ttl)
-        session = _session(region)
-        info = _stack(session, stack)
-        item = extend(
-            session.client("sagemaker"), session.resource("dynamodb").Table(info.table_name), info, deployment, hours
-        )
+        session, info, table = _connect(stack, region)
+        item = extend(session.client("sagemaker"), table, info, deployment, hours)
     console.print(f"{item['deployment_id']}: {item['endpoint_name']} now expires at {item['expires_at']}")
 
 
@@ -261,16 +210,9 @@ def teardown_cmd(
     """Delete a managed endpoint now (endpoint, config, model) and record it; refuses unmanaged ones."""
     from modeldrop.operate import teardown
 
-    with _aws_errors():
-        session = _session(region)
-        info = _stack(session, stack)
-        result = teardown(
-            session.client("sagemaker"),
-            session.resource("dynamodb").Table(info.table_name),
-            session.client("events"),
-            info,
-            deployment,
-        )
+    with aws_errors():
+        session, info, table = _connect(stack, region)
+        result = teardown(session.client("sagemaker"), table, session.client("events"), info, deployment)
     record = result.get("record") or {}
     console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
     if record:

@@ -14,11 +14,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modeldrop.engine_env import MODEL_PATH
+from modeldrop.engine_env import ENGINE_PREFIX, MODEL_PATH
 
-LOCAL_ENGINES = ("reference", "transformers", "vllm", "sglang")
+# What run-local says served its endpoints.
+ENGINE_NOTES = {
+    "reference": (
+        "endpoints were served by the reference engine: a real local server process per endpoint that speaks the "
+        "container contract and OpenAI chat/SSE, with deterministic text from no weights - not a language model"
+    ),
+    "transformers": "endpoints were served by transformers (CPU, greedy) from the checkpoint's own weights",
+    "vllm": "endpoints were served by vLLM on this machine with the deployment's own container env",
+    "sglang": "endpoints were served by SGLang on this machine with the deployment's own container env",
+}
+LOCAL_ENGINES = tuple(ENGINE_NOTES)
 TORCH_PYTHON_ENV = "MODELDROP_TORCH_PYTHON"
-_PREFIX = {"vllm": "SM_VLLM_", "sglang": "SM_SGLANG_"}
 _MODULE = {"vllm": "vllm.entrypoints.openai.api_server", "sglang": "sglang.launch_server"}
 
 
@@ -70,7 +79,7 @@ def command(engine: str, env: dict[str, str], model_dir: Path, port: int) -> lis
         python = sys.executable if engine == "reference" else torch_python()
         module = f"modeldrop.local.{engine}_engine"
         return [python, "-m", module, "--port", str(port), "--model-dir", str(model_dir)]
-    if not any(key.startswith(_PREFIX[engine]) for key in env):
-        raise EngineUnavailable(f"the deployment's container env has no {_PREFIX[engine]}* keys for {engine}")
+    if not any(key.startswith(ENGINE_PREFIX[engine][0]) for key in env):
+        raise EngineUnavailable(f"the deployment's container env has no {ENGINE_PREFIX[engine][0]}* keys for {engine}")
     base = [sys.executable, "-m", _MODULE[engine], "--host", "127.0.0.1", "--port", str(port)]
-    return base + entrypoint_args(_PREFIX[engine], env, model_dir)
+    return base + entrypoint_args(ENGINE_PREFIX[engine][0], env, model_dir)

@@ -48,7 +48,15 @@ CAPACITY = (
     "InsufficientInstanceCapacity: We currently do not have sufficient capacity for {instance} in the "
     "Availability Zone you requested. Please try again later or choose a different instance type."
 )
-HOSTING_FAULTS = ("none", "oom", "slow-start", "capacity", "truncate", "throttle", "stream-break")
+FAULTS: dict[str, str] = {
+    "none": "no fault",
+    "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
+    "capacity": "no instance starts: the endpoint goes Failed with InsufficientInstanceCapacity",
+    "slow-start": "the engine is still loading when the startup health check times out: Failed",
+    "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
+    "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
+    "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
+}
 THROTTLED_CALLS = 2
 # Real seconds an engine may take to come up before the virtual clock alone can fail it.
 REAL_STARTUP_GRACE = {"reference": 5.0, "transformers": 180.0, "vllm": 1800.0, "sglang": 1800.0}
@@ -78,10 +86,8 @@ class HostedEndpoint:
     model_dir: Path | None = None
     status: str = "Creating"
     failure_reason: str | None = None
-    log_lines: deque[str] = field(default_factory=lambda: deque(maxlen=5000))
     unflushed: list[tuple[int, str]] = field(default_factory=list)
     throttle_left: int = 0
-    invocations: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     log_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -108,8 +114,8 @@ class LocalHosting:
         account_id: str = "123456789012",
         region: str = "us-east-1",
     ) -> None:
-        if fault not in HOSTING_FAULTS:
-            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(HOSTING_FAULTS)}")
+        if fault not in FAULTS:
+            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
         engines.check_available(engine)
         self.engine = engine
         self.fault = fault
@@ -123,7 +129,7 @@ class LocalHosting:
 
     def plan(self, fault: str) -> None:
         """The next created endpoint gets this fault instead of the hosting's default."""
-        if fault not in HOSTING_FAULTS:
+        if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}")
         self.planned.append(fault)
 
@@ -312,7 +318,6 @@ class LocalHosting:
 
     def _log(self, hosted: HostedEndpoint, line: str) -> None:
         with hosted.log_lock:
-            hosted.log_lines.append(line)
             hosted.unflushed.append((int(time.time() * 1000), line))
 
     def _flush_logs(self, hosted: HostedEndpoint) -> None:

@@ -12,28 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from modeldrop import registry
+from modeldrop.errors import cause_message
 from modeldrop.execution_watch import StateRun, watch
-from modeldrop.local.hosting import LocalHosting
-
-ENGINE_NOTES = {
-    "reference": (
-        "endpoints were served by the reference engine: a real local server process per endpoint that speaks the "
-        "container contract and OpenAI chat/SSE, with deterministic text from no weights - not a language model"
-    ),
-    "transformers": "endpoints were served by transformers (CPU, greedy) from the checkpoint's own weights",
-    "vllm": "endpoints were served by vLLM on this machine with the deployment's own container env",
-    "sglang": "endpoints were served by SGLang on this machine with the deployment's own container env",
-}
-
-FAULTS: dict[str, str] = {
-    "none": "no fault",
-    "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
-    "capacity": "no instance starts: the endpoint goes Failed with InsufficientInstanceCapacity",
-    "slow-start": "the engine is still loading when the startup health check times out: Failed",
-    "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
-    "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
-    "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
-}
+from modeldrop.local.engines import ENGINE_NOTES
+from modeldrop.local.hosting import FAULTS, LocalHosting
 
 
 class RunResult(BaseModel):
@@ -116,13 +99,12 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     deployment_id = deployment_id_for(desc["name"])
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
-    record = {k: (json.loads(v) if k == "request" else v) for k, v in item.items() if k != "steps"}
-    record["steps"] = {k: json.loads(v) for k, v in item.get("steps", {}).items()}
+    record = registry.decoded(item)
     output = json.loads(desc["output"]) if desc.get("output") else None
     return RunResult(
         status="succeeded" if desc["status"] == "SUCCEEDED" else "failed",
         error=desc.get("error"),
-        cause=_cause(desc.get("cause")),
+        cause=cause_message(desc.get("cause")),
         deployment_id=deployment_id,
         execution_name=desc["name"],
         states=states,
@@ -144,13 +126,3 @@ def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:
     body = stack.client("s3").get_object(Bucket=loc.bucket, Key=loc.key)["Body"].read()
     report: dict[str, Any] = json.loads(body)
     return report
-
-
-def _cause(cause: str | None) -> str | None:
-    if not cause:
-        return cause
-    try:
-        parsed = json.loads(cause)
-    except json.JSONDecodeError:
-        return cause
-    return str(parsed.get("errorMessage", cause)) if isinstance(parsed, dict) else cause

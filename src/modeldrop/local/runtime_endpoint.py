@@ -85,7 +85,6 @@ class _Handler(StreamingJSONHandler):
             self._error(400, "ValidationError", f"Endpoint {name} of account {hosting.account_id} not found.")
             return
         with hosted.lock:
-            hosted.invocations += 1
             throttled = hosted.throttle_left > 0
             hosted.throttle_left -= 1 if throttled else 0
         if throttled:
