@@ -22,7 +22,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         settings.event_bus_name,
         settings.stack_tag,
         settings.resource_prefix,
-        overdue_after=timedelta(minutes=2 * settings.reaper_period_minutes),
+        period=timedelta(minutes=settings.reaper_period_minutes),
     )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
     metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))

@@ -31,7 +31,6 @@ def estimate_answer_tokens(reference: str) -> int:
 @dataclass(frozen=True)
 class CaseBudget:
     max_tokens: int | None
-    prompt_tokens_estimate: int
     source: str  # "case", "reference", "default"
     refused: str | None = None  # why the case cannot be sent at all
 
@@ -62,7 +61,6 @@ def budget_for(
         if room < needed:
             return CaseBudget(
                 None,
-                prompt,
                 source,
                 refused=(
                     f"prompt ~{prompt} tokens + {needed} {'requested' if source == 'case' else 'needed'} "
@@ -70,7 +68,7 @@ def budget_for(
                 ),
             )
         max_tokens = min(max_tokens, room)
-    return CaseBudget(max_tokens, prompt, source)
+    return CaseBudget(max_tokens, source)
 
 
 @dataclass(frozen=True)

@@ -59,8 +59,10 @@ def reap(
     stack_tag: str,
     resource_prefix: str,
     now: datetime | None = None,
-    overdue_after: timedelta = timedelta(minutes=30),
+    period: timedelta = timedelta(minutes=15),
 ) -> ReapResult:
+    """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue."""
+    overdue_after = 2 * period
     now = now or clock.utcnow()
     result = ReapResult()
     live: set[str] = set()

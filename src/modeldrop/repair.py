@@ -74,24 +74,24 @@ def encode_safetensors(tensors: dict[str, tuple[TensorInfo, bytes]], metadata: d
 
 def updated_index(scan: ArtifactScan, new_tensors: dict[str, int], shard: str) -> bytes:
     """The fine-tune's index with the restored tensors mapped to the new shard (one is made if absent)."""
+    present = tensor_index(scan)
     raw = scan.small_files.get(INDEX)
     if raw is not None:
         index = json.loads(raw)
     else:
-        index = {"metadata": {}, "weight_map": {n: rel for n, (rel, _i) in tensor_index(scan).items()}}
+        index = {"metadata": {}, "weight_map": {n: rel for n, (rel, _i) in present.items()}}
     weight_map: dict[str, str] = index.setdefault("weight_map", {})
     for name in new_tensors:
         weight_map[name] = shard
     metadata = index.setdefault("metadata", {})
-    total = sum(info.nbytes for _rel, info in tensor_index(scan).values()) + sum(new_tensors.values())
+    total = sum(info.nbytes for _rel, info in present.values()) + sum(new_tensors.values())
     metadata["total_size"] = total
     index["weight_map"] = dict(sorted(weight_map.items()))
     return (json.dumps(index, indent=2) + "\n").encode()
 
 
 # ---- reading tensor bytes from the base ------------------------------------------------------
-def _wanted(base: ArtifactScan, names: list[str]) -> dict[str, _Wanted]:
-    found = tensor_index(base)
+def _wanted(base: ArtifactScan, found: dict[str, tuple[str, TensorInfo]], names: list[str]) -> dict[str, _Wanted]:
     return {n: _Wanted(found[n][0], found[n][1], 8 + base.headers[found[n][0]].header_len) for n in names if n in found}
 
 
@@ -142,8 +142,9 @@ def _read_from_archive(raw: IO[bytes], compressed: bool, wanted: dict[str, _Want
     return out
 
 
-def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any) -> dict[str, bytes]:
-    wanted = _wanted(scan, names)
+def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any) -> dict[str, tuple[TensorInfo, bytes]]:
+    """name -> (its header entry in the base, its bytes)."""
+    wanted = _wanted(scan, tensor_index(scan), names)
     kind = _kind(base)
     if kind == "directory":
         data = _read_from_directory(Path(base), wanted)
@@ -158,7 +159,7 @@ def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any)
     short = [n for n in names if len(data.get(n, b"")) != wanted[n].info.nbytes]
     if short:
         raise CheckpointUnreadable(f"could not read {len(short)} tensors from the base, e.g. {short[0]}")
-    return data
+    return {n: (wanted[n].info, data[n]) for n in names}
 
 
 # ---- writing the repaired artifact -----------------------------------------------------------
@@ -278,18 +279,13 @@ def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairRes
         raise RequestInvalid(f"{source} lacks no tensor of {base}: nothing to repair")
     if comparison.missing_bytes > MAX_RESTORED_BYTES:
         raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory")
-    data = _read_base_tensors(base, base_scan, comparison.missing, s3)
-    infos = {n: tensor_index(base_scan)[n][1] for n in comparison.missing}
-    shard = encode_safetensors(
-        {n: (infos[n], data[n]) for n in comparison.missing},
-        {"format": "pt", "modeldrop": f"restored from {base}"},
-    )
-    extra = {
-        RESTORED_SHARD: shard,
-        INDEX: updated_index(fine_scan, {n: infos[n].nbytes for n in comparison.missing}, RESTORED_SHARD),
-    }
     if RESTORED_SHARD in fine_scan.files:
         raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before")
+    restored = _read_base_tensors(base, base_scan, comparison.missing, s3)
+    extra = {
+        RESTORED_SHARD: encode_safetensors(restored, {"format": "pt", "modeldrop": f"restored from {base}"}),
+        INDEX: updated_index(fine_scan, {n: info.nbytes for n, (info, _data) in restored.items()}, RESTORED_SHARD),
+    }
     if kinds == ("directory", "directory"):
         _write_directory(Path(source), Path(out), extra)
     elif kinds == ("s3-prefix", "s3-prefix"):

@@ -232,6 +232,11 @@ def percentiles(values: list[float]) -> Percentiles:
     return Percentiles(p50=at(0.5), p90=at(0.9))
 
 
+def error_count(counts: dict[str, int]) -> int:
+    """Cases that got no usable answer: what the max_errors threshold counts."""
+    return counts["error"] + counts["timeout"] + counts["context_overflow"]
+
+
 def verdict(
     endpoint_name: str,
     results: list[CaseResult],
@@ -241,7 +246,7 @@ def verdict(
     schema_name: str = "chat",
 ) -> EvalReport:
     counts: dict[str, int] = {o: sum(1 for r in results if r.outcome == o) for o in OUTCOMES}
-    errors = counts["error"] + counts["timeout"] + counts["context_overflow"]
+    errors = error_count(counts)
     passed = (
         counts["truncated"] <= thresholds.max_truncated
         and errors <= thresholds.max_errors

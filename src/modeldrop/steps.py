@@ -51,7 +51,7 @@ from modeldrop.sagemaker_resources import create_all, delete_all, describe_endpo
 from modeldrop.secret_refs import check_refs, parse_refs, refuse_collisions
 from modeldrop.secret_refs import resolve as resolve_secrets
 from modeldrop.serving_plan import max_tokens_ceiling, plan_serving, shape_from
-from modeldrop.smoke_eval import load_eval_set
+from modeldrop.smoke_eval import error_count, load_eval_set
 
 
 def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
@@ -292,7 +292,7 @@ def smoke_eval(
         passed=report.passed,
         cases=len(report.cases),
         truncated=counts["truncated"],
-        errors=counts["error"] + counts["timeout"] + counts["context_overflow"],
+        errors=error_count(counts),
         check_failures=counts["check_failed"],
         summary=report.summary,
         report_uri=report_uri,

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,7 +100,6 @@ class EmulatedStack:
     extra_env: dict[str, str] = field(default_factory=dict)
     _modules: dict[str, ModuleType] = field(default_factory=dict)
     _env_lock: threading.Lock = field(default_factory=threading.Lock)
-    on_invoke: Callable[[Invocation], None] | None = None
 
     # ---- template resolution -------------------------------------------------------------
     def resolve(self, value: Any) -> Any:
@@ -175,8 +174,6 @@ class EmulatedStack:
     def _record(self, logical_id: str, started: float, error: str | None) -> None:
         inv = Invocation(logical_id, round(time.monotonic() - started, 4), error)
         self.invocations.append(inv)
-        if self.on_invoke:
-            self.on_invoke(inv)
 
     # ---- conveniences for runs and tests ---------------------------------------------------
     @property
