@@ -146,9 +146,10 @@ def test_secret_references_are_checked_and_resolved_without_leaking(stack: Any) 
     assert "hf_secret_value" not in str(nokey.value)
 
 
-def test_quota_precheck_counts_creating_endpoints(stack: Any, archive: bytes) -> None:
+def test_quota_precheck_counts_creating_endpoints(make_stack: Any, archive: bytes) -> None:
     from modeldrop.local import moto_shims
 
+    stack = make_stack(real_startup_grace=0.5)
     moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g5.xlarge": 0})
     sm = stack.client("sagemaker")
     quotas = stack.client("service-quotas")

@@ -53,8 +53,8 @@ def test_reaper_marks_the_deployment_expired(stack: Any, archive: bytes) -> None
     assert stack.leftover_resources() == []
 
 
-def test_reaper_leaves_endpoints_that_cannot_be_deleted_yet(stack: Any) -> None:
-    stack.hosting.plan("slow-start")
+def test_reaper_leaves_endpoints_that_cannot_be_deleted_yet(make_stack: Any) -> None:
+    stack = make_stack(fault="slow-start", real_startup_grace=0.5)
     _create(
         stack, "modeldrop-busy", tags_for("modeldrop-local", "busy", clock.iso(clock.utcnow() - timedelta(hours=2)))
     )

@@ -132,8 +132,9 @@ def test_no_capacity_fails_without_a_log_group(stack: Any, archive: bytes) -> No
     assert stack.leftover_resources() == []
 
 
-def test_slow_start_fails_at_the_startup_health_check_timeout(stack: Any, archive: bytes) -> None:
-    stack.hosting.plan("slow-start")
+def test_slow_start_fails_at_the_startup_health_check_timeout(make_stack: Any, archive: bytes) -> None:
+    # A short real-time grace: the process never answers /ping, so only the virtual timeout matters.
+    stack = make_stack(fault="slow-start", real_startup_grace=0.5)
     _upload(stack, "slowstart/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["error"] == "EndpointFailed"
@@ -147,7 +148,7 @@ def test_slow_start_fails_at_the_startup_health_check_timeout(stack: Any, archiv
 
 def test_deadline_exceeded_while_creating(make_stack: Any, archive: bytes) -> None:
     # A deploy deadline shorter than the container's startup timeout: the deadline ends it.
-    stack = make_stack({"DeployDeadlineSeconds": "300"}, fault="slow-start")
+    stack = make_stack({"DeployDeadlineSeconds": "300"}, fault="slow-start", real_startup_grace=0.5)
     _upload(stack, "slow/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["status"] == "FAILED"

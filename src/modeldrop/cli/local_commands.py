@@ -27,7 +27,7 @@ def run_local_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
-    from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable, check_available
+    from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS
     from modeldrop.local.run import run_local
 
@@ -37,28 +37,28 @@ def run_local_cmd(
         fail(f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
     if deploy_engine not in (None, "vllm", "sglang", "lmi"):
         fail(f"unknown --deploy-engine {deploy_engine!r}; choose vllm, sglang or lmi")
-    if engine != "reference" and deploy_engine not in (None, engine):
+    if engine in ("vllm", "sglang") and deploy_engine not in (None, engine):
         fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
     if artifact is not None and not artifact.exists():
         fail(f"{artifact}: no such file or directory")
-    try:
-        check_available(engine)
-    except EngineUnavailable as exc:
-        fail(str(exc))
-    if not as_json:
-        console.print(
-            "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
-            f"endpoints served by local {engine} processes"
-        )
-        console.print("  S3 put -> EventBridge -> starter -> Step Functions (moto)")
+    banner = [
+        "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
+        f"endpoints served by local {engine} processes",
+        "  S3 put -> EventBridge -> starter -> Step Functions (moto)",
+    ]
 
     def show(state: Any) -> None:
-        if not as_json:
-            mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
-            console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
+        if as_json:
+            return
+        while banner:  # once the run is really under way
+            console.print(banner.pop(0))
+        mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
+        console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
 
     try:
         result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
+    except EngineUnavailable as exc:  # checked once, when the hosting starts
+        fail(str(exc))
     except KeyboardInterrupt:
         err.print("interrupted: local endpoint processes stopped")
         raise typer.Exit(130) from None

@@ -191,9 +191,9 @@ class LocalHosting:
             hosted.status = "Failed"
             hosted.failure_reason = CAPACITY.format(instance=hosted.instance_type)
             return
-        # Give a young process a moment of real time per poll; past the grace, only virtual time counts.
-        young = time.monotonic() - hosted.created_real < self.real_startup_grace
-        real_deadline = time.monotonic() + (REAL_WAIT_PER_POLL if young else 0.0)
+        # Within its real-time grace a process gets a few real seconds per poll; past it, only virtual time counts.
+        grace_left = self.real_startup_grace - (time.monotonic() - hosted.created_real)
+        real_deadline = time.monotonic() + min(REAL_WAIT_PER_POLL, max(grace_left, 0.0))
         while True:
             if hosted.process is not None and hosted.process.poll() is not None:
                 self._log(hosted, f"container exited with code {hosted.process.returncode}")

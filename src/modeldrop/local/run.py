@@ -16,7 +16,7 @@ from modeldrop import registry
 from modeldrop.errors import cause_message
 from modeldrop.execution_watch import StateRun, watch
 from modeldrop.local.engines import ENGINE_NOTES
-from modeldrop.local.hosting import FAULTS, LocalHosting
+from modeldrop.local.hosting import LocalHosting
 
 
 class RunResult(BaseModel):
@@ -60,8 +60,6 @@ def run_local(
     from modeldrop import clock
     from modeldrop.local.stack import build_stack
 
-    if fault not in FAULTS:
-        raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
     if deploy_engine is None and engine in ("vllm", "sglang"):
         deploy_engine = engine
     started = time.monotonic()
