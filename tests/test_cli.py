@@ -150,3 +150,17 @@ def test_ctrl_c_stops_the_endpoint_processes() -> None:
     for pid in children:
         stat = Path(f"/proc/{pid}/stat")
         assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", pid
+
+
+def test_run_local_takes_a_directory_or_a_plain_tar(tmp_path: Path) -> None:
+    import tarfile
+
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-kvshared"
+    plain = tmp_path / "model.tar"
+    with tarfile.open(plain, "w") as tar:
+        for path in sorted(fixture.iterdir()):
+            tar.add(path, arcname=path.name)
+    for artifact in (plain, fixture):
+        data = json.loads(_run("run-local", str(artifact), "--json").stdout)
+        # Read as a checkpoint (not refused as a corrupt gzip): transformers dropped its KV-shared tensors.
+        assert data["error"] == "CheckpointRefused" and "KV_SHARED_TENSORS_MISSING" in data["cause"], data["cause"]

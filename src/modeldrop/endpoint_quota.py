@@ -12,6 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from modeldrop.errors import QuotaExceeded
+from modeldrop.sagemaker_resources import list_endpoints
 
 COUNTED_STATUSES = ("InService", "Creating", "Updating", "SystemUpdating", "RollingBack")
 
@@ -44,28 +45,20 @@ def find_quota(quotas: Any, instance_type: str) -> tuple[str, float] | None:
 def instances_in_use(sm: Any, instance_type: str) -> tuple[int, list[str]]:
     total = 0
     using: list[str] = []
-    for status in COUNTED_STATUSES:
-        kwargs: dict[str, Any] = {"StatusEquals": status, "MaxResults": 100}
-        while True:
-            page = sm.list_endpoints(**kwargs)
-            for ep in page.get("Endpoints", []):
-                config = sm.describe_endpoint_config(EndpointConfigName=_config_of(sm, ep["EndpointName"]))
-                count = sum(
-                    int(v.get("InitialInstanceCount") or 0)
-                    for v in config.get("ProductionVariants", [])
-                    if v.get("InstanceType") == instance_type
-                )
-                if count:
-                    total += count
-                    using.append(f"{ep['EndpointName']} ({count})")
-            if not page.get("NextToken"):
-                break
-            kwargs["NextToken"] = page["NextToken"]
+    for ep in list_endpoints(sm):
+        if ep.get("EndpointStatus") not in COUNTED_STATUSES:
+            continue
+        config_name = sm.describe_endpoint(EndpointName=ep["EndpointName"])["EndpointConfigName"]
+        config = sm.describe_endpoint_config(EndpointConfigName=config_name)
+        count = sum(
+            int(v.get("InitialInstanceCount") or 0)
+            for v in config.get("ProductionVariants", [])
+            if v.get("InstanceType") == instance_type
+        )
+        if count:
+            total += count
+            using.append(f"{ep['EndpointName']} ({count})")
     return total, using
-
-
-def _config_of(sm: Any, endpoint_name: str) -> str:
-    return str(sm.describe_endpoint(EndpointName=endpoint_name)["EndpointConfigName"])
 
 
 def check_endpoint_quota(quotas: Any, sm: Any, instance_type: str, needed: int = 1) -> QuotaCheck:

@@ -37,14 +37,22 @@ class RunResult(BaseModel):
     seconds: float = 0.0
 
 
-def _artifact_bytes(artifact: Path | None, workdir: Path) -> bytes:
+def _artifact_file(artifact: Path | None, workdir: Path) -> Path:
+    """A .tar.gz to drop into the bucket (the S3 starter watches *model.tar.gz), streamed, never held in memory."""
+    import gzip
+    import shutil
+
     from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
-    if artifact is None:
-        return tar_gz_bytes(write_checkpoint(workdir / "sample"))
-    if artifact.is_dir():
-        return tar_gz_bytes(artifact)
-    return artifact.read_bytes()
+    if artifact is not None and artifact.is_file() and artifact.name.endswith((".tar.gz", ".tgz")):
+        return artifact
+    packed = workdir / "model.tar.gz"
+    if artifact is not None and artifact.is_file():  # a plain .tar: compress it on the way
+        with artifact.open("rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
+            shutil.copyfileobj(src, dst, 1024 * 1024)
+    else:
+        packed.write_bytes(tar_gz_bytes(artifact or write_checkpoint(workdir / "sample")))
+    return packed
 
 
 def run_local(
@@ -82,9 +90,8 @@ def run_local(
 def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable[[StateRun], None] | None) -> RunResult:
     from modeldrop.models import deployment_id_for
 
-    body = _artifact_bytes(artifact, workdir)
     key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
-    stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=body)
+    stack.client("s3").upload_file(str(_artifact_file(artifact, workdir)), stack.bucket, key)
     sfn = stack.client("stepfunctions")
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
