@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
+import pytest
 from conftest import ROOT
 
 MODELDROP = [sys.executable, "-m", "modeldrop"]
@@ -110,46 +115,113 @@ def test_every_documented_command_and_option_exists() -> None:
         assert f"`{field}`" in readme, field
 
 
-def test_ctrl_c_stops_the_endpoint_processes() -> None:
-    import os
-    import signal
-    import time
+def _engines_of(parent: int) -> list[int]:
+    """Live (not zombie) reference-engine processes whose parent is PARENT."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and stat[0] != "Z" and b"reference_engine" in cmdline:
+            found.append(int(entry))
+    return found
 
-    def engines_of(parent: int) -> list[int]:
-        found = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat[1]) == parent and b"reference_engine" in cmdline:
-                found.append(int(entry))
-        return found
 
-    # slow-start keeps an endpoint process loading for several seconds: interrupt the run then.
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _default_sigint() -> None:
+    # As a terminal's foreground job has it, whatever the test runner inherited (a shell without job
+    # control starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(
+    ("after_line", "sig"),
+    [
+        ("ValidateCheckpoint", signal.SIGINT),  # before any endpoint exists
+        ("CreateEndpoint", signal.SIGTERM),  # the endpoint process is starting
+        ("PollEndpoint", signal.SIGINT),  # the endpoint is loading (slow-start keeps it so)
+        ("(task failed)", signal.SIGINT),  # the run is already failing the slow start
+    ],
+)
+def test_ctrl_c_or_sigterm_at_a_known_point_stops_every_endpoint_process(after_line: str, sig: int) -> None:
+    """The run prints each state as it ends: interrupt it right after a given one, not after a guessed delay."""
+    run = subprocess.Popen(
+        [*MODELDROP, "run-local", "--fault", "slow-start"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        preexec_fn=_default_sigint,
+    )
+    assert run.stdout is not None
+    seen: list[str] = []
+    children: set[int] = set()
+    for line in run.stdout:
+        seen.append(line)
+        children.update(_engines_of(run.pid))
+        if after_line in line:
+            break
+    else:
+        pytest.fail(f"the run ended before {after_line!r}:\n{''.join(seen)}{run.stderr.read() if run.stderr else ''}")
+    children.update(_engines_of(run.pid))
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + sig, (run.returncode, err, out)
+    assert "interrupted" in err and "no local endpoint process is left running" in err, err
+    assert "Traceback" not in err + out and "SUCCESS" not in out and "FAILED" not in out, err + out
+    if after_line != "ValidateCheckpoint":
+        assert children, "the endpoint process was never seen"
+    assert not [pid for pid in children if _alive(pid)], children
+
+
+def test_ctrl_c_inherited_as_ignored_stays_ignored_and_sigterm_still_stops_the_run() -> None:
     run = subprocess.Popen(
         [*MODELDROP, "run-local", "--fault", "slow-start", "--json"],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     deadline = time.monotonic() + 60
     children: list[int] = []
     while not children and time.monotonic() < deadline and run.poll() is None:
-        time.sleep(0.1)
-        children = engines_of(run.pid)
+        time.sleep(0.05)
+        children = _engines_of(run.pid)
     assert children, "no endpoint process was started"
-    run.send_signal(signal.SIGINT)
-    _out, err = run.communicate(timeout=60)
-    assert run.returncode == 130 and "interrupted" in err and "Traceback" not in err
-    time.sleep(0.5)
-    for pid in children:
-        stat = Path(f"/proc/{pid}/stat")
-        assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z", pid
+    run.send_signal(signal.SIGINT)  # ignored, as the shell that started it asked
+    time.sleep(0.3)
+    assert run.poll() is None
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM and out == "", (run.returncode, err)
+    assert not [pid for pid in children if _alive(pid)], children
+
+
+@pytest.mark.parametrize("state", ["CreateEndpoint", "RecordFailure"])
+def test_ctrl_c_anywhere_in_the_run_leaves_no_process_and_starts_none(state: str) -> None:
+    """In-process: KeyboardInterrupt raised in the watching thread as a signal would, at each point."""
+    from modeldrop.local.run import run_local
+
+    def interrupt_at(run: Any) -> None:
+        if run.name == state:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local(fault="slow-start", on_state=interrupt_at)
+    time.sleep(0.5)  # an execution still in flight would start its process by now
+    assert _engines_of(os.getpid()) == []
 
 
 def test_run_local_takes_a_directory_or_a_plain_tar(tmp_path: Path) -> None:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +67,16 @@ def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) 
     assert status["links"]["endpoint_logs"].endswith(f"$252Faws$252Fsagemaker$252FEndpoints$252F{endpoint}")
     assert status["links"]["execution"].endswith(f":execution:{STACK}-deployment:{run['execution_arn'].split(':')[-1]}")
 
+    before = clock.utcnow().replace(microsecond=0) + timedelta(hours=6)
     extended = _cli("extend", deployment_id, "--ttl", "6h", *REGION)
+    after = clock.utcnow() + timedelta(hours=6)
     assert extended.exit_code == 0, extended.output
     sm = stack.client("sagemaker")
     arn = sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"]
     tag = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"]}["modeldrop:expires-at"]
     record = stack.table().get_item(Key={"deployment_id": deployment_id})["Item"]
-    assert tag == record["expires_at"] == clock.iso(clock.utcnow() + __import__("datetime").timedelta(hours=6))
+    # The tag and the record agree, and name a time six hours after the command ran (whole seconds).
+    assert tag == record["expires_at"] and before <= clock.parse_iso(tag) <= after, (tag, before, after)
 
     down = _cli("teardown", deployment_id, *REGION)
     assert down.exit_code == 0, down.output

@@ -64,12 +64,18 @@ def watch(
     on_state: Callable[[StateRun], None] | None = None,
     poll_seconds: float = 2.0,
     timeout_seconds: float | None = None,
+    on_poll: Callable[[], None] | None = None,
 ) -> tuple[dict[str, Any], list[StateRun]]:
-    """Poll until the execution ends; returns (describe_execution, the states it went through)."""
+    """Poll until the execution ends; returns (describe_execution, the states it went through).
+
+    `on_poll` runs before every poll and may raise to stop watching.
+    """
     tracker = _Tracker(on_state)
     seen = 0
     deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
     while True:
+        if on_poll is not None:
+            on_poll()
         desc: dict[str, Any] = sfn.describe_execution(executionArn=arn)
         events = _history(sfn, arn)
         for event in events[seen:]:

@@ -27,6 +27,7 @@ def run_local_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
+    from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS
     from modeldrop.local.run import run_local
@@ -55,18 +56,31 @@ def run_local_cmd(
         mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
         console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
 
-    try:
-        result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
-    except EngineUnavailable as exc:  # checked once, when the hosting starts
-        fail(str(exc))
-    except KeyboardInterrupt:
-        err.print("interrupted: local endpoint processes stopped")
-        raise typer.Exit(130) from None
+    with interrupts.handled():
+        try:
+            result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
+        except EngineUnavailable as exc:  # checked once, when the hosting starts
+            fail(str(exc))
+        except KeyboardInterrupt as exc:
+            with interrupts.deferred():
+                _interrupted(exc)
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
         _summary(result)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _interrupted(exc: KeyboardInterrupt) -> None:
+    from modeldrop.local import interrupts
+
+    code = exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130
+    left = exc.still_running if isinstance(exc, interrupts.Interrupted) else []
+    if left:
+        err.print(f"interrupted: local endpoint processes still running: {', '.join(left)}", markup=False)
+        raise typer.Exit(code)
+    err.print("interrupted: the run was stopped and no local endpoint process is left running", markup=False)
+    raise typer.Exit(code)
 
 
 def _summary(result: Any) -> None:

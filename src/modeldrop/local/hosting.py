@@ -126,6 +126,9 @@ class LocalHosting:
         self.endpoints: dict[str, HostedEndpoint] = {}
         self.planned: deque[str] = deque()
         self.scratch = Path(tempfile.mkdtemp(prefix="modeldrop-hosting-"))
+        # close() and every process start hold this, so no process starts once the hosting is closed.
+        self._start_lock = threading.Lock()
+        self.closed = False
 
     def plan(self, fault: str) -> None:
         """The next created endpoint gets this fault instead of the hosting's default."""
@@ -178,9 +181,12 @@ class LocalHosting:
             self._stop(hosted)
 
     def stop_all(self) -> None:
+        """Stop every endpoint process and refuse to start any more (idempotent)."""
+        with self._start_lock:
+            self.closed = True
         for name in list(self.endpoints):
             self.on_delete(name)
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        shutil.rmtree(self.scratch, onexc=_make_writable_and_retry)
 
     def running(self) -> list[str]:
         return [n for n, h in self.endpoints.items() if h.process is not None and h.process.poll() is None]
@@ -272,14 +278,17 @@ class LocalHosting:
             # Loads for longer than any run waits: only the startup timeout ends it.
             env["MODELDROP_REFERENCE_LOAD_SECONDS"] = "600"
         self._log(hosted, f"modeldrop local hosting: starting {self.engine} engine on port {hosted.port}")
-        hosted.process = subprocess.Popen(
-            cmd,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with self._start_lock:
+            if self.closed:
+                raise RuntimeError("the local hosting was stopped before the container started")
+            hosted.process = subprocess.Popen(
+                cmd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         threading.Thread(target=self._pump, args=(hosted,), daemon=True).start()
 
     def _pump(self, hosted: HostedEndpoint) -> None:
@@ -302,7 +311,7 @@ class LocalHosting:
             process.stdout.close()
         self._flush_logs(hosted)
         if hosted.model_dir is not None:
-            shutil.rmtree(hosted.model_dir.parent, ignore_errors=True, onexc=_make_writable_and_retry)
+            shutil.rmtree(hosted.model_dir.parent, onexc=_make_writable_and_retry)
 
     # ---- CloudWatch logs in moto ---------------------------------------------------------------
     def _logs_backend(self) -> Any:
@@ -337,8 +346,12 @@ def _make_read_only(root: Path) -> None:
     root.chmod(root.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
 
 
-def _make_writable_and_retry(func: Any, path: str, _exc: BaseException) -> None:
-    Path(path).parent.chmod(0o755)
+def _make_writable_and_retry(func: Any, path: str, exc: BaseException) -> None:
+    # The model directory is read-only, as /opt/ml/model is; another thread may have removed it first.
+    if isinstance(exc, FileNotFoundError):
+        return
     with contextlib.suppress(OSError):
+        Path(path).parent.chmod(0o755)
         Path(path).chmod(0o755)
-    func(path)
+    with contextlib.suppress(OSError):  # best effort: a leftover scratch file must not fail the run
+        func(path)

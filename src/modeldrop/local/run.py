@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 from modeldrop import registry
 from modeldrop.errors import cause_message
 from modeldrop.execution_watch import StateRun, watch
+from modeldrop.local import interrupts
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import LocalHosting
 
@@ -73,18 +74,33 @@ def run_local(
     started = time.monotonic()
     clock.reset()
     hosting = LocalHosting(engine=engine, fault=fault)
-    with (
-        tempfile.TemporaryDirectory(prefix="modeldrop-") as tmp,
-        mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
-    ):
-        stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
-        try:
-            result = _deploy(stack, artifact, Path(tmp), on_state)
-        finally:
-            stack.close()
-        result.engine, result.fault, result.note = engine, fault, ENGINE_NOTES[engine]
-        result.seconds = round(time.monotonic() - started, 2)
-        return result
+    try:
+        with (
+            tempfile.TemporaryDirectory(prefix="modeldrop-") as tmp,
+            mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
+        ):
+            stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
+            try:
+                result = _deploy(stack, artifact, Path(tmp), on_state)
+                interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
+            except BaseException:
+                with interrupts.deferred():
+                    stack.abort()
+                raise
+            finally:
+                with interrupts.deferred():
+                    stack.close()
+    except interrupts.Interrupted as exc:
+        with interrupts.deferred():
+            hosting.stop_all()
+            exc.still_running = hosting.running()
+        raise
+    finally:
+        with interrupts.deferred():
+            hosting.stop_all()
+    result.engine, result.fault, result.note = engine, fault, ENGINE_NOTES[engine]
+    result.seconds = round(time.monotonic() - started, 2)
+    return result
 
 
 def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable[[StateRun], None] | None) -> RunResult:
@@ -99,7 +115,14 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
     # Real time: the virtual clock makes waits instant, so only process starts and answers take long.
     limit = 120 + stack.hosting.real_startup_grace
     try:
-        desc, states = watch(sfn, executions[0]["executionArn"], on_state, poll_seconds=0.02, timeout_seconds=limit)
+        desc, states = watch(
+            sfn,
+            executions[0]["executionArn"],
+            on_state,
+            poll_seconds=0.02,
+            timeout_seconds=limit,
+            on_poll=interrupts.raise_if_interrupted,
+        )
     except TimeoutError as exc:
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     deployment_id = deployment_id_for(desc["name"])

@@ -6,6 +6,7 @@ S3 -> EventBridge rule pattern all come from the same files `sam deploy` uses.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import io
 import json
@@ -189,6 +190,26 @@ class EmulatedStack:
 
     def table(self) -> Any:
         return boto3.resource("dynamodb", region_name=REGION).Table(self.table_name)
+
+    def abort(self, join_seconds: float = 15.0) -> None:
+        """An interrupted run: no endpoint process may survive or start, and the executions stop.
+
+        Executions run on moto's daemon threads; they are stopped and joined here, while the emulator
+        is still active, so none goes on to call AWS unmocked after the run has left it.
+        """
+        from moto.stepfunctions.parser.utils import TMP_THREADS
+
+        self.hosting.stop_all()
+        sfn = self.client("stepfunctions")
+        with contextlib.suppress(Exception):  # best effort: the processes are already stopped
+            running = sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
+            for execution in running["executions"]:
+                sfn.stop_execution(executionArn=execution["executionArn"], error="Interrupted", cause="run-local")
+        deadline = time.monotonic() + join_seconds
+        for thread in list(TMP_THREADS):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        self.hosting.stop_all()
 
     def close(self) -> None:
         """Stop every endpoint process and the local runtime endpoint."""
