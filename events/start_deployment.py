@@ -1,6 +1,6 @@
 """Start a modeldrop deployment from any boto3 code (a SageMaker Pipelines step, a notebook, CI) and wait.
 
-    python events/start_deployment.py s3://bucket/runs/7/model.tar.gz --stack modeldrop [--region R]
+    python events/start_deployment.py s3://bucket/direct/runs/7/model.tar.gz --stack modeldrop [--region R]
 
 Plain boto3, no modeldrop import: the state machine is found from the stack's outputs, the input is
 a DeploymentRequest (schemas/deployment-request.schema.json). Exit 0 when the endpoint is

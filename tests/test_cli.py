@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -167,16 +168,26 @@ def test_ctrl_c_or_sigterm_at_a_known_point_stops_every_endpoint_process(after_l
     assert run.stdout is not None
     seen: list[str] = []
     children: set[int] = set()
+    watching = threading.Event()
+    watching.set()
+
+    def watch_children() -> None:  # every endpoint process the run starts, however briefly it lives
+        while watching.is_set():
+            children.update(_engines_of(run.pid))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch_children, daemon=True)
+    watcher.start()
     for line in run.stdout:
         seen.append(line)
-        children.update(_engines_of(run.pid))
         if after_line in line:
             break
     else:
         pytest.fail(f"the run ended before {after_line!r}:\n{''.join(seen)}{run.stderr.read() if run.stderr else ''}")
-    children.update(_engines_of(run.pid))
     run.send_signal(sig)
     out, err = run.communicate(timeout=60)
+    watching.clear()
+    watcher.join()
     assert run.returncode == 128 + sig, (run.returncode, err, out)
     assert "interrupted" in err and "no local endpoint process is left running" in err, err
     assert "Traceback" not in err + out and "SUCCESS" not in out and "FAILED" not in out, err + out
@@ -236,3 +247,22 @@ def test_run_local_takes_a_directory_or_a_plain_tar(tmp_path: Path) -> None:
         data = json.loads(_run("run-local", str(artifact), "--json").stdout)
         # Read as a checkpoint (not refused as a corrupt gzip): transformers dropped its KV-shared tensors.
         assert data["error"] == "CheckpointRefused" and "KV_SHARED_TENSORS_MISSING" in data["cause"], data["cause"]
+
+
+def test_create_throttled_past_the_sdk_retries_adopts_its_own_resources() -> None:
+    result = _run("run-local", "--fault", "create-throttle", "--json")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "succeeded" and data["leftover_resources"] == []
+    name = data["record"]["endpoint_name"]
+    # The retried step continued with the model and config the first attempt made: one set, deleted at exit.
+    assert data["record"]["steps"]["create_endpoint"]["adopted"] == [f"model/{name}", f"endpoint-config/{name}"]
+    assert sorted(data["deleted_at_exit"]) == sorted([f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"])
+
+
+def test_plan_refuses_an_instance_type_typo_naming_the_real_one() -> None:
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-dense"
+    result = _run("plan", str(fixture), "--instance-type", "ml.g6.2xlage", "--region", "us-east-1")
+    assert result.returncode == 2 and "ml.g6.2xlarge" in result.stderr and "Traceback" not in result.stderr
+    cpu = _run("plan", str(fixture), "--instance-type", "ml.m5.xlarge", "--region", "us-east-1")
+    assert cpu.returncode == 2 and "no NVIDIA GPU" in cpu.stderr

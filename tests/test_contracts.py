@@ -114,14 +114,16 @@ def test_no_account_ids_or_regions_in_code() -> None:
             assert account in allowed, f"{path}: account id {account}"
 
 
-def test_lambda_layer_excludes_cli_dependencies() -> None:
+def test_lambda_layer_requirements_match_the_package_and_exclude_cli_dependencies() -> None:
+    import tomllib
+
     lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
-    deps = {
-        line.split(">")[0].split("=")[0].split("[")[0].strip()
-        for line in lines
-        if line.strip() and not line.startswith("#")
-    }
-    assert deps == {"pydantic", "aws-lambda-powertools"}
+    layer = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    names = {line.split(">")[0].split("=")[0].split("[")[0].strip() for line in layer}
+    assert names == {"pydantic", "aws-lambda-powertools", "isal"}
+    # What the dev venv runs in-process is what the layer ships (boto3 is the runtime's own).
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(project["dependencies"]) - {d for d in project["dependencies"] if d.startswith("boto3")} == layer
 
 
 def test_sample_events_are_valid_inputs() -> None:
@@ -153,3 +155,41 @@ def test_dashboard_and_alarm_metrics_are_emitted_by_the_code() -> None:
             or (metric.startswith("Deployments") and 'name=f"Deployments{' in code)
         )
         assert emitted, metric
+
+
+def test_lambda_retries_cover_every_transient_lambda_error() -> None:
+    definition = json.loads(ASL.read_text())
+    transient = {
+        "Lambda.ServiceException",
+        "Lambda.AWSLambdaException",
+        "Lambda.SdkClientException",
+        "Lambda.TooManyRequestsException",
+        "Lambda.ClientExecutionTimeoutException",
+    }
+    for name, state in _states(definition).items():
+        if state.get("Type") == "Task":
+            retried = {e for block in state.get("Retry", []) for e in block["ErrorEquals"]}
+            assert transient <= retried, (name, transient - retried)
+
+
+def test_teardown_deletes_only_what_this_stack_tagged() -> None:
+    from modeldrop.local.stack import load_template
+
+    resources = load_template(ROOT)["Resources"]
+    for logical in ("TeardownFunction", "ReaperFunction"):
+        statements = resources[logical]["Properties"]["Policies"][0]["Statement"]
+        deletes = [s for s in statements if "sagemaker:DeleteEndpoint" in s["Action"]]
+        assert deletes and all(
+            s["Condition"]["StringEquals"]["aws:ResourceTag/modeldrop:managed-by"] == {"Ref": "AWS::StackName"}
+            for s in deletes
+        ), logical
+
+
+def test_the_starter_rule_has_a_dead_letter_queue_that_alarms() -> None:
+    from modeldrop.local.stack import load_template
+
+    resources = load_template(ROOT)["Resources"]
+    rule = resources["StarterFunction"]["Properties"]["Events"]["ArtifactCreated"]["Properties"]
+    assert rule["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "Arn"]}
+    alarm = resources["StarterDeadLetterAlarm"]["Properties"]
+    assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "QueueName"]}

@@ -71,7 +71,7 @@ def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any
     lines = [e["message"] for e in logs["events"]]
     assert any("Maximum model length: 1024; served model name: tiny" in line for line in lines)
     pid = hosted.process.pid
-    deleted, _gone, failed = delete_all(sm, "modeldrop-proc", "modeldrop-proc", "modeldrop-proc")
+    deleted, _gone, failed, _not_ours = delete_all(sm, "modeldrop-proc", "modeldrop-proc", "modeldrop-proc")
     assert failed == [] and len(deleted) == 3
     assert not _pid_alive(pid) and not model_dir.exists()
     assert stack.hosting.running() == []

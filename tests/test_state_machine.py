@@ -341,3 +341,36 @@ def test_secret_outside_the_prefix_is_refused_at_the_door(stack: Any) -> None:
     desc = stack.wait(arn)
     assert desc["error"] == "RequestInvalid" and "outside this stack's secrets prefix" in desc["cause"]
     assert stack.table().scan()["Items"] == []
+
+
+def test_one_artifact_version_gives_one_deployment_whichever_entry_points_fire(stack: Any, archive: bytes) -> None:
+    """The README's pipeline mistake: upload into the watched bucket and also start directly, at once."""
+    key = "runs/both/model.tar.gz"
+    _upload(stack, key, archive)  # the S3 rule starts one execution
+    direct = stack.start({"artifact_uri": f"s3://{stack.bucket}/{key}"}, name="pipeline-run-1")
+    retried = stack.start({"artifact_uri": f"s3://{stack.bucket}/{key}"}, name="pipeline-run-1-retry")
+    outcomes = [stack.wait(e["executionArn"]) for e in _executions(stack)]
+    assert direct in {d["executionArn"] for d in outcomes} and retried in {d["executionArn"] for d in outcomes}
+    verdicts = sorted((d["status"], d.get("error")) for d in outcomes)
+    assert verdicts == [("FAILED", "DuplicateDeployment"), ("FAILED", "DuplicateDeployment"), ("SUCCEEDED", None)]
+    endpoints = stack.client("sagemaker").list_endpoints()["Endpoints"]
+    assert len(endpoints) == 1, endpoints
+    loser = next(d for d in outcomes if d["status"] == "FAILED")
+    assert "already deployed by" in loser["cause"] and "nothing was created" in loser["cause"]
+
+
+def test_a_new_version_of_the_same_key_is_a_new_deployment(stack: Any, archive: bytes) -> None:
+    key = "runs/again/model.tar.gz"
+    _upload(stack, key, archive)
+    first = _only_execution(stack)
+    assert first["status"] == "SUCCEEDED"
+    _upload(stack, key, archive)  # a new version (the bucket is versioned): the claim is per version
+    runs = [stack.wait(e["executionArn"]) for e in _executions(stack)]
+    assert sorted(d["status"] for d in runs) == ["SUCCEEDED", "SUCCEEDED"], [
+        (d["status"], d.get("cause")) for d in runs
+    ]
+
+
+def test_uploads_under_direct_start_nothing(stack: Any, archive: bytes) -> None:
+    _upload(stack, "direct/runs/7/model.tar.gz", archive)
+    assert _executions(stack) == []

@@ -16,6 +16,7 @@ LAMBDA_TRANSIENT = {
         "Lambda.AWSLambdaException",
         "Lambda.SdkClientException",
         "Lambda.TooManyRequestsException",
+        "Lambda.ClientExecutionTimeoutException",
     ],
     "IntervalSeconds": 2,
     "MaxAttempts": 6,
@@ -77,6 +78,16 @@ def task(
 
 
 ALL = [["States.ALL"]]
+# A Fail state may not raise a States.* name (Step Functions reserves the prefix), and States.Timeout
+# and other States.* errors may carry no Cause, while an undefined Cause fails the Fail state itself
+# (States.QueryEvaluationError). So States.Timeout ends as StepTimedOut, any other States.* error as
+# StepFailed, each with the original name in the cause.
+_RESERVED = "$substring($failure.Error, 0, 7) = 'States.'"
+_CAUSE = "($exists($failure.Cause) ? $failure.Cause : 'no cause was given')"
+FAILURE_ERROR = (
+    f"{{% {_RESERVED} ? ($failure.Error = 'States.Timeout' ? 'StepTimedOut' : 'StepFailed') : $failure.Error %}}"
+)
+FAILURE_CAUSE = f"{{% {_RESERVED} ? ($failure.Error & ': ' & {_CAUSE}) : {_CAUSE} %}}"
 DEPLOYMENT = "{% $req.deployment_id %}"
 
 
@@ -107,11 +118,15 @@ def build() -> dict[str, Any]:
         "RequestRejected": {
             "Type": "Fail",
             "Comment": "Nothing was registered or created: the request itself is invalid.",
-            "Error": "{% $failure.Error %}",
-            "Cause": "{% $failure.Cause %}",
+            "Error": FAILURE_ERROR,
+            "Cause": FAILURE_CAUSE,
         },
         "RegisterDeployment": task(
-            "Register", {"request": "{% $req %}"}, next_="ValidateCheckpoint", timeout=60, catch=ALL
+            "Register",
+            {"request": "{% $req %}"},
+            next_="ValidateCheckpoint",
+            timeout=60,
+            catch=[["DuplicateDeployment", "CheckpointUnreadable"], ["States.ALL"]],
         ),
         "ValidateCheckpoint": task(
             "Validate",
@@ -143,7 +158,7 @@ def build() -> dict[str, Any]:
             next_="WaitForEndpoint",
             timeout=120,
             assign={"endpoint": "{% $states.result.Payload %}", "polls": 0},
-            catch=[["QuotaExceeded"], ["States.ALL"]],
+            catch=[["QuotaExceeded", "ResourceNameTaken"], ["States.ALL"]],
             throttled=True,
         ),
         "WaitForEndpoint": {"Type": "Wait", "Seconds": "{% ${PollIntervalSeconds} %}", "Next": "PollEndpoint"},
@@ -166,7 +181,7 @@ def build() -> dict[str, Any]:
             {"request": "{% $req %}", "endpoint": "{% $endpoint %}", "plan": "{% $plan %}"},
             next_="MarkSucceeded",
             timeout=900,
-            assign={"eval": "{% $states.result.Payload %}"},
+            assign={"eval_result": "{% $states.result.Payload %}"},
             catch=[["EvalFailed"], ["States.ALL"]],
             throttled=True,
         ),
@@ -180,7 +195,7 @@ def build() -> dict[str, Any]:
                     "endpoint": "{% $endpoint %}",
                     "image": "{% $image %}",
                     "env": "{% $plan.env %}",
-                    "eval": "{% $eval %}",
+                    "eval": "{% $eval_result %}",
                 },
             },
             next_="Deployed",
@@ -196,7 +211,7 @@ def build() -> dict[str, Any]:
                 "image": "{% $image.image_uri %}",
                 "env": "{% $plan.env %}",
                 "memory": "{% $plan.memory %}",
-                "eval": "{% $eval %}",
+                "eval": "{% $eval_result %}",
             },
         },
         "RecordFailure": {
@@ -244,8 +259,8 @@ def build() -> dict[str, Any]:
         },
         "DeploymentFailed": {
             "Type": "Fail",
-            "Error": "{% $failure.Error %}",
-            "Cause": "{% $failure.Cause %}",
+            "Error": FAILURE_ERROR,
+            "Cause": FAILURE_CAUSE,
         },
     }
     return {

@@ -1,7 +1,8 @@
-"""RegisterDeployment: create the deployment record."""
+"""RegisterDeployment: create the deployment record and claim the artifact version."""
 
 from typing import Any
 
+import boto3
 from pydantic import BaseModel
 
 from modeldrop import steps
@@ -19,4 +20,4 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RecordSettings.from_env()
     table = settings.table()
-    return steps.register(table, event.request, settings.aws_region)
+    return steps.register(table, boto3.client("s3"), event.request, settings.aws_region)

@@ -59,6 +59,23 @@ class QuotaExceeded(ModeldropError):
     )
 
 
+class DuplicateDeployment(ModeldropError):
+    """The same artifact version is already deployed (or being deployed) by another execution."""
+
+    failure_class = "request"
+    default_hint = (
+        "follow the deployment named above (`modeldrop status ID`); a pipeline that starts deployments itself "
+        "should write its artifacts under direct/, which the S3 rule ignores"
+    )
+
+
+class ResourceNameTaken(ModeldropError):
+    """A SageMaker name this deployment needs is held by something else: nothing of it is touched."""
+
+    failure_class = "request"
+    default_hint = "delete or rename the other resource, or deploy with another ResourcePrefix"
+
+
 class SageMakerThrottled(ModeldropError):
     """Transient: the ASL retries this with backoff."""
 
@@ -95,6 +112,8 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     CheckpointRefused,
     ImageUnresolvable,
     PlanRefused,
+    DuplicateDeployment,
+    ResourceNameTaken,
     QuotaExceeded,
     SageMakerThrottled,
     EndpointFailed,

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from modeldrop.instance_types import instance_type_problem
 from modeldrop.s3uri import parse_s3_uri
 
 Engine = Literal["vllm", "sglang", "lmi"]
@@ -70,10 +71,24 @@ class DeploymentRequest(_Strict):
     @classmethod
     def _artifact(cls, value: str) -> str:
         uri = parse_s3_uri(value)
-        if not uri.is_prefix and not uri.key.endswith((".tar.gz", ".tgz", ".tar")):
-            raise ValueError("artifact_uri must end in .tar.gz/.tgz/.tar, or be a prefix ending in '/'")
         if not uri.key:
             raise ValueError("artifact_uri needs a key or prefix inside the bucket")
+        # SageMaker loads exactly two shapes: ModelDataUrl must be a gzip-compressed tar (".tar.gz"),
+        # and an uncompressed model is an S3 prefix (ModelDataSource, CompressionType None).
+        if not uri.is_prefix and not uri.key.endswith(".tar.gz"):
+            raise ValueError(
+                f"SageMaker cannot load {value!r}: give s3://bucket/key/model.tar.gz (a gzip-compressed tar) "
+                "or s3://bucket/prefix/ (ending in '/') holding the uncompressed safetensors and config files"
+            )
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = instance_type_problem(value)
+            if problem:
+                raise ValueError(f"{problem[0]}; {problem[1]}")
         return value
 
     @field_validator("eval_set_uri")
@@ -218,3 +233,5 @@ class TeardownResult(BaseModel):
     deleted: list[str]
     already_gone: list[str]
     left_behind: list[str]
+    # Same name, another deployment's (or nobody's) tags: never deleted by this deployment.
+    not_ours: list[str] = Field(default_factory=list)

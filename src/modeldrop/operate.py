@@ -21,6 +21,7 @@ from modeldrop.errors import ModeldropError, TeardownIncomplete
 from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.models import DeploymentRequest
 from modeldrop.sagemaker_resources import (
+    DEPLOYMENT_TAG,
     EXPIRES_TAG,
     MANAGED_BY_TAG,
     describe_endpoint,
@@ -169,6 +170,7 @@ def list_deployments(table: Any) -> list[dict[str, Any]]:
         if "LastEvaluatedKey" not in page:
             break
         kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    items = [i for i in items if not registry.is_claim(i)]
     return sorted(items, key=lambda i: str(i.get("created_at", "")), reverse=True)
 
 
@@ -229,7 +231,12 @@ def teardown(sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: 
         raise OperateError(f"deployment {item['deployment_id']} already ended ({item.get('status')})")
     try:
         # The state machine's own Teardown step: endpoint -> endpoint config -> model, recorded.
-        done = steps.teardown(sm, table if item else None, str(item["deployment_id"]) if item else "", name)
+        if item is not None:
+            owner = str(item["deployment_id"])
+        else:
+            assert desc is not None  # checked above: an endpoint or a record exists
+            owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
+        done = steps.teardown(sm, table if item else None, owner, name)
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}

@@ -104,7 +104,7 @@ def _expire(
         model = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["ModelName"]
     except (ClientError, KeyError, IndexError):
         model = name
-    deleted, _gone, failed = delete_all(sm, name, config, model)
+    deleted, _gone, failed, _not_ours = delete_all(sm, name, config, model)
     if failed:
         result.errors.extend(failed)
         return

@@ -97,3 +97,48 @@ def cost_so_far(item: Mapping[str, Any]) -> float | None:
     end = clock.parse_iso(str(item["ended_at"])) if item.get("ended_at") else clock.utcnow()
     hours = max(0.0, (end - clock.parse_iso(str(start))).total_seconds() / 3600)
     return round(hours * float(price), 4)
+
+
+# One artifact version gives at most one live deployment, whichever entry point starts it: the first
+# to register claims the version in an item of its own (never listed as a deployment).
+CLAIM_PREFIX = "artifact#"
+# A holder in one of these states has no endpoint (or never will): its claim may be taken over.
+RELEASED = {"failed", "expired", "torn_down", "aborted"}
+
+
+def is_claim(item: Mapping[str, Any]) -> bool:
+    return str(item.get("deployment_id", "")).startswith(CLAIM_PREFIX)
+
+
+def claim_artifact(table: Any, identity: str, deployment_id: str) -> dict[str, Any] | None:
+    """Claim IDENTITY (an artifact version) for DEPLOYMENT_ID; None when it is ours now, else the holder's record."""
+    import hashlib
+
+    key = CLAIM_PREFIX + hashlib.sha256(identity.encode()).hexdigest()
+    item = {"deployment_id": key, "claimed_by": deployment_id, "artifact": identity, "claimed_at": _now()}
+    for _attempt in range(3):
+        try:
+            table.put_item(Item=item, ConditionExpression="attribute_not_exists(deployment_id)")
+            return None
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+        claim = get(table, key)
+        holder = str(claim["claimed_by"]) if claim else ""
+        if holder == deployment_id:
+            return None  # a retried step
+        holder_record = get(table, holder) if holder else None
+        if holder_record is not None and holder_record.get("status") not in RELEASED:
+            return holder_record
+        try:  # the holder ended without an endpoint: take the claim over, unless someone else just did
+            table.put_item(
+                Item=item,
+                ConditionExpression="attribute_not_exists(deployment_id) OR claimed_by = :holder",
+                ExpressionAttributeValues={":holder": holder},
+            )
+            return None
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                raise
+    claim = get(table, key)
+    return get(table, str(claim["claimed_by"])) if claim else None

@@ -6,7 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from modeldrop.errors import QuotaExceeded, SageMakerThrottled
+from modeldrop.errors import QuotaExceeded, ResourceNameTaken, SageMakerThrottled
 
 MANAGED_BY_TAG = "modeldrop:managed-by"
 DEPLOYMENT_TAG = "modeldrop:deployment-id"
@@ -55,8 +55,13 @@ def create_all(
     startup_timeout: int,
     download_timeout: int,
     tags: list[dict[str, str]],
-) -> None:
-    """Create model, endpoint config and endpoint, all named ``name`` and tagged alike."""
+) -> list[str]:
+    """Create model, endpoint config and endpoint, all named ``name`` and tagged alike.
+
+    Idempotent for one deployment: a retried step (after a throttle or a Lambda timeout) adopts what
+    an earlier attempt created under this deployment's tags instead of failing on the name or
+    creating a second set. Returns what it adopted.
+    """
     if compressed:
         container: dict[str, Any] = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
     else:
@@ -67,26 +72,57 @@ def create_all(
                 "S3DataSource": {"S3Uri": model_data_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}
             },
         }
-    try:
-        sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags)
-        sm.create_endpoint_config(
-            EndpointConfigName=name,
-            ProductionVariants=[
-                {
-                    "VariantName": "AllTraffic",
-                    "ModelName": name,
-                    "InitialInstanceCount": 1,
-                    "InstanceType": instance_type,
-                    "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
-                    "ModelDataDownloadTimeoutInSeconds": download_timeout,
-                }
-            ],
-            Tags=tags,
-        )
-        sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=tags)
-    except ClientError as exc:
-        _raise_domain(exc, f"creating {name}")
-        raise
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InitialInstanceCount": 1,
+        "InstanceType": instance_type,
+        "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
+        "ModelDataDownloadTimeoutInSeconds": download_timeout,
+    }
+    ours = {t["Key"]: t["Value"] for t in tags}
+    steps = (
+        (
+            "model",
+            lambda: sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags),
+            lambda: sm.describe_model(ModelName=name)["ModelArn"],
+        ),
+        (
+            "endpoint-config",
+            lambda: sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant], Tags=tags),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=name)["EndpointConfigArn"],
+        ),
+        (
+            "endpoint",
+            lambda: sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=tags),
+            lambda: sm.describe_endpoint(EndpointName=name)["EndpointArn"],
+        ),
+    )
+    adopted: list[str] = []
+    for kind, create, arn_of in steps:
+        try:
+            create()
+        except ClientError as exc:
+            if not _already_exists(exc):
+                _raise_domain(exc, f"creating {kind}/{name}")
+                raise
+            try:
+                theirs = list_tags(sm, arn_of())
+            except ClientError as describe_exc:
+                _raise_domain(describe_exc, f"describing {kind}/{name}")
+                raise
+            if any(theirs.get(key) != ours[key] for key in (MANAGED_BY_TAG, DEPLOYMENT_TAG)):
+                raise ResourceNameTaken(
+                    f"{kind}/{name} already exists and belongs to another deployment "
+                    f"({theirs.get(DEPLOYMENT_TAG) or 'not managed by modeldrop'})",
+                ) from None
+            adopted.append(f"{kind}/{name}")
+    return adopted
+
+
+def _already_exists(exc: ClientError) -> bool:
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    return _code(exc) == "ValidationException" and "Cannot create already existing" in message
 
 
 def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
@@ -100,19 +136,44 @@ def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
         raise
 
 
-def delete_all(sm: Any, endpoint: str, config: str, model: str) -> tuple[list[str], list[str], list[str]]:
-    """Delete endpoint -> endpoint config -> model. Returns (deleted, already_gone, failed)."""
+def delete_all(
+    sm: Any, endpoint: str, config: str, model: str, owner: str | None = None
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Delete endpoint -> endpoint config -> model. Returns (deleted, already_gone, failed, not_ours).
+
+    With ``owner`` (a deployment id) a resource tagged for another deployment, or not tagged by
+    modeldrop at all, is left alone: a name clash must never delete someone else's endpoint.
+    """
     deleted: list[str] = []
     gone: list[str] = []
     failed: list[str] = []
+    not_ours: list[str] = []
     steps = (
-        ("endpoint", endpoint, lambda: sm.delete_endpoint(EndpointName=endpoint)),
-        ("endpoint-config", config, lambda: sm.delete_endpoint_config(EndpointConfigName=config)),
-        ("model", model, lambda: sm.delete_model(ModelName=model)),
+        (
+            "endpoint",
+            endpoint,
+            lambda: sm.delete_endpoint(EndpointName=endpoint),
+            lambda: sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"],
+        ),
+        (
+            "endpoint-config",
+            config,
+            lambda: sm.delete_endpoint_config(EndpointConfigName=config),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=config)["EndpointConfigArn"],
+        ),
+        (
+            "model",
+            model,
+            lambda: sm.delete_model(ModelName=model),
+            lambda: sm.describe_model(ModelName=model)["ModelArn"],
+        ),
     )
-    for kind, name, call in steps:
+    for kind, name, call, arn_of in steps:
         label = f"{kind}/{name}"
         try:
+            if owner is not None and list_tags(sm, arn_of()).get(DEPLOYMENT_TAG) != owner:
+                not_ours.append(label)
+                continue
             call()
             deleted.append(label)
         except ClientError as exc:
@@ -121,7 +182,7 @@ def delete_all(sm: Any, endpoint: str, config: str, model: str) -> tuple[list[st
             else:
                 _raise_domain(exc, f"deleting {label}")
                 failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
-    return deleted, gone, failed
+    return deleted, gone, failed, not_ours
 
 
 def list_tags(sm: Any, arn: str) -> dict[str, str]:

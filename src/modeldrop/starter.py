@@ -41,6 +41,11 @@ class StartOutcome(BaseModel):
     reason: str | None = None
 
 
+# Keys under this prefix never start a deployment from their upload event: a pipeline that writes
+# its model here starts (and waits for) the deployment itself, so one artifact is deployed once.
+DIRECT_PREFIX = "direct/"
+
+
 def classify_key(key: str) -> Literal["archive", "marker"] | None:
     base = posixpath.basename(key)
     if base == ARCHIVE_SUFFIX or key.endswith(ARCHIVE_SUFFIX):
@@ -109,6 +114,10 @@ def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, art
         raise RequestInvalid("event is not an S3 'Object Created' EventBridge event") from None
     if bucket != artifact_bucket:
         return StartOutcome(status="ignored", reason=f"bucket {bucket} is not the artifact bucket")
+    if obj.key.startswith(DIRECT_PREFIX):
+        return StartOutcome(
+            status="ignored", reason=f"{obj.key} is under {DIRECT_PREFIX}: whoever uploaded it starts it directly"
+        )
     kind = classify_key(obj.key)
     if kind is None:
         return StartOutcome(

@@ -13,12 +13,14 @@ from pydantic import BaseModel, ValidationError
 
 from modeldrop import clock, endpoint_logs, registry
 from modeldrop.artifact_scan import scan_source
+from modeldrop.artifact_version import artifact_identity
 from modeldrop.checkpoint import validate_scan
 from modeldrop.config import DefaultsSettings
 from modeldrop.endpoint_quota import check_endpoint_quota
 from modeldrop.errors import (
     CheckpointRefused,
     DeployDeadlineExceeded,
+    DuplicateDeployment,
     EndpointFailed,
     EvalFailed,
     RequestInvalid,
@@ -31,6 +33,7 @@ from modeldrop.eval_report import MetricSink, emit_metrics, to_markdown
 from modeldrop.eval_runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.events_bus import lifecycle_detail, publish
 from modeldrop.image import resolve_image
+from modeldrop.instance_types import instance_type_problem
 from modeldrop.memory_plan import hourly_price, instance_catalog
 from modeldrop.models import (
     DeploymentRequest,
@@ -61,6 +64,9 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
     deployment_id = deployment_id_for(execution_name)
     check_refs(request.secrets, defaults.secrets_prefix, engine_keys=set(request.engine_env))
+    problem = instance_type_problem(request.instance_type or defaults.default_instance_type)
+    if problem:  # the stack's default is checked too: nothing may be created for a type that cannot serve
+        raise RequestInvalid(*problem)
     return NormalizedRequest(
         deployment_id=deployment_id,
         execution_name=execution_name,
@@ -81,7 +87,9 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
     )
 
 
-def register(table: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+    """Create the record, then claim the artifact version: a second deployment of it fails here."""
+    identity, version = artifact_identity(s3, req.artifact_uri)
     price = hourly_price(req.instance_type, region)
     created = registry.register(
         table,
@@ -97,9 +105,16 @@ def register(table: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
             "hourly_price": str(price) if price is not None else None,
             "price_read_on": instance_catalog()["price_read_on"] if price is not None else None,
             "region": region,
+            "artifact_version": version,
         },
     )
-    return {"deployment_id": req.deployment_id, "created": created}
+    holder = registry.claim_artifact(table, identity, req.deployment_id)
+    if holder is not None:
+        raise DuplicateDeployment(
+            f"{req.artifact_uri} (version {version}) is already deployed by {holder['deployment_id']} "
+            f"(status {holder.get('status')}, endpoint {holder.get('endpoint_name')}); nothing was created"
+        )
+    return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
 
 
 def report_prefix(artifact_uri: str, deployment_id: str) -> tuple[str, str]:
@@ -195,10 +210,12 @@ def create(
     name = req.resource_name
     uri = parse_s3_uri(req.artifact_uri)
     sm = clients.sagemaker
-    quota = check_endpoint_quota(clients.quotas, sm, plan.instance_type)
+    # A retried step whose endpoint already exists must not count that endpoint against the quota.
+    retried = describe_endpoint(sm, name) is not None
+    quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type)
     # Secret values exist only in this call and the model's container env.
     env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
-    create_all(
+    adopted = create_all(
         sm,
         name,
         image.image_uri,
@@ -221,7 +238,7 @@ def create(
         table,
         req.deployment_id,
         "create_endpoint",
-        {**ref.model_dump(mode="json"), "quota": asdict(quota)},
+        {**ref.model_dump(mode="json"), "quota": asdict(quota) if quota else None, "adopted": adopted},
         status="creating",
         expires_at=expires_at,
         started_at=clock.iso(now),
@@ -347,9 +364,13 @@ def record_failure(
     return record
 
 
-def teardown(sm: Any, table: Any | None, deployment_id: str, resource_name: str) -> TeardownResult:
-    deleted, gone, failed = delete_all(sm, resource_name, resource_name, resource_name)
-    result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed)
+def teardown(
+    sm: Any, table: Any | None, deployment_id: str, resource_name: str, owner: str | None = None
+) -> TeardownResult:
+    """Delete what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME, nothing else."""
+    owner = owner if owner is not None else deployment_id
+    deleted, gone, failed, not_ours = delete_all(sm, resource_name, resource_name, resource_name, owner=owner)
+    result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
     if table is not None:
         registry.record_step(
             table, deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow())

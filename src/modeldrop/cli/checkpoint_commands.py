@@ -128,10 +128,14 @@ def plan_cmd(
 
     from modeldrop.artifact_scan import scan_source
     from modeldrop.checkpoint import validate_scan
+    from modeldrop.instance_types import instance_type_problem
     from modeldrop.serving_plan import plan_report
 
     if engine not in ("vllm", "sglang", "lmi"):
         fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
+    problem = instance_type_problem(instance_type)
+    if problem:
+        fail(f"--instance-type: {problem[0]}", problem[1])
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         fail("no region: pass --region or set AWS_REGION")

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import app, console, err, fail
@@ -122,10 +123,14 @@ def _summary(result: Any) -> None:
     console.print(f"[dim]note: {result.note}[/]")
     if result.status == "succeeded":
         console.print(
-            f"[bold green]SUCCESS[/] deployment {result.deployment_id} is InService and passed its smoke eval "
+            f"[bold green]SUCCESS[/] deployment {result.deployment_id} reached InService and passed its smoke eval "
             f"({result.seconds}s)"
         )
+        console.print(
+            "  deleted at exit (the emulated account ends with the run): " + ", ".join(result.deleted_at_exit)
+        )
     else:
-        console.print(f"[bold red]FAILED[/] {result.error}: {result.cause}")
-        left = result.leftover_resources
-        console.print("  leftover resources: " + (", ".join(left) if left else "none (everything was deleted)"))
+        console.print("[bold red]FAILED[/] " + escape(f"{result.error}: {result.cause}"))
+    left = result.leftover_resources
+    # Read back from the emulated account after the run, not assumed.
+    console.print("  leftover resources: " + (", ".join(left) if left else "none (checked: nothing is left)"))

@@ -56,6 +56,7 @@ FAULTS: dict[str, str] = {
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
     "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
+    "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
 }
 THROTTLED_CALLS = 2
 # Real seconds an engine may take to come up before the virtual clock alone can fail it.
@@ -137,6 +138,11 @@ class LocalHosting:
         self.planned.append(fault)
 
     # ---- called from the moto SageMaker backend --------------------------------------------
+    def throttle_create(self, name: str, model_attempts: int) -> bool:
+        """create-throttle: CreateEndpoint is throttled (past the SDK's own retries) until the step is
+        retried, which a second CreateModel call for the same name shows."""
+        return self.fault == "create-throttle" and model_attempts < 2
+
     def on_create(self, name: str, backend: Any) -> None:
         config = backend.endpoint_configs[backend.endpoints[name].endpoint_config_name]
         variant = config.production_variants[0]

@@ -5,21 +5,27 @@ One place, used by the tests and by `modeldrop run-local`:
 - Lambda: moto runs functions in Docker; dispatch them to the handlers in this process instead,
   returning (payload, errored, logs) with errored payloads shaped like the Lambda runtime's.
 - Time: Wait states advance modeldrop.clock instead of sleeping; Retry backoff does not sleep.
-- SageMaker: accept GPU instance types; let the local hosting run a server per endpoint and decide
-  its status; refuse a duplicate endpoint name as SageMaker does.
+- SageMaker, as strict as the API reference: instance types from botocore's own service model
+  (moto's list has no GPU types), no second model / endpoint config / endpoint of one name,
+  ModelDataUrl only as a .tar.gz and an uncompressed model only as an S3 prefix; the local
+  hosting runs a server per endpoint and decides its status (and may throttle a create).
+- Step Functions, as strict as the service: no `$eval` in a JSONata definition (a function Step
+  Functions does not provide), and a Wait state's JSONata Seconds must be a whole number.
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
 """
 
 # Monkeypatching moto is this module's purpose.
-# mypy: disable-error-code="method-assign,assignment,unused-ignore,attr-defined"
+# mypy: disable-error-code="method-assign,assignment,unused-ignore,attr-defined,typeddict-item"
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import re
 import threading
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -42,6 +48,8 @@ class Hosting(Protocol):
     def status(self, name: str) -> tuple[str, str | None]: ...
 
     def on_delete(self, name: str) -> None: ...
+
+    def throttle_create(self, name: str, model_attempts: int) -> bool: ...
 
 
 def set_dispatcher(dispatcher: Dispatcher | None) -> None:
@@ -76,6 +84,9 @@ def install() -> None:
         _patch_sagemaker()
         _patch_events()
         _patch_service_quotas()
+        _patch_stepfunctions()
+        # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
+        warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
         for name in ("moto.stepfunctions", "moto.stepfunctions.parser"):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         _installed = True
@@ -122,18 +133,56 @@ def _patch_timing() -> None:
 
 def _patch_sagemaker() -> None:
     from moto.sagemaker import models as sm
+    from moto.sagemaker.exceptions import SagemakerClientError, ValidationError
+    from moto.sagemaker.utils import arn_formatter
 
-    sm.FakeEndpointConfig.validate_instance_type = lambda self, instance_type: None
+    from modeldrop.instance_types import hosting_instance_types
 
+    class Throttled(SagemakerClientError):
+        code = "ThrottlingException"
+
+    def validate_instance_type(self: Any, instance_type: str) -> None:
+        if instance_type not in hosting_instance_types():
+            raise ValidationError(
+                message=f"1 validation error detected: Value '{instance_type}' at "
+                "'productionVariants.1.member.instanceType' failed to satisfy constraint: Member must satisfy "
+                "enum value set: [ProductionVariantInstanceType]"
+            )
+
+    sm.FakeEndpointConfig.validate_instance_type = validate_instance_type
+
+    original_create_model = sm.SageMakerModelBackend.create_model
+    original_create_config = sm.SageMakerModelBackend.create_endpoint_config
     original_create = sm.SageMakerModelBackend.create_endpoint
     original_describe = sm.SageMakerModelBackend.describe_endpoint
 
+    def refuse_existing(self: Any, kind: str, resource: str, name: str) -> None:
+        # moto silently overwrites; SageMaker refuses.
+        arn = arn_formatter(resource, name, self.account_id, self.region_name)
+        raise ValidationError(message=f'Cannot create already existing {kind} "{arn}".')
+
+    model_attempts: dict[str, int] = {}
+
+    def create_model(self: Any, model_name: str, **kw: Any) -> Any:
+        model_attempts[model_name] = model_attempts.get(model_name, 0) + 1
+        if model_name in self._models:
+            refuse_existing(self, "model", "model", model_name)
+        for container in [kw.get("primary_container") or {}, *(kw.get("containers") or [])]:
+            problem = model_data_problem(container)
+            if problem:
+                raise ValidationError(message=problem)
+        return original_create_model(self, model_name, **kw)
+
+    def create_endpoint_config(self: Any, endpoint_config_name: str, *a: Any, **kw: Any) -> Any:
+        if endpoint_config_name in self.endpoint_configs:
+            refuse_existing(self, "endpoint configuration", "endpoint-config", endpoint_config_name)
+        return original_create_config(self, endpoint_config_name, *a, **kw)
+
     def create_endpoint(self: Any, endpoint_name: str, endpoint_config_name: str, tags: Any) -> Any:
         if endpoint_name in self.endpoints:
-            # moto silently overwrites; SageMaker refuses.
-            from moto.sagemaker.exceptions import ValidationError
-
-            raise ValidationError(message=f'Cannot create already existing endpoint "{endpoint_name}".')
+            refuse_existing(self, "endpoint", "endpoint", endpoint_name)
+        if _hosting is not None and _hosting.throttle_create(endpoint_name, model_attempts.get(endpoint_name, 0)):
+            raise Throttled("Rate exceeded")
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
         if _hosting is not None:
             endpoint.endpoint_status = "Creating"
@@ -155,9 +204,113 @@ def _patch_sagemaker() -> None:
         if _hosting is not None:
             _hosting.on_delete(endpoint_name)
 
+    sm.SageMakerModelBackend.create_model = create_model
+    sm.SageMakerModelBackend.create_endpoint_config = create_endpoint_config
     sm.SageMakerModelBackend.create_endpoint = create_endpoint
     sm.SageMakerModelBackend.describe_endpoint = describe_endpoint
     sm.SageMakerModelBackend.delete_endpoint = delete_endpoint
+
+
+def model_data_problem(container: dict[str, Any]) -> str | None:
+    """What CreateModel refuses in a container's model data (the SageMaker API reference), or None."""
+    url = container.get("ModelDataUrl")
+    if url is not None and not (str(url).startswith("s3://") and str(url).endswith(".tar.gz")):
+        return f"ModelDataUrl {url!r} must point to a single gzip-compressed tar archive (.tar.gz suffix)"
+    source = (container.get("ModelDataSource") or {}).get("S3DataSource")
+    if source is not None:
+        if url is not None:
+            return "specify either ModelDataUrl or ModelDataSource, not both"
+        uri, kind, compression = source.get("S3Uri", ""), source.get("S3DataType"), source.get("CompressionType")
+        if compression == "Gzip" and (kind != "S3Object" or not uri.endswith(".tar.gz")):
+            return "CompressionType Gzip needs S3DataType S3Object and an S3Uri ending in .tar.gz"
+        if compression == "None" and kind == "S3Prefix" and not uri.endswith("/"):
+            return f"an S3Prefix S3Uri for uncompressed model data must end with a slash: {uri!r}"
+        if compression not in ("Gzip", "None"):
+            return f"CompressionType must be Gzip or None, not {compression!r}"
+    return None
+
+
+_JSONATA = re.compile(r"\{%(.*?)%\}", re.S)
+_EVAL = re.compile(r"\$eval\b")
+
+
+def definition_problems(definition: str) -> list[str]:
+    """What Step Functions refuses in a JSONata definition that moto's parser accepts."""
+    problems: list[str] = []
+
+    def walk(node: Any, where: str) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key == "Assign" and isinstance(value, dict) and "eval" in value:
+                    problems.append(f"{where}: Assign names a variable 'eval' ($eval is a reserved function)")
+                walk(value, f"{where}.{key}")
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                walk(value, f"{where}[{i}]")
+        elif isinstance(node, str):
+            for expression in _JSONATA.findall(node):
+                if _EVAL.search(expression):
+                    problems.append(f"{where}: $eval is not available in Step Functions JSONata: {node!r}")
+
+    walk(json.loads(definition), "$")
+    return problems
+
+
+def _patch_stepfunctions() -> None:
+    from moto.core.exceptions import AWSError
+    from moto.stepfunctions.parser.api import InvalidDefinition
+    from moto.stepfunctions.parser.asl.component.common.error_name.failure_event import (
+        FailureEvent,
+        FailureEventException,
+    )
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name import StatesErrorName
+    from moto.stepfunctions.parser.asl.component.common.error_name.states_error_name_type import (
+        StatesErrorNameType,
+    )
+    from moto.stepfunctions.parser.asl.component.state.wait.wait_function import seconds
+    from moto.stepfunctions.parser.asl.eval.event.event_detail import EventDetails
+    from moto.stepfunctions.parser.models import StepFunctionsParserBackend
+
+    class InvalidDefinitionError(AWSError):
+        TYPE = "InvalidDefinition"  # moto's own InvalidDefinition reaches the client with an empty code
+
+    original_validate = StepFunctionsParserBackend._validate_definition
+
+    def validate_definition(definition: str) -> None:
+        try:
+            original_validate(definition=definition)
+        except InvalidDefinition as exc:
+            raise InvalidDefinitionError(str(exc.message)) from None
+        problems = definition_problems(definition)
+        if problems:
+            raise InvalidDefinitionError("; ".join(problems))
+
+    StepFunctionsParserBackend._validate_definition = staticmethod(validate_definition)
+
+    def whole_seconds(self: Any, env: Any) -> int:
+        # moto truncates 7.5 to 7; Step Functions needs a non-negative integer and fails the state.
+        self.string_jsonata.eval(env=env)
+        value = env.stack.pop()
+        if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or value != int(value):
+            from moto.stepfunctions.parser.api import EvaluationFailedEventDetails, HistoryEventType
+
+            name = StatesErrorName(typ=StatesErrorNameType.StatesQueryEvaluationError)
+            raise FailureEventException(
+                failure_event=FailureEvent(
+                    env=env,
+                    error_name=name,
+                    event_type=HistoryEventType.EvaluationFailed,
+                    event_details=EventDetails(
+                        evaluationFailedEventDetails=EvaluationFailedEventDetails(
+                            error=name.error_name,
+                            cause=f"The Wait state's Seconds must be a non-negative integer, not {value!r}.",
+                        )
+                    ),
+                )
+            )
+        return int(value)
+
+    seconds.SecondsJSONata._get_wait_seconds = whole_seconds
 
 
 def _patch_events() -> None:

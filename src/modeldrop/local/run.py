@@ -32,6 +32,8 @@ class RunResult(BaseModel):
     eval: dict[str, Any] | None = None
     eval_report: dict[str, Any] | None = None
     leftover_resources: list[str] = Field(default_factory=list)
+    # What run-local itself deleted after a success (the emulated account ends with the run).
+    deleted_at_exit: list[str] = Field(default_factory=list)
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -126,6 +128,15 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
     except TimeoutError as exc:
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     deployment_id = deployment_id_for(desc["name"])
+    cleanup: list[str] = []
+    if desc["status"] == "SUCCEEDED":
+        # The emulator ends with this run: delete the live endpoint the way `modeldrop teardown` does,
+        # so that the leftover check below is a real one for a success too.
+        item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
+        done = stack.invoke_function(
+            "TeardownFunction", {"deployment_id": deployment_id, "resource_name": item.get("endpoint_name", "")}
+        )
+        cleanup = list(done.get("deleted", []))
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
     record = registry.decoded(item)
     output = json.loads(desc["output"]) if desc.get("output") else None
@@ -140,7 +151,8 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         record=json.loads(json.dumps(record, default=str)),
         eval=(output or {}).get("eval") or record["steps"].get("smoke_eval"),
         eval_report=_eval_report(stack, record),
-        leftover_resources=stack.leftover_resources() if desc["status"] != "SUCCEEDED" else [],
+        leftover_resources=stack.leftover_resources(),
+        deleted_at_exit=cleanup,
     )
 
 

@@ -159,6 +159,8 @@ class EmulatedStack:
         if queued:
             error = queued.pop(0)
             self._record(spec.logical_id, started, error)
+            if error == "States.Timeout":  # the interpreter's own task timeout: an error with no Cause
+                raise TimeoutError(f"injected {error}")
             return json.dumps({"errorType": error, "errorMessage": f"injected {error}"}), True, ""
         context = _Context(spec.name, spec.arn)
         with self._env_lock, _patched_env({**spec.env, **self.extra_env}):
@@ -301,6 +303,31 @@ LOCAL_ENV = {
 }
 
 
+def check_parameters(specs: dict[str, Any], values: dict[str, str]) -> None:
+    """Refuse parameter values CloudFormation would refuse (type, allowed values, pattern, range)."""
+    import re
+
+    for name, spec in specs.items():
+        value = values.get(name, "")
+        problem = None
+        if spec.get("AllowedValues") and value not in [str(v) for v in spec["AllowedValues"]]:
+            problem = f"must be one of {spec['AllowedValues']}"
+        elif spec.get("AllowedPattern") and not re.fullmatch(spec["AllowedPattern"], value):
+            problem = f"must match {spec['AllowedPattern']}"
+        elif spec.get("Type") == "Number":
+            try:
+                number = float(value)
+            except ValueError:
+                problem = "must be a number"
+            else:
+                if "MinValue" in spec and number < float(spec["MinValue"]):
+                    problem = f"must be >= {spec['MinValue']}"
+                elif "MaxValue" in spec and number > float(spec["MaxValue"]):
+                    problem = f"must be <= {spec['MaxValue']}"
+        if problem:
+            raise ValueError(f"parameter {name}={value!r} {problem}")
+
+
 def build_stack(
     root: Path | None = None,
     parameters: dict[str, str] | None = None,
@@ -314,6 +341,7 @@ def build_stack(
     params = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}
     params.update(LOCAL_PARAMETERS)
     params.update(parameters or {})
+    check_parameters(template.get("Parameters", {}), params)
     stack = EmulatedStack(root=root, parameters=params, hosting=hosting or LocalHosting())
     stack.runtime = LocalRuntime(stack.hosting, **(runtime_options or {})).start()
     stack.extra_env = {**LOCAL_ENV, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": stack.runtime.url}
