@@ -11,7 +11,7 @@ LAMBDA_VENV ?= .venv-lambda
 SAM := env SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam
 BUILD_DIR ?= .aws-sam/build
 
-.PHONY: install run-local test lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 asl schema clean
+.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 asl schema clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -55,6 +55,10 @@ sam-build: $(SAM_VENV)/.installed
 
 pytest: install sam-build $(LAMBDA_VENV)/.installed
 	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python $(PY) -m pytest -q
+
+# The pure tier alone (seconds): the unit and contract tests, no emulated stack.
+test-fast: install
+	$(PY) -m pytest -q tests/unit tests/contracts
 
 # Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz (cached in .bench/).
 bench: install

@@ -22,7 +22,7 @@ def make_stack() -> Iterator[Callable[..., Any]]:
     """Build the emulated stack (with its own hosting) inside one mock_aws; everything stops after."""
     from moto import mock_aws
 
-    from modeldrop import clock
+    from modeldrop.contracts import clock
     from modeldrop.local.hosting import LocalHosting
     from modeldrop.local.stack import build_stack
 
@@ -50,14 +50,14 @@ def stack(make_stack: Callable[..., Any]) -> Any:
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
-    from modeldrop.sample_checkpoint import write_checkpoint
+    from modeldrop.local.sample_checkpoint import write_checkpoint
 
     return write_checkpoint(tmp_path / "ckpt")
 
 
 @pytest.fixture
 def archive(checkpoint: Path) -> bytes:
-    from modeldrop.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes
 
     return tar_gz_bytes(checkpoint)
 
@@ -73,7 +73,7 @@ def create_endpoint(
     tags: list[dict[str, str]] | None = None,
 ) -> None:
     """Model, config and endpoint as the CreateEndpoint step makes them, from an archive at a key no rule watches."""
-    from modeldrop.sagemaker_resources import create_all, tags_for
+    from modeldrop.aws.sagemaker_resources import create_all, tags_for
 
     stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
     create_all(

@@ -2,7 +2,7 @@
 
 Generates a bf16-like .tar.gz (tools/bench_validate.py's generator) of SIZE GB, uploads it to a
 moto server on loopback, then times, each in a fresh process reading the same object over HTTP:
-  - a plain download of the object to /dev/null (boto3 `download_fileobj`): the floor;
+  - a plain download: one streaming GET of the object, read to the end and dropped (the floor);
   - `modeldrop validate s3://…` with python-isal (what the Lambda layer ships);
   - the same with the stdlib's gzip forced (a layer without isal).
 Prints each wall time, throughput and the ratio to the plain download.
@@ -40,7 +40,9 @@ def main(size_gb: float) -> int:
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_EC2_METADATA_DISABLED": "true",
     }
+    os.environ.update(env)
     server = subprocess.Popen(
         [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", port],
         stdout=subprocess.DEVNULL,

@@ -28,7 +28,7 @@ SHARD_BYTES = 1024**3
 ROW = 4096 * 2  # one bf16 row of 4096 values
 
 STDLIB = (
-    "import gzip, sys, modeldrop.artifact_scan as a;"
+    "import gzip, sys, modeldrop.checkpoint.artifact_scan as a;"
     "a.decompressor = lambda raw, c: gzip.GzipFile(fileobj=raw, mode='rb') if c else raw;"
     "a._scan_with_rapidgzip = lambda path: None;"
     "from modeldrop.cli import main; sys.argv = ['modeldrop'] + sys.argv[1:]; main()"
@@ -79,7 +79,7 @@ def shard_header(index: int, data_bytes: int) -> bytes:
 def generate(path: Path, total: int) -> None:
     from isal import igzip
 
-    from modeldrop.sample_checkpoint import write_checkpoint
+    from modeldrop.local.sample_checkpoint import write_checkpoint
 
     small = write_checkpoint(BENCH / "small-files")
     shards = max(1, -(-total // SHARD_BYTES))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from modeldrop.models import DeploymentRequest
+from modeldrop.contracts.models import DeploymentRequest
 
 PATH = Path(__file__).resolve().parent.parent / "schemas" / "deployment-request.schema.json"
 

@@ -5,10 +5,10 @@ from typing import Any
 import boto3
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.config import DeploySettings
-from modeldrop.lambda_support import handler, logger
-from modeldrop.models import EndpointRef, EnginePlan, ImageChoice, NormalizedRequest
+from modeldrop.contracts.models import EndpointRef, EnginePlan, ImageChoice, NormalizedRequest
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import DeploySettings
+from modeldrop.pipeline.lambda_support import handler, logger
 
 
 class Event(BaseModel):

@@ -5,9 +5,9 @@ from typing import Any, Literal
 import boto3
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.config import RegistrySettings
-from modeldrop.lambda_support import handler, logger, metrics
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import RegistrySettings
+from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
 
 class Event(BaseModel):

@@ -4,10 +4,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.config import DefaultsSettings
-from modeldrop.lambda_support import handler, logger
-from modeldrop.models import NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import DefaultsSettings
+from modeldrop.pipeline.lambda_support import handler, logger
 
 
 class Event(BaseModel):

@@ -5,9 +5,9 @@ from typing import Any
 import boto3
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.lambda_support import handler, logger
-from modeldrop.models import EndpointPoll, EndpointRef
+from modeldrop.contracts.models import EndpointPoll, EndpointRef
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.lambda_support import handler, logger
 
 
 class Event(BaseModel):

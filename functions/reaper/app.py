@@ -5,9 +5,9 @@ from typing import Any
 
 import boto3
 
-from modeldrop.config import ReaperSettings
-from modeldrop.lambda_support import logger, metrics
-from modeldrop.reaper import reap
+from modeldrop.pipeline.config import ReaperSettings
+from modeldrop.pipeline.lambda_support import logger, metrics
+from modeldrop.pipeline.reaper import reap
 
 
 @logger.inject_lambda_context

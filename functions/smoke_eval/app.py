@@ -5,11 +5,11 @@ from typing import Any
 import boto3
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.config import EvalSettings
-from modeldrop.eval_runner import runtime_client_config
-from modeldrop.lambda_support import handler, logger, metrics
-from modeldrop.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
+from modeldrop.contracts.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
+from modeldrop.evaluation.runner import runtime_client_config
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import EvalSettings
+from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
 
 class Event(BaseModel):

@@ -4,9 +4,9 @@ from typing import Any
 
 import boto3
 
-from modeldrop.config import StarterSettings
-from modeldrop.lambda_support import logger
-from modeldrop.starter import start_from_event
+from modeldrop.pipeline.config import StarterSettings
+from modeldrop.pipeline.lambda_support import logger
+from modeldrop.pipeline.starter import start_from_event
 
 
 @logger.inject_lambda_context

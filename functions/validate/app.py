@@ -5,10 +5,10 @@ from typing import Any
 import boto3
 from pydantic import BaseModel
 
-from modeldrop import steps
-from modeldrop.config import RecordSettings
-from modeldrop.lambda_support import handler, logger, metrics, tracer
-from modeldrop.models import ValidationSummary
+from modeldrop.contracts.models import ValidationSummary
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
 
 
 class Event(BaseModel):

@@ -1,4 +1,7 @@
-"""The modeldrop command line (needs the `cli` extra; the Lambda bundle never imports this)."""
+"""The modeldrop command line (needs the `cli` extra; the Lambda bundle never imports this).
+
+May import: anything in modeldrop.
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover - only without the cli extra
     sys.stderr.write("modeldrop's command line needs its extra: pip install 'modeldrop[cli,local]'\n")
     raise SystemExit(2) from None
 
-from modeldrop.errors import ModeldropError
+from modeldrop.contracts.errors import ModeldropError
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind."

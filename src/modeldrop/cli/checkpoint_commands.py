@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from modeldrop.cli._shared import app, aws_errors, console, fail
-from modeldrop.errors import ModeldropError
+from modeldrop.contracts.errors import ModeldropError
 
 
 @app.command("validate")
@@ -22,8 +22,8 @@ def validate_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
-    from modeldrop.artifact_scan import scan_source
-    from modeldrop.checkpoint import validate_scan
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
 
     try:
         with aws_errors(domain_errors=False):
@@ -87,7 +87,7 @@ def repair_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
-    from modeldrop.repair import repair
+    from modeldrop.checkpoint.repair import repair
 
     try:
         with aws_errors(domain_errors=False):
@@ -126,10 +126,10 @@ def plan_cmd(
 ) -> None:
     """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
 
-    from modeldrop.artifact_scan import scan_source
-    from modeldrop.checkpoint import validate_scan
-    from modeldrop.instance_types import instance_type_problem
-    from modeldrop.serving_plan import plan_report
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
+    from modeldrop.contracts.instance_types import instance_type_problem
+    from modeldrop.serving.plan import plan_report
 
     if engine not in ("vllm", "sglang", "lmi"):
         fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")

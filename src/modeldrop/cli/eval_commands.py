@@ -52,10 +52,10 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
-    from modeldrop.eval_report import to_markdown
-    from modeldrop.eval_runner import evaluate_endpoint, runtime_client_config
-    from modeldrop.models import EvalThresholds
-    from modeldrop.smoke_eval import load_eval_set
+    from modeldrop.contracts.models import EvalThresholds
+    from modeldrop.evaluation.report import to_markdown
+    from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config
+    from modeldrop.evaluation.smoke_eval import load_eval_set
 
     if schema not in ("chat", "lmi"):
         fail(f"unknown --schema {schema!r}; choose chat or lmi")

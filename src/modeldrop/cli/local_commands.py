@@ -112,7 +112,7 @@ def _summary(result: Any) -> None:
         table.add_row("deleted", ", ".join(teardown.get("deleted", [])) or "nothing was created")
     console.print(table)
     if result.eval_report:
-        from modeldrop.smoke_eval import EvalReport
+        from modeldrop.evaluation.smoke_eval import EvalReport
 
         eval_table(EvalReport.model_validate(result.eval_report))
     failure = rec.get("steps", {}).get("failure") or {}

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from modeldrop.cli._shared import app, aws_errors, console, fail, session_for
-from modeldrop.errors import cause_message
+from modeldrop.contracts.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
 StackOpt = Annotated[
@@ -21,7 +21,7 @@ RegionOpt = Annotated[str | None, typer.Option(help="AWS region (default: the SD
 
 def _connect(stack: str, region: str | None) -> tuple[Any, Any, Any]:
     """(boto3 session, the stack's outputs, the deployments table)."""
-    from modeldrop.operate import stack_info
+    from modeldrop.operate.deployments import stack_info
 
     session = session_for(region)
     info = stack_info(session.client("cloudformation"), stack, session.region_name)
@@ -52,10 +52,10 @@ def deploy_cmd(
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
     from pydantic import ValidationError
 
-    from modeldrop.errors import describe_validation
-    from modeldrop.execution_watch import watch
-    from modeldrop.models import DeploymentRequest
-    from modeldrop.operate import parse_ttl, start_deployment
+    from modeldrop.aws.execution_watch import watch
+    from modeldrop.contracts.errors import describe_validation
+    from modeldrop.contracts.models import DeploymentRequest
+    from modeldrop.operate.deployments import parse_ttl, start_deployment
 
     with aws_errors():
         fields: dict[str, Any] = {
@@ -116,7 +116,7 @@ def list_cmd(
     stack: StackOpt = "modeldrop", region: RegionOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
-    from modeldrop.operate import list_deployments, row_for
+    from modeldrop.operate.deployments import list_deployments, row_for
 
     with aws_errors():
         _session, info, table = _connect(stack, region)
@@ -150,7 +150,7 @@ def status_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
-    from modeldrop.operate import deployment_status, find_deployment
+    from modeldrop.operate.deployments import deployment_status, find_deployment
 
     with aws_errors():
         _session, info, deployments = _connect(stack, region)
@@ -192,7 +192,7 @@ def extend_cmd(
     region: RegionOpt = None,
 ) -> None:
     """Move a live deployment's expiry: the endpoint's tag and the record together."""
-    from modeldrop.operate import extend, parse_ttl
+    from modeldrop.operate.deployments import extend, parse_ttl
 
     with aws_errors():
         hours = parse_ttl(ttl)
@@ -208,7 +208,7 @@ def teardown_cmd(
     region: RegionOpt = None,
 ) -> None:
     """Delete a managed endpoint now (endpoint, config, model) and record it; refuses unmanaged ones."""
-    from modeldrop.operate import teardown
+    from modeldrop.operate.deployments import teardown
 
     with aws_errors():
         session, info, table = _connect(stack, region)
@@ -216,6 +216,6 @@ def teardown_cmd(
     record = result.get("record") or {}
     console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
     if record:
-        from modeldrop.registry import cost_so_far
+        from modeldrop.aws.registry import cost_so_far
 
         console.print(f"{record['deployment_id']} torn down; final cost ${cost_so_far(record) or 0:.2f}")

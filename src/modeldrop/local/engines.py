@@ -14,7 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from modeldrop.engine_env import ENGINE_PREFIX, MODEL_PATH
+from modeldrop.serving.engine_env import ENGINE_PREFIX, MODEL_PATH
 
 # What run-local says served its endpoints.
 ENGINE_NOTES = {

@@ -36,9 +36,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from modeldrop import clock
+from modeldrop.contracts import clock
+from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local import engines
-from modeldrop.s3uri import parse_s3_uri
 
 PING_FAILED = (
     "The primary container for production variant AllTraffic did not pass the ping health check. "
@@ -89,6 +89,7 @@ class HostedEndpoint:
     failure_reason: str | None = None
     unflushed: list[tuple[int, str]] = field(default_factory=list)
     throttle_left: int = 0
+    pump: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     log_lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -295,12 +296,16 @@ class LocalHosting:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        threading.Thread(target=self._pump, args=(hosted,), daemon=True).start()
+        hosted.pump = threading.Thread(target=self._pump, args=(hosted,), daemon=True)
+        hosted.pump.start()
 
     def _pump(self, hosted: HostedEndpoint) -> None:
         assert hosted.process is not None and hosted.process.stdout is not None
-        for raw in hosted.process.stdout:
-            self._log(hosted, raw.decode(errors="replace").rstrip("\n"))
+        try:
+            for raw in hosted.process.stdout:
+                self._log(hosted, raw.decode(errors="replace").rstrip("\n"))
+        except (ValueError, OSError):  # the pipe was closed under us: the container is gone
+            return
 
     def _stop(self, hosted: HostedEndpoint) -> None:
         process = hosted.process
@@ -313,7 +318,10 @@ class LocalHosting:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=5)
-        if process is not None and process.stdout is not None:
+        if hosted.pump is not None:
+            # The process is gone, so its pipe reaches EOF: let the reader finish before closing it.
+            hosted.pump.join(timeout=5)
+        if process is not None and process.stdout is not None and (hosted.pump is None or not hosted.pump.is_alive()):
             process.stdout.close()
         self._flush_logs(hosted)
         if hosted.model_dir is not None:

@@ -4,7 +4,7 @@ One place, used by the tests and by `modeldrop run-local`:
 - JSONata: moto's evaluator is a JVM bridge; plug in the pure-Python jsonata-python package.
 - Lambda: moto runs functions in Docker; dispatch them to the handlers in this process instead,
   returning (payload, errored, logs) with errored payloads shaped like the Lambda runtime's.
-- Time: Wait states advance modeldrop.clock instead of sleeping; Retry backoff does not sleep.
+- Time: Wait states advance modeldrop.contracts.clock instead of sleeping; Retry backoff does not sleep.
 - SageMaker, as strict as the API reference: instance types from botocore's own service model
   (moto's list has no GPU types), no second model / endpoint config / endpoint of one name,
   ModelDataUrl only as a .tar.gz and an uncompressed model only as an S3 prefix; the local
@@ -29,7 +29,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from modeldrop import clock
+from modeldrop.contracts import clock
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -136,7 +136,7 @@ def _patch_sagemaker() -> None:
     from moto.sagemaker.exceptions import SagemakerClientError, ValidationError
     from moto.sagemaker.utils import arn_formatter
 
-    from modeldrop.instance_types import hosting_instance_types
+    from modeldrop.contracts.instance_types import hosting_instance_types
 
     class Throttled(SagemakerClientError):
         code = "ThrottlingException"

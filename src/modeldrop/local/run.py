@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from modeldrop import registry
-from modeldrop.errors import cause_message
-from modeldrop.execution_watch import StateRun, watch
+from modeldrop.aws import registry
+from modeldrop.aws.execution_watch import StateRun, watch
+from modeldrop.contracts.errors import cause_message
 from modeldrop.local import interrupts
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import LocalHosting
@@ -45,7 +45,7 @@ def _artifact_file(artifact: Path | None, workdir: Path) -> Path:
     import gzip
     import shutil
 
-    from modeldrop.sample_checkpoint import tar_gz_bytes, write_checkpoint
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes, write_checkpoint
 
     if artifact is not None and artifact.is_file() and artifact.name.endswith((".tar.gz", ".tgz")):
         return artifact
@@ -68,7 +68,7 @@ def run_local(
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine."""
     from moto import mock_aws
 
-    from modeldrop import clock
+    from modeldrop.contracts import clock
     from modeldrop.local.stack import build_stack
 
     if deploy_engine is None and engine in ("vllm", "sglang"):
@@ -106,7 +106,7 @@ def run_local(
 
 
 def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable[[StateRun], None] | None) -> RunResult:
-    from modeldrop.models import deployment_id_for
+    from modeldrop.contracts.models import deployment_id_for
 
     key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
     stack.client("s3").upload_file(str(_artifact_file(artifact, workdir)), stack.bucket, key)
@@ -160,7 +160,7 @@ def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:
     uri = record.get("eval_report_uri")
     if not uri:
         return None
-    from modeldrop.s3uri import parse_s3_uri
+    from modeldrop.contracts.s3uri import parse_s3_uri
 
     loc = parse_s3_uri(uri)
     body = stack.client("s3").get_object(Bucket=loc.bucket, Key=loc.key)["Body"].read()

@@ -16,7 +16,7 @@ import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from modeldrop import eventstream
+from modeldrop.local import eventstream
 from modeldrop.local.hosting import HostedEndpoint, LocalHosting
 from modeldrop.local.http_base import StreamingJSONHandler
 

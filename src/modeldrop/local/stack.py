@@ -424,7 +424,7 @@ def build_stack(
 
     moto_shims.set_dispatcher(stack.dispatch)
     moto_shims.set_hosting(stack.hosting)
-    from modeldrop.memory_plan import instance_catalog
+    from modeldrop.serving.memory_plan import instance_catalog
 
     moto_shims.set_endpoint_quotas({name: LOCAL_ENDPOINT_QUOTA for name in instance_catalog()["instances"]})
     return stack

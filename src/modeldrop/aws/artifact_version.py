@@ -1,0 +1,42 @@
+"""Which version of an artifact a deployment is for, read from S3 (the adapter behind the claim)."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.s3uri import parse_s3_uri
+
+
+def artifact_identity(s3: Any, artifact_uri: str) -> tuple[str, str]:
+    """(identity, version): the artifact URI at its current version.
+
+    An archive's version is its S3 VersionId (its ETag in an unversioned bucket); a prefix's is a
+    digest of every object's key and ETag under it, so any change to the prefix is a new version.
+    """
+    uri = parse_s3_uri(artifact_uri)
+    try:
+        if not uri.is_prefix:
+            head = s3.head_object(Bucket=uri.bucket, Key=uri.key)
+            version = str(head.get("VersionId") or "null")
+            if version == "null":
+                version = "etag:" + str(head.get("ETag", "")).strip('"')
+        else:
+            digest = hashlib.sha256()
+            count = 0
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
+                for obj in page.get("Contents", []):
+                    digest.update(f"{obj['Key']}\0{obj.get('ETag', '')}\n".encode())
+                    count += 1
+            if count == 0:
+                raise CheckpointUnreadable(f"{artifact_uri} holds no objects", "upload the checkpoint first")
+            version = f"objects:{count}:{digest.hexdigest()[:32]}"
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code", "")
+        raise CheckpointUnreadable(
+            f"cannot read {artifact_uri}: {code or exc}", "check the URI and that the artifact was uploaded"
+        ) from None
+    return f"{artifact_uri}@{version}", version

@@ -1,0 +1,52 @@
+"""modeldrop's lifecycle events on EventBridge (shapes documented in the README's Events section)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from modeldrop.aws.registry import cost_so_far
+
+SOURCE = "modeldrop"
+DetailType = Literal["Deployment Succeeded", "Deployment Failed", "Deployment Expired", "Deployment Torn Down"]
+
+
+def publish(events: Any, bus_name: str, detail_type: DetailType, detail: dict[str, Any]) -> None:
+    response = events.put_events(
+        Entries=[
+            {
+                "Source": SOURCE,
+                "DetailType": detail_type,
+                "Detail": json.dumps(detail, sort_keys=True, default=str),
+                "EventBusName": bus_name,
+            }
+        ]
+    )
+    if response.get("FailedEntryCount"):
+        raise RuntimeError(f"EventBridge rejected the {detail_type} event: {response['Entries']}")
+
+
+# Record fields every lifecycle event carries (README "Events").
+EVENT_FIELDS = (
+    "endpoint_name",
+    "engine",
+    "instance_type",
+    "artifact_uri",
+    "error",
+    "failure_class",
+    "failure_reason",
+    "hourly_price",
+    "expires_at",
+)
+
+
+def lifecycle_detail(item: Mapping[str, Any], status: str) -> dict[str, Any]:
+    """An event's detail from the deployment record; cost is so far while live, final once ended."""
+    cost_key = "cost_so_far_usd" if status == "succeeded" else "final_cost_usd"
+    return {
+        "deployment_id": item.get("deployment_id"),
+        "status": status,
+        **{k: item.get(k) for k in EVENT_FIELDS},
+        cost_key: cost_so_far(item),
+    }

@@ -1,0 +1,222 @@
+"""SageMaker model / endpoint-config / endpoint lifecycle, behind a client the caller passes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from modeldrop.contracts.errors import QuotaExceeded, ResourceNameTaken, SageMakerThrottled
+
+MANAGED_BY_TAG = "modeldrop:managed-by"
+DEPLOYMENT_TAG = "modeldrop:deployment-id"
+EXPIRES_TAG = "modeldrop:expires-at"
+
+THROTTLE_CODES = {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded"}
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _raise_domain(exc: ClientError, what: str) -> None:
+    code = _code(exc)
+    message = exc.response.get("Error", {}).get("Message", str(exc))
+    if code in THROTTLE_CODES:
+        raise SageMakerThrottled(f"SageMaker throttled {what}: {message}") from None
+    if code == "ResourceLimitExceeded":
+        raise QuotaExceeded(f"{what}: {message}") from None
+
+
+def _is_missing(exc: ClientError) -> bool:
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    return _code(exc) in {"ValidationException", "ResourceNotFound"} and (
+        "Could not find" in message or "does not exist" in message or "not found" in message.lower()
+    )
+
+
+def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[dict[str, str]]:
+    return [
+        {"Key": MANAGED_BY_TAG, "Value": stack_tag},
+        {"Key": DEPLOYMENT_TAG, "Value": deployment_id},
+        {"Key": EXPIRES_TAG, "Value": expires_at},
+    ]
+
+
+def create_all(
+    sm: Any,
+    name: str,
+    image_uri: str,
+    model_data_uri: str,
+    compressed: bool,
+    env: dict[str, str],
+    role_arn: str,
+    instance_type: str,
+    startup_timeout: int,
+    download_timeout: int,
+    tags: list[dict[str, str]],
+) -> list[str]:
+    """Create model, endpoint config and endpoint, all named ``name`` and tagged alike.
+
+    Idempotent for one deployment: a retried step (after a throttle or a Lambda timeout) adopts what
+    an earlier attempt created under this deployment's tags instead of failing on the name or
+    creating a second set. Returns what it adopted.
+    """
+    if compressed:
+        container: dict[str, Any] = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
+    else:
+        container = {
+            "Image": image_uri,
+            "Environment": env,
+            "ModelDataSource": {
+                "S3DataSource": {"S3Uri": model_data_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}
+            },
+        }
+    variant = {
+        "VariantName": "AllTraffic",
+        "ModelName": name,
+        "InitialInstanceCount": 1,
+        "InstanceType": instance_type,
+        "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
+        "ModelDataDownloadTimeoutInSeconds": download_timeout,
+    }
+    ours = {t["Key"]: t["Value"] for t in tags}
+    steps = (
+        (
+            "model",
+            lambda: sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags),
+            lambda: sm.describe_model(ModelName=name)["ModelArn"],
+        ),
+        (
+            "endpoint-config",
+            lambda: sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant], Tags=tags),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=name)["EndpointConfigArn"],
+        ),
+        (
+            "endpoint",
+            lambda: sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=tags),
+            lambda: sm.describe_endpoint(EndpointName=name)["EndpointArn"],
+        ),
+    )
+    adopted: list[str] = []
+    for kind, create, arn_of in steps:
+        try:
+            create()
+        except ClientError as exc:
+            if not _already_exists(exc):
+                _raise_domain(exc, f"creating {kind}/{name}")
+                raise
+            try:
+                theirs = list_tags(sm, arn_of())
+            except ClientError as describe_exc:
+                _raise_domain(describe_exc, f"describing {kind}/{name}")
+                raise
+            if any(theirs.get(key) != ours[key] for key in (MANAGED_BY_TAG, DEPLOYMENT_TAG)):
+                raise ResourceNameTaken(
+                    f"{kind}/{name} already exists and belongs to another deployment "
+                    f"({theirs.get(DEPLOYMENT_TAG) or 'not managed by modeldrop'})",
+                ) from None
+            adopted.append(f"{kind}/{name}")
+    return adopted
+
+
+def _already_exists(exc: ClientError) -> bool:
+    message = str(exc.response.get("Error", {}).get("Message", ""))
+    return _code(exc) == "ValidationException" and "Cannot create already existing" in message
+
+
+def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
+    try:
+        result: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
+        return result
+    except ClientError as exc:
+        if _is_missing(exc):
+            return None
+        _raise_domain(exc, f"describing {name}")
+        raise
+
+
+def delete_all(
+    sm: Any, endpoint: str, config: str, model: str, owner: str | None = None
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Delete endpoint -> endpoint config -> model. Returns (deleted, already_gone, failed, not_ours).
+
+    With ``owner`` (a deployment id) a resource tagged for another deployment, or not tagged by
+    modeldrop at all, is left alone: a name clash must never delete someone else's endpoint.
+    """
+    deleted: list[str] = []
+    gone: list[str] = []
+    failed: list[str] = []
+    not_ours: list[str] = []
+    steps = (
+        (
+            "endpoint",
+            endpoint,
+            lambda: sm.delete_endpoint(EndpointName=endpoint),
+            lambda: sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"],
+        ),
+        (
+            "endpoint-config",
+            config,
+            lambda: sm.delete_endpoint_config(EndpointConfigName=config),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=config)["EndpointConfigArn"],
+        ),
+        (
+            "model",
+            model,
+            lambda: sm.delete_model(ModelName=model),
+            lambda: sm.describe_model(ModelName=model)["ModelArn"],
+        ),
+    )
+    for kind, name, call, arn_of in steps:
+        label = f"{kind}/{name}"
+        try:
+            if owner is not None and list_tags(sm, arn_of()).get(DEPLOYMENT_TAG) != owner:
+                not_ours.append(label)
+                continue
+            call()
+            deleted.append(label)
+        except ClientError as exc:
+            if _is_missing(exc):
+                gone.append(label)
+            else:
+                _raise_domain(exc, f"deleting {label}")
+                failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+    return deleted, gone, failed, not_ours
+
+
+def list_tags(sm: Any, arn: str) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"ResourceArn": arn}
+    while True:
+        page = sm.list_tags(**kwargs)
+        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
+        if not page.get("NextToken"):
+            return tags
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def list_endpoints(sm: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"MaxResults": 100}
+    while True:
+        page = sm.list_endpoints(**kwargs)
+        out.extend(page.get("Endpoints", []))
+        if not page.get("NextToken"):
+            return out
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def endpoint_container_env(sm: Any, endpoint_name: str) -> tuple[str, dict[str, str]] | None:
+    """(status, the primary container's env) of an endpoint; None when it does not exist."""
+    desc = describe_endpoint(sm, endpoint_name)
+    if desc is None:
+        return None
+    config = sm.describe_endpoint_config(EndpointConfigName=desc["EndpointConfigName"])
+    model_name = config["ProductionVariants"][0].get("ModelName")
+    env: dict[str, str] = {}
+    if model_name:
+        model = sm.describe_model(ModelName=model_name)
+        container = model.get("PrimaryContainer") or (model.get("Containers") or [{}])[0]
+        env = dict(container.get("Environment") or {})
+    return str(desc.get("EndpointStatus")), env

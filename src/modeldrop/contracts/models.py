@@ -1,0 +1,237 @@
+"""Pydantic models of the deployment request and of every state payload.
+
+The request's JSON Schema (schemas/deployment-request.schema.json) is generated from
+DeploymentRequest; tests fail when the published file is stale.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from modeldrop.contracts.instance_types import instance_type_problem
+from modeldrop.contracts.s3uri import parse_s3_uri
+
+Engine = Literal["vllm", "sglang", "lmi"]
+INSTANCE_TYPE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class EvalThresholds(_Strict):
+    """How many eval cases may be truncated or error before the deployment fails."""
+
+    max_truncated: Annotated[int, Field(ge=0)] = 0
+    max_errors: Annotated[int, Field(ge=0)] = 0
+    max_check_failures: Annotated[int, Field(ge=0)] = 0
+
+
+class DeploymentRequest(_Strict):
+    """What a training pipeline (or the S3 starter) asks modeldrop to deploy."""
+
+    artifact_uri: str = Field(
+        description="s3://bucket/key/model.tar.gz, or s3://bucket/prefix/ holding safetensors shards",
+    )
+    engine: Engine | None = Field(None, description="Serving container; stack default if omitted")
+    instance_type: Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)] | None = Field(
+        None, description="e.g. ml.g6.2xlarge; stack default if omitted"
+    )
+    ttl_hours: Annotated[float, Field(gt=0, le=24 * 14)] | None = Field(
+        None, description="Hours until the reaper deletes the endpoint; stack default if omitted"
+    )
+    eval_set_uri: str | None = Field(None, description="s3:// URI of a JSONL eval set")
+    max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
+    max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
+    eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
+    engine_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Expert passthrough of raw container env keys; each must carry the engine's own prefix",
+    )
+    secrets: dict[str, str] = Field(
+        default_factory=dict,
+        description=(
+            "Container env names -> secret references (secretsmanager:<name>[#key] or ssm:<name>) under the "
+            "stack's secrets prefix; values are read when the model is created and never stored or logged"
+        ),
+    )
+    force_plan: bool = Field(False, description="Deploy even when the memory plan predicts a CUDA OOM")
+    source: Literal["direct", "s3-event"] = "direct"
+
+    @field_validator("artifact_uri")
+    @classmethod
+    def _artifact(cls, value: str) -> str:
+        uri = parse_s3_uri(value)
+        if not uri.key:
+            raise ValueError("artifact_uri needs a key or prefix inside the bucket")
+        # SageMaker loads exactly two shapes: ModelDataUrl must be a gzip-compressed tar (".tar.gz"),
+        # and an uncompressed model is an S3 prefix (ModelDataSource, CompressionType None).
+        if not uri.is_prefix and not uri.key.endswith(".tar.gz"):
+            raise ValueError(
+                f"SageMaker cannot load {value!r}: give s3://bucket/key/model.tar.gz (a gzip-compressed tar) "
+                "or s3://bucket/prefix/ (ending in '/') holding the uncompressed safetensors and config files"
+            )
+        return value
+
+    @field_validator("instance_type")
+    @classmethod
+    def _instance_type(cls, value: str | None) -> str | None:
+        if value is not None:
+            problem = instance_type_problem(value)
+            if problem:
+                raise ValueError(f"{problem[0]}; {problem[1]}")
+        return value
+
+    @field_validator("eval_set_uri")
+    @classmethod
+    def _eval_set(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_s3_uri(value)
+        return value
+
+
+class NormalizedRequest(_Strict):
+    """The request with every default applied and the names of what it will create."""
+
+    deployment_id: str
+    execution_name: str
+    artifact_uri: str
+    engine: Engine
+    instance_type: str
+    ttl_hours: float
+    eval_set_uri: str | None
+    max_model_len: int | None
+    max_num_seqs: int | None
+    eval_thresholds: EvalThresholds
+    engine_env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(default_factory=dict)
+    force_plan: bool = False
+    source: str
+    resource_name: str
+    deploy_deadline_seconds: int
+
+
+_SLUG = re.compile(r"[^a-z0-9-]+")
+
+
+def deployment_id_for(execution_name: str) -> str:
+    """A stable id that is also safe inside a SageMaker resource name."""
+    slug = _SLUG.sub("-", execution_name.lower()).strip("-")
+    slug = re.sub("-{2,}", "-", slug)
+    if slug == execution_name and 0 < len(slug) <= 40:
+        return slug
+    digest = hashlib.sha256(execution_name.encode()).hexdigest()[:8]
+    return f"{slug[:31].strip('-') or 'd'}-{digest}"
+
+
+def resource_name_for(prefix: str, deployment_id: str) -> str:
+    name = f"{prefix}-{deployment_id}"
+    if len(name) > 63:
+        raise ValueError(f"resource name {name!r} exceeds SageMaker's 63 characters")
+    return name
+
+
+class Finding(BaseModel):
+    code: str
+    severity: Literal["error", "warning", "info"]
+    message: str
+    hint: str = ""
+
+
+class ValidationSummary(BaseModel):
+    """The part of the validation report that travels in the state payload."""
+
+    deployable: bool
+    format: str
+    architecture: str | None
+    model_type: str | None
+    tensor_count: int
+    shard_count: int
+    total_bytes: int
+    weights_gib: float
+    parameters: int
+    vocab_size: int | None
+    num_hidden_layers: int | None
+    max_position_embeddings: int | None
+    num_kv_shared_layers: int = 0
+    num_key_value_heads: int | None = None
+    head_dim: int | None = None
+    layer_types: list[str] | None = None
+    sliding_window: int | None = None
+    has_chat_template: bool
+    findings: list[Finding]
+    report_uri: str | None = None
+
+
+class ImageChoice(BaseModel):
+    engine: Engine
+    image_uri: str
+    source: str
+    region: str
+    warnings: list[str] = Field(default_factory=list)
+
+
+class EnginePlan(BaseModel):
+    env: dict[str, str]
+    instance_type: str
+    max_num_seqs: int
+    max_model_len: int | None
+    startup_timeout_seconds: int
+    download_timeout_seconds: int
+    memory: dict[str, Any] = Field(default_factory=dict)
+    eval_max_tokens_ceiling: int | None = None
+    warnings: list[str] = Field(default_factory=list)
+
+
+class EndpointRef(BaseModel):
+    endpoint_name: str
+    endpoint_config_name: str
+    model_name: str
+    deadline_at: str
+
+
+class EndpointPoll(BaseModel):
+    status: str
+    polls: int = 0
+
+
+class EvalVerdict(BaseModel):
+    passed: bool
+    cases: int
+    truncated: int
+    errors: int
+    check_failures: int
+    summary: str
+    report_uri: str | None = None
+    report_markdown_uri: str | None = None
+    ttft_p50_s: float | None = None
+    tokens_per_s_p50: float | None = None
+
+
+class FailureRecord(BaseModel):
+    error: str
+    cause: str
+    failure_class: str
+    state: str | None = None
+    endpoint_failure_reason: str | None = None
+    log_group: str | None = None
+    log_excerpt: list[str] = Field(default_factory=list)
+    diagnosis: str | None = None
+    hint: str | None = None
+
+
+class TeardownResult(BaseModel):
+    deleted: list[str]
+    already_gone: list[str]
+    left_behind: list[str]
+    # Same name, another deployment's (or nobody's) tags: never deleted by this deployment.
+    not_ours: list[str] = Field(default_factory=list)

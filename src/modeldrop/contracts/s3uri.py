@@ -1,0 +1,33 @@
+"""Parsing of s3:// URIs into bucket and key."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+
+
+@dataclass(frozen=True)
+class S3Uri:
+    bucket: str
+    key: str
+
+    @property
+    def is_prefix(self) -> bool:
+        return self.key == "" or self.key.endswith("/")
+
+    def __str__(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+
+def parse_s3_uri(uri: str) -> S3Uri:
+    if not uri.startswith("s3://"):
+        raise ValueError(f"not an s3:// URI: {uri!r}")
+    rest = uri[len("s3://") :]
+    bucket, _, key = rest.partition("/")
+    if not _BUCKET.match(bucket):
+        raise ValueError(f"invalid bucket name in {uri!r}")
+    if ".." in key.split("/"):
+        raise ValueError(f"'..' is not allowed in an S3 key: {uri!r}")
+    return S3Uri(bucket, key)

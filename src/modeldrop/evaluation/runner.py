@@ -1,0 +1,248 @@
+"""Run the smoke eval against an endpoint through the sagemaker-runtime client the caller passes.
+
+Both `invoke_endpoint` and `invoke_endpoint_with_response_stream`; errors are classified into the
+case outcomes (context overflow with its numbers, timeout, error with the container's own status),
+and throttling is retried here with backoff (the client should be built with retries off, so the
+attempts are counted once).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.config import Config
+from botocore.exceptions import ClientError, EventStreamError, ReadTimeoutError
+
+from modeldrop.aws.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
+from modeldrop.contracts.errors import RequestInvalid
+from modeldrop.contracts.models import EvalThresholds
+from modeldrop.evaluation.chat_protocol import (
+    Completion,
+    ProtocolError,
+    Schema,
+    StreamAssembler,
+    build_body,
+    parse_completion,
+)
+from modeldrop.evaluation.context_budget import budget_for, parse_context_overflow
+from modeldrop.evaluation.smoke_eval import CaseResult, EvalCase, EvalReport, Timing, judge, verdict
+from modeldrop.evaluation.sse import SSEDecoder
+from modeldrop.serving.engine_env import engine_of_env, max_model_len_of_env
+from modeldrop.serving.plan import max_tokens_ceiling
+
+
+def runtime_client_config() -> Config:
+    """Retries off (the eval retries throttling itself and counts attempts); read past the 60 s cap."""
+    return Config(retries={"mode": "standard", "total_max_attempts": 1}, read_timeout=70)
+
+
+@dataclass(frozen=True)
+class EvalTarget:
+    endpoint_name: str
+    max_model_len: int | None
+    schema: Schema = "chat"
+    stream: bool = True
+
+    @property
+    def streams(self) -> bool:
+        """Streaming is asked for and the schema has a stream (LMI's inputs schema is read whole)."""
+        return self.stream and self.schema == "chat"
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    base_seconds: float = 0.5
+    cap_seconds: float = 8.0
+    sleep: Callable[[float], None] = time.sleep
+
+    def backoff(self, attempt: int) -> float:
+        # Full jitter, as the AWS SDKs do.
+        return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2**attempt))
+
+
+class _CallFailed(Exception):
+    def __init__(self, outcome: str, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+
+
+def _invoke_plain(runtime: Any, target: EvalTarget, body: dict[str, Any]) -> tuple[Completion, float | None]:
+    response = runtime.invoke_endpoint(
+        EndpointName=target.endpoint_name,
+        ContentType="application/json",
+        Accept="application/json",
+        Body=json.dumps(body).encode(),
+    )
+    return parse_completion(target.schema, response["Body"].read()), None
+
+
+def _invoke_stream(
+    runtime: Any, target: EvalTarget, body: dict[str, Any], started: float
+) -> tuple[Completion, float | None]:
+    response = runtime.invoke_endpoint_with_response_stream(
+        EndpointName=target.endpoint_name,
+        ContentType="application/json",
+        Accept="text/event-stream",
+        Body=json.dumps(body).encode(),
+    )
+    decoder = SSEDecoder()
+    assembler = StreamAssembler()
+    ttft: float | None = None
+    done = False
+    for event in response["Body"]:
+        if "PayloadPart" not in event:
+            # Stream errors arrive as modeled events when botocore does not raise them.
+            kind, info = next(iter(event.items()))
+            raise _CallFailed("error", f"{kind}: {info.get('Message')} ({info.get('ErrorCode')})")
+        for sse in decoder.feed(event["PayloadPart"]["Bytes"]):
+            if sse.is_done:
+                done = True
+                continue
+            if assembler.add(sse.data) and ttft is None:
+                ttft = time.monotonic() - started
+    for sse in decoder.close():
+        if not sse.is_done:
+            assembler.add(sse.data)
+        done = done or sse.is_done
+    completion = assembler.completion()
+    if not done and completion.finish_reason is None:
+        raise _CallFailed("error", "the stream ended without a finish_reason or [DONE]")
+    return completion, ttft
+
+
+def _classify(exc: Exception, target: EvalTarget) -> _CallFailed:
+    if isinstance(exc, EventStreamError):
+        err = exc.response.get("Error", {})
+        code = err.get("Code")
+        outcome = "timeout" if "ModelInvocationTimeExceeded" in str(exc.response) else "error"
+        return _CallFailed(outcome, f"{code} during the stream: {err.get('Message')} (endpoint {target.endpoint_name})")
+    if isinstance(exc, ReadTimeoutError):
+        return _CallFailed("timeout", f"no answer from {target.endpoint_name} before the client's read timeout")
+    if isinstance(exc, ProtocolError):
+        return _CallFailed("error", str(exc))
+    if isinstance(exc, ClientError):
+        err = exc.response.get("Error", {})
+        code = str(err.get("Code"))
+        message = str(err.get("Message"))
+        if code == "ModelError":
+            original = str(exc.response.get("OriginalMessage") or message)
+            status = exc.response.get("OriginalStatusCode")
+            overflow = parse_context_overflow(original)
+            if overflow is not None:
+                return _CallFailed("context_overflow", overflow.describe(target.endpoint_name, target.max_model_len))
+            if "timed out" in original:
+                return _CallFailed("timeout", f"{target.endpoint_name}: {original}")
+            logs = exc.response.get("LogStreamArn")
+            return _CallFailed(
+                "error",
+                f"ModelError from {target.endpoint_name}: container answered HTTP {status}: {original[:500]}"
+                + (f" (logs: {logs})" if logs else ""),
+            )
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        return _CallFailed("error", f"{code} (HTTP {status}) from {target.endpoint_name}: {message}")
+    raise exc
+
+
+def invoke_case(
+    runtime: Any, target: EvalTarget, case: EvalCase, max_tokens: int, source: str, retry: RetryPolicy
+) -> CaseResult:
+    body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams)
+    attempt = 0
+    while True:
+        attempt += 1
+        started = time.monotonic()
+        try:
+            if target.streams:
+                completion, ttft = _invoke_stream(runtime, target, body, started)
+            else:
+                completion, ttft = _invoke_plain(runtime, target, body)
+            latency = time.monotonic() - started
+            return judge(case, max_tokens, source, completion, Timing(latency_s=latency, ttft_s=ttft, attempts=attempt))
+        except _CallFailed as failed:
+            return _failure(case, max_tokens, source, failed, attempt)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in THROTTLE_CODES and attempt < retry.attempts:
+                retry.sleep(retry.backoff(attempt))
+                continue
+            classified = _classify(exc, target)
+            if code in THROTTLE_CODES:
+                classified = _CallFailed("error", f"{classified.detail}; still throttled after {attempt} attempts")
+            return _failure(case, max_tokens, source, classified, attempt)
+        except (ReadTimeoutError, ProtocolError) as exc:
+            return _failure(case, max_tokens, source, _classify(exc, target), attempt)
+
+
+def _failure(case: EvalCase, max_tokens: int, source: str, failed: _CallFailed, attempts: int) -> CaseResult:
+    return CaseResult(
+        id=case.id,
+        outcome=failed.outcome,  # type: ignore[arg-type]
+        max_tokens=max_tokens,
+        max_tokens_source=source,
+        detail=failed.detail,
+        attempts=attempts,
+    )
+
+
+def run_eval(
+    runtime: Any,
+    target: EvalTarget,
+    cases: list[EvalCase],
+    thresholds: EvalThresholds,
+    ceiling: int,
+    retry: RetryPolicy | None = None,
+) -> EvalReport:
+    retry = retry or RetryPolicy()
+    results: list[CaseResult] = []
+    for case in cases:
+        budget = budget_for(case.message_dicts(), case.max_tokens, case.reference, ceiling, target.max_model_len)
+        if budget.refused or budget.max_tokens is None:
+            results.append(
+                CaseResult(
+                    id=case.id,
+                    outcome="context_overflow",
+                    max_tokens=None,
+                    max_tokens_source=budget.source,
+                    attempts=0,
+                    detail=f"not sent: {budget.refused} (endpoint {target.endpoint_name})",
+                )
+            )
+            continue
+        results.append(invoke_case(runtime, target, case, budget.max_tokens, budget.source, retry))
+    return verdict(
+        target.endpoint_name,
+        results,
+        thresholds,
+        max_model_len=target.max_model_len,
+        streaming=target.streams,
+        schema_name=target.schema,
+    )
+
+
+def evaluate_endpoint(
+    sm: Any,
+    runtime: Any,
+    endpoint_name: str,
+    cases: list[EvalCase],
+    thresholds: EvalThresholds,
+    stream: bool = True,
+    schema: Schema = "chat",
+    retry: RetryPolicy | None = None,
+) -> EvalReport:
+    """The smoke eval against any existing endpoint, with its max model length read from its container env."""
+    found = endpoint_container_env(sm, endpoint_name)
+    if found is None:
+        raise RequestInvalid(f"endpoint {endpoint_name} does not exist in this account and region")
+    status, env = found
+    if status not in ("InService", "Updating"):
+        raise RequestInvalid(f"endpoint {endpoint_name} is {status}, not InService", "wait for InService, then retry")
+    engine = engine_of_env(env) or "vllm"
+    target = EvalTarget(endpoint_name, max_model_len_of_env(env), schema=schema, stream=stream)
+    return run_eval(runtime, target, cases, thresholds, max_tokens_ceiling(engine), retry)

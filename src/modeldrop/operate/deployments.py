@@ -1,0 +1,257 @@
+"""Driving a deployed stack: find it, start deployments, read the registry, extend, tear down.
+
+Every function takes the clients it calls; the CLI builds them from the standard AWS SDK
+configuration. Refusals are OperateError with one line for the user.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+from urllib.parse import quote
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel
+
+from modeldrop.aws import registry
+from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.sagemaker_resources import (
+    DEPLOYMENT_TAG,
+    EXPIRES_TAG,
+    MANAGED_BY_TAG,
+    describe_endpoint,
+    list_tags,
+)
+from modeldrop.contracts import clock
+from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
+from modeldrop.contracts.models import DeploymentRequest
+from modeldrop.pipeline import steps
+
+_TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
+LIVE = {"succeeded"}
+
+
+class OperateError(ModeldropError):
+    failure_class = "request"
+
+
+class StackInfo(BaseModel):
+    stack_name: str
+    region: str
+    state_machine_arn: str
+    table_name: str
+    bucket: str | None = None
+    event_bus: str | None = None
+
+    @property
+    def stack_tag(self) -> str:
+        # The value of every managed resource's modeldrop:managed-by tag (the template's AWS::StackName).
+        return self.stack_name
+
+
+def parse_ttl(text: str) -> float:
+    """'90m', '4h', '1.5h', '2d' -> hours."""
+    m = _TTL.match(text.strip())
+    if m is None:
+        raise OperateError(f"--ttl {text!r} is not a duration", "use e.g. 90m, 4h or 2d")
+    value = float(m[1]) * {"m": 1 / 60, "h": 1.0, "d": 24.0}[m[2]]
+    if not 0 < value <= 24 * 14:
+        raise OperateError(f"--ttl {text} is outside (0, 14 days]")
+    return value
+
+
+def stack_info(cfn: Any, stack_name: str, region: str) -> StackInfo:
+    try:
+        stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
+    except ClientError as exc:
+        if "does not exist" in str(exc):
+            raise OperateError(
+                f"no stack named {stack_name} in {region}",
+                "pass --stack NAME / --region, or set MODELDROP_STACK; `sam deploy` prints the name",
+            ) from None
+        raise
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stacks[0].get("Outputs", [])}
+    missing = [k for k in ("StateMachineArn", "DeploymentsTableName") if k not in outputs]
+    if missing:
+        raise OperateError(f"stack {stack_name} has no {', '.join(missing)} output: is it a modeldrop stack?")
+    return StackInfo(
+        stack_name=stack_name,
+        region=region,
+        state_machine_arn=outputs["StateMachineArn"],
+        table_name=outputs["DeploymentsTableName"],
+        bucket=outputs.get("ArtifactBucketName"),
+        event_bus=outputs.get("EventBusName"),
+    )
+
+
+def start_deployment(sfn: Any, info: StackInfo, request: DeploymentRequest, name: str | None = None) -> str:
+    name = name or f"cli-{clock.utcnow().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    arn: str = sfn.start_execution(
+        stateMachineArn=info.state_machine_arn, name=name, input=request.model_dump_json(exclude_none=True)
+    )["executionArn"]
+    return arn
+
+
+def execution_arn(info: StackInfo, execution_name: str) -> str:
+    return info.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{execution_name}"
+
+
+def console_links(info: StackInfo, item: Mapping[str, Any]) -> dict[str, str]:
+    region = info.region
+    links = {}
+    if item.get("endpoint_name"):
+        group = quote(quote(f"/aws/sagemaker/Endpoints/{item['endpoint_name']}", safe=""), safe="")
+        links["endpoint_logs"] = (
+            f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
+            + group.replace("%", "$")
+        )
+    if item.get("execution_name"):
+        links["execution"] = (
+            f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/"
+            + execution_arn(info, str(item["execution_name"]))
+        )
+    return links
+
+
+def _hours_between(start: datetime, end: datetime) -> float:
+    return (end - start).total_seconds() / 3600
+
+
+class DeploymentRow(BaseModel):
+    deployment_id: str
+    status: str
+    endpoint_name: str | None
+    engine: str | None
+    instance_type: str | None
+    age_hours: float | None
+    expires_in_hours: float | None
+    cost_usd: float | None
+    cost_is_final: bool
+
+
+def row_for(item: Mapping[str, Any], now: datetime | None = None) -> DeploymentRow:
+    now = now or clock.utcnow()
+    created = item.get("created_at")
+    expires = item.get("expires_at")
+    live = item.get("status") in LIVE
+    return DeploymentRow(
+        deployment_id=str(item["deployment_id"]),
+        status=str(item.get("status")),
+        endpoint_name=item.get("endpoint_name"),
+        engine=item.get("engine"),
+        instance_type=item.get("instance_type"),
+        age_hours=round(_hours_between(clock.parse_iso(str(created)), now), 2) if created else None,
+        expires_in_hours=round(_hours_between(now, clock.parse_iso(str(expires))), 2) if expires and live else None,
+        cost_usd=registry.cost_so_far(item),
+        cost_is_final=bool(item.get("ended_at")),
+    )
+
+
+def deployment_status(info: StackInfo, item: Mapping[str, Any]) -> dict[str, Any]:
+    """One record in full, decoded, with its cost, its failure (if any) and console links."""
+    row = row_for(item)
+    status = registry.decoded(item)
+    status.update(
+        cost_usd=row.cost_usd,
+        cost_is_final=row.cost_is_final,
+        failure=status["steps"].get("failure"),
+        links=console_links(info, item),
+    )
+    return status
+
+
+def list_deployments(table: Any) -> list[dict[str, Any]]:
+    items: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {}
+    while True:
+        page = table.scan(**kwargs)
+        items.extend(page.get("Items", []))
+        if "LastEvaluatedKey" not in page:
+            break
+        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+    items = [i for i in items if not registry.is_claim(i)]
+    return sorted(items, key=lambda i: str(i.get("created_at", "")), reverse=True)
+
+
+def find_deployment(table: Any, id_or_endpoint: str) -> dict[str, Any]:
+    item = registry.get(table, id_or_endpoint)
+    if item is not None:
+        return item
+    for candidate in list_deployments(table):
+        if candidate.get("endpoint_name") == id_or_endpoint:
+            return candidate
+    raise OperateError(f"no deployment or endpoint {id_or_endpoint!r} in this stack's registry", "see `modeldrop list`")
+
+
+def _managed_endpoint(sm: Any, info: StackInfo, name: str) -> dict[str, Any] | None:
+    """The endpoint if it exists; refuses one this stack does not manage."""
+    desc = describe_endpoint(sm, name)
+    if desc is None:
+        return None
+    tags = list_tags(sm, desc["EndpointArn"])
+    if tags.get(MANAGED_BY_TAG) != info.stack_tag:
+        owner = tags.get(MANAGED_BY_TAG)
+        raise OperateError(
+            f"endpoint {name} is not managed by stack {info.stack_name}"
+            + (f" (managed-by: {owner})" if owner else " (no modeldrop:managed-by tag)"),
+            "modeldrop only touches endpoints it created",
+        )
+    return desc
+
+
+def extend(sm: Any, table: Any, info: StackInfo, id_or_endpoint: str, ttl_hours: float) -> dict[str, Any]:
+    """Move the expiry to now + ttl, on the endpoint's tag and in the record together."""
+    item = find_deployment(table, id_or_endpoint)
+    if item.get("status") not in LIVE:
+        raise OperateError(f"deployment {item['deployment_id']} is {item.get('status')}: there is nothing to extend")
+    name = str(item["endpoint_name"])
+    desc = _managed_endpoint(sm, info, name)
+    if desc is None:
+        raise OperateError(f"endpoint {name} no longer exists", "the deployment ended; redeploy to get a new one")
+    expires_at = clock.iso(clock.utcnow() + timedelta(hours=ttl_hours))
+    sm.add_tags(ResourceArn=desc["EndpointArn"], Tags=[{"Key": EXPIRES_TAG, "Value": expires_at}])
+    previous = item.get("expires_at")
+    return registry.record_step(
+        table, str(item["deployment_id"]), "extended", {"from": previous, "to": expires_at}, expires_at=expires_at
+    )
+
+
+def teardown(sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: str) -> dict[str, Any]:
+    """Delete a managed deployment now, with the state machine's own teardown order, and announce it."""
+    try:
+        item: dict[str, Any] | None = find_deployment(table, id_or_endpoint)
+    except OperateError:
+        item = None
+    name = str(item["endpoint_name"]) if item else id_or_endpoint
+    desc = _managed_endpoint(sm, info, name)
+    if item is None and desc is None:
+        raise OperateError(f"no deployment or endpoint {id_or_endpoint!r}", "see `modeldrop list`")
+    if item is not None and item.get("status") in registry.TERMINAL and desc is None:
+        raise OperateError(f"deployment {item['deployment_id']} already ended ({item.get('status')})")
+    try:
+        # The state machine's own Teardown step: endpoint -> endpoint config -> model, recorded.
+        if item is not None:
+            owner = str(item["deployment_id"])
+        else:
+            assert desc is not None  # checked above: an endpoint or a record exists
+            owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
+        done = steps.teardown(sm, table if item else None, owner, name)
+    except TeardownIncomplete as exc:
+        raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
+    result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}
+    if item is not None:
+        item = registry.record_step(
+            table,
+            str(item["deployment_id"]),
+            "torn_down",
+            result,
+            status="torn_down",
+            ended_at=clock.iso(clock.utcnow()),
+        )
+        if info.event_bus:
+            publish(events, info.event_bus, "Deployment Torn Down", {**lifecycle_detail(item, "torn_down"), **result})
+        result["record"] = item
+    return result

@@ -1,0 +1,76 @@
+"""Handler configuration, read from the environment when a handler runs (never at import)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Self
+
+import boto3
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN, Engine
+
+
+class ConfigError(RuntimeError):
+    """The function is deployed with a missing or invalid environment variable."""
+
+
+class _EnvSettings(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Self:
+        source = dict(os.environ if env is None else env)
+        values: dict[str, Any] = {name: source[name.upper()] for name in cls.model_fields if name.upper() in source}
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ConfigError(f"{cls.__name__}: {str(first['loc'][0]).upper()}: {first['msg']}") from None
+
+
+class _WithTable(_EnvSettings):
+    deployments_table: str
+
+    def table(self) -> Any:
+        """The deployments table (boto3 resource), built when a handler runs."""
+        return boto3.resource("dynamodb").Table(self.deployments_table)
+
+
+class RegistrySettings(_WithTable):
+    event_bus_name: str
+
+
+class DefaultsSettings(_EnvSettings):
+    default_engine: Engine = "vllm"
+    default_instance_type: str = Field("ml.g6.2xlarge", pattern=INSTANCE_TYPE_PATTERN)
+    default_ttl_hours: float = Field(4.0, gt=0)
+    deploy_deadline_seconds: int = Field(1800, ge=60)
+    resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
+    secrets_prefix: str = Field("modeldrop/", min_length=1)
+
+
+class DeploySettings(_WithTable):
+    sagemaker_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+    stack_tag: str
+    aws_region: str
+
+
+class RecordSettings(_WithTable):
+    aws_region: str
+
+
+class EvalSettings(RecordSettings):
+    pass
+
+
+class StarterSettings(_EnvSettings):
+    state_machine_arn: str
+    artifact_bucket: str
+
+
+class ReaperSettings(_WithTable):
+    event_bus_name: str
+    stack_tag: str
+    resource_prefix: str
+    reaper_period_minutes: int = Field(15, ge=1, le=60)

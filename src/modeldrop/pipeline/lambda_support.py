@@ -1,0 +1,52 @@
+"""What every handler shares: Powertools objects, input parsing, and the error contract.
+
+Handlers raise domain errors (modeldrop.contracts.errors) unchanged so Step Functions routes on their class
+names; a malformed event becomes RequestInvalid with the field that is wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from pydantic import BaseModel, ValidationError
+
+from modeldrop.contracts.errors import RequestInvalid, describe_validation
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+
+In = TypeVar("In", bound=BaseModel)
+
+
+def parse(model: type[In], event: Any) -> In:
+    try:
+        return model.model_validate(event)
+    except ValidationError as exc:
+        raise RequestInvalid(describe_validation(exc)) from None
+
+
+def handler(
+    model: type[In],
+) -> Callable[[Callable[[In, Any], BaseModel | dict[str, Any]]], Callable[[dict[str, Any], Any], dict[str, Any]]]:
+    """Parse the event into ``model``, tag logs with the deployment id, return JSON-ready output."""
+
+    def wrap(fn: Callable[[In, Any], BaseModel | dict[str, Any]]) -> Callable[[dict[str, Any], Any], dict[str, Any]]:
+        @functools.wraps(fn)
+        def run(event: dict[str, Any], context: Any) -> dict[str, Any]:
+            logger.remove_keys(["deployment_id"])
+            parsed = parse(model, event)
+            deployment_id = getattr(parsed, "deployment_id", None) or getattr(
+                getattr(parsed, "request", None), "deployment_id", None
+            )
+            if deployment_id:
+                logger.append_keys(deployment_id=deployment_id)
+            result = fn(parsed, context)
+            return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
+
+        return run
+
+    return wrap

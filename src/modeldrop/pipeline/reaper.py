@@ -1,0 +1,178 @@
+"""Delete managed endpoints past their expiry, and what ended deployments left behind.
+
+Only resources tagged managed-by = this stack are ever touched.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel, Field
+
+from modeldrop.aws import registry
+from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.sagemaker_resources import (
+    DEPLOYMENT_TAG,
+    EXPIRES_TAG,
+    MANAGED_BY_TAG,
+    delete_all,
+    list_endpoints,
+    list_tags,
+)
+from modeldrop.contracts import clock
+
+BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
+ORPHAN_GRACE = timedelta(hours=1)
+
+
+class ReapResult(BaseModel):
+    expired: list[str] = Field(default_factory=list)
+    retry_next_run: list[str] = Field(default_factory=list)
+    orphans_deleted: list[str] = Field(default_factory=list)
+    # Managed endpoints still up past expiry + the grace: what the OverdueEndpoints alarm counts.
+    overdue: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+def _paginate(call: Any, key: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    kwargs: dict[str, Any] = {"MaxResults": 100}
+    while True:
+        page = call(**kwargs)
+        out.extend(page.get(key, []))
+        if not page.get("NextToken"):
+            return out
+        kwargs["NextToken"] = page["NextToken"]
+
+
+def _managed(name: str, resource_prefix: str) -> bool:
+    # Only names under the stack's prefix can be ours (IAM allows nothing else): skip the rest unlisted.
+    return name.startswith(f"{resource_prefix}-")
+
+
+def reap(
+    sm: Any,
+    table: Any,
+    events: Any,
+    bus: str,
+    stack_tag: str,
+    resource_prefix: str,
+    now: datetime | None = None,
+    period: timedelta = timedelta(minutes=15),
+) -> ReapResult:
+    """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue."""
+    overdue_after = 2 * period
+    now = now or clock.utcnow()
+    result = ReapResult()
+    live: set[str] = set()
+    for ep in list_endpoints(sm):
+        name = ep["EndpointName"]
+        live.add(name)
+        if not _managed(name, resource_prefix):
+            continue
+        tags = list_tags(sm, ep["EndpointArn"])
+        if tags.get(MANAGED_BY_TAG) != stack_tag:
+            continue
+        expires = tags.get(EXPIRES_TAG)
+        try:
+            if not expires or clock.parse_iso(expires) > now:
+                continue
+        except ValueError:
+            result.errors.append(f"{name}: unreadable {EXPIRES_TAG} tag {expires!r}")
+            continue
+        try:
+            desc = sm.describe_endpoint(EndpointName=name)
+        except ClientError:
+            continue  # deleted since it was listed
+        if desc["EndpointStatus"] in BUSY_STATES:
+            result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
+        else:
+            _expire(sm, table, events, bus, desc, tags.get(DEPLOYMENT_TAG), result)
+        if name not in result.expired and clock.parse_iso(expires) + overdue_after < now:
+            result.overdue.append(name)
+    _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
+    return result
+
+
+def _expire(
+    sm: Any, table: Any, events: Any, bus: str, desc: dict[str, Any], deployment_id: str | None, result: ReapResult
+) -> None:
+    name = desc["EndpointName"]
+    config = desc.get("EndpointConfigName", name)
+    try:
+        model = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["ModelName"]
+    except (ClientError, KeyError, IndexError):
+        model = name
+    deleted, _gone, failed, _not_ours = delete_all(sm, name, config, model)
+    if failed:
+        result.errors.extend(failed)
+        return
+    result.expired.append(name)
+    if not deployment_id:
+        return
+    try:
+        item = registry.record_step(
+            table, deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
+        )
+    except ClientError as exc:
+        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+            raise
+        return  # no record (e.g. created by hand with our tags): deleted, nothing to mark
+    publish(events, bus, "Deployment Expired", {**lifecycle_detail(item, "expired"), "deleted": deleted})
+
+
+def _remove_orphans(
+    sm: Any, table: Any, stack_tag: str, resource_prefix: str, live: set[str], now: datetime, result: ReapResult
+) -> None:
+    kinds = (
+        (
+            "endpoint-config",
+            sm.list_endpoint_configs,
+            "EndpointConfigs",
+            "EndpointConfigName",
+            "EndpointConfigArn",
+            lambda n: sm.delete_endpoint_config(EndpointConfigName=n),
+        ),
+        ("model", sm.list_models, "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
+    )
+    in_use: set[str] | None = None  # configs behind live endpoints, described only if a candidate needs it
+    for kind, lister, key, name_key, arn_key, delete in kinds:
+        for res in _paginate(lister, key):
+            name = res[name_key]
+            if name in live or not _managed(name, resource_prefix):
+                continue
+            if kind == "endpoint-config":
+                if in_use is None:
+                    in_use = _configs_in_use(sm, live, resource_prefix)
+                if name in in_use:
+                    continue
+            tags = list_tags(sm, res[arn_key])
+            if tags.get(MANAGED_BY_TAG) != stack_tag:
+                continue
+            deployment_id = tags.get(DEPLOYMENT_TAG)
+            item = registry.get(table, deployment_id) if deployment_id else None
+            created = res.get("CreationTime")
+            old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
+            if item is not None and item.get("status") not in registry.TERMINAL:
+                continue  # a deployment in flight owns it
+            if item is None and not old_enough:
+                continue
+            try:
+                delete(name)
+                result.orphans_deleted.append(f"{kind}/{name}")
+            except ClientError as exc:
+                result.errors.append(f"{kind}/{name}: {exc}")
+
+
+def _configs_in_use(sm: Any, live: set[str], resource_prefix: str) -> set[str]:
+    in_use: set[str] = set()
+    for name in live:
+        if not _managed(name, resource_prefix):
+            continue
+        try:
+            in_use.add(sm.describe_endpoint(EndpointName=name)["EndpointConfigName"])
+        except ClientError:
+            continue
+    return in_use

@@ -1,0 +1,144 @@
+"""S3 'Object Created' event -> at most one deployment execution.
+
+S3 delivers events at least once, so the execution name is derived from bucket/key/version-id and
+ExecutionAlreadyExists means 'already handled'. A marker object (modeldrop.json) closes an
+uncompressed safetensors prefix and may carry per-model overrides.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import posixpath
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from modeldrop.contracts.errors import ModeldropError, RequestInvalid, describe_validation
+from modeldrop.contracts.models import DeploymentRequest
+
+ARCHIVE_SUFFIX = "model.tar.gz"
+MARKER_NAME = "modeldrop.json"
+# A marker may override any request field except where the artifact is and how it arrived.
+OVERRIDE_FIELDS = set(DeploymentRequest.model_fields) - {"artifact_uri", "source"}
+
+
+class S3Object(BaseModel):
+    key: str
+    version_id: str | None = None
+    size: int | None = None
+
+    @classmethod
+    def from_detail(cls, obj: dict[str, Any]) -> S3Object:
+        return cls(key=obj["key"], version_id=obj.get("version-id"), size=obj.get("size"))
+
+
+class StartOutcome(BaseModel):
+    status: Literal["started", "duplicate", "ignored", "rejected"]
+    execution_name: str | None = None
+    execution_arn: str | None = None
+    artifact_uri: str | None = None
+    reason: str | None = None
+
+
+# Keys under this prefix never start a deployment from their upload event: a pipeline that writes
+# its model here starts (and waits for) the deployment itself, so one artifact is deployed once.
+DIRECT_PREFIX = "direct/"
+
+
+def classify_key(key: str) -> Literal["archive", "marker"] | None:
+    base = posixpath.basename(key)
+    if base == ARCHIVE_SUFFIX or key.endswith(ARCHIVE_SUFFIX):
+        return "archive"
+    if base == MARKER_NAME:
+        return "marker"
+    return None
+
+
+def execution_name(bucket: str, key: str, version_id: str | None) -> str:
+    digest = hashlib.sha256(f"{bucket}/{key}#{version_id or 'null'}".encode()).hexdigest()
+    return f"s3-{digest[:24]}"
+
+
+def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
+    if not raw.strip():
+        return {}
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise RequestInvalid(
+            f"{uri} is not valid JSON: {exc}", f'{MARKER_NAME} holds {{}} or overrides such as {{"engine": "vllm"}}'
+        ) from None
+    if not isinstance(data, dict):
+        raise RequestInvalid(f"{uri} must hold a JSON object")
+    unknown = set(data) - OVERRIDE_FIELDS
+    if unknown:
+        raise RequestInvalid(f"{uri}: unknown override(s) {sorted(unknown)}", f"allowed: {sorted(OVERRIDE_FIELDS)}")
+    return data
+
+
+def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> DeploymentRequest:
+    kind = classify_key(key)
+    if kind == "archive":
+        raw: dict[str, Any] = {"artifact_uri": f"s3://{bucket}/{key}", "source": "s3-event"}
+    else:
+        prefix = posixpath.dirname(key)
+        raw = {
+            "artifact_uri": f"s3://{bucket}/{prefix + '/' if prefix else ''}",
+            "source": "s3-event",
+            **(marker or {}),
+        }
+    try:
+        return DeploymentRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise RequestInvalid(f"s3://{bucket}/{key}: {describe_validation(exc)}") from None
+
+
+def start_from_event(
+    event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str
+) -> StartOutcome:
+    """Start at most one execution. A bad marker or event is rejected rather than raised: EventBridge
+    would only retry the same bad input, and nothing must start for it."""
+    try:
+        return _start(event, s3, sfn, state_machine_arn, artifact_bucket)
+    except ModeldropError as exc:
+        return StartOutcome(status="rejected", reason=f"{type(exc).__name__}: {exc}")
+
+
+def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str) -> StartOutcome:
+    detail = event.get("detail") or {}
+    try:
+        bucket = detail["bucket"]["name"]
+        obj = S3Object.from_detail(detail["object"])
+    except (KeyError, TypeError):
+        raise RequestInvalid("event is not an S3 'Object Created' EventBridge event") from None
+    if bucket != artifact_bucket:
+        return StartOutcome(status="ignored", reason=f"bucket {bucket} is not the artifact bucket")
+    if obj.key.startswith(DIRECT_PREFIX):
+        return StartOutcome(
+            status="ignored", reason=f"{obj.key} is under {DIRECT_PREFIX}: whoever uploaded it starts it directly"
+        )
+    kind = classify_key(obj.key)
+    if kind is None:
+        return StartOutcome(
+            status="ignored", reason=f"{obj.key} is neither *{ARCHIVE_SUFFIX} nor a {MARKER_NAME} marker"
+        )
+    marker = None
+    if kind == "marker":
+        kwargs: dict[str, Any] = {"Bucket": bucket, "Key": obj.key}
+        if obj.version_id and obj.version_id != "null":
+            kwargs["VersionId"] = obj.version_id
+        marker = parse_marker(s3.get_object(**kwargs)["Body"].read(), f"s3://{bucket}/{obj.key}")
+    request = request_for(bucket, obj.key, marker)
+    name = execution_name(bucket, obj.key, obj.version_id)
+    try:
+        arn = sfn.start_execution(
+            stateMachineArn=state_machine_arn,
+            name=name,
+            input=request.model_dump_json(exclude_none=True),
+        )["executionArn"]
+    except sfn.exceptions.ExecutionAlreadyExists:
+        return StartOutcome(
+            status="duplicate", execution_name=name, artifact_uri=request.artifact_uri, reason="already handled"
+        )
+    return StartOutcome(status="started", execution_name=name, execution_arn=arn, artifact_uri=request.artifact_uri)

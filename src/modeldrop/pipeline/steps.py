@@ -1,0 +1,394 @@
+"""The state machine's steps as plain functions over clients: the handlers only wire them."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from modeldrop.aws import endpoint_logs, registry
+from modeldrop.aws.artifact_version import artifact_identity
+from modeldrop.aws.endpoint_quota import check_endpoint_quota
+from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
+from modeldrop.aws.secret_refs import check_refs, parse_refs, refuse_collisions
+from modeldrop.aws.secret_refs import resolve as resolve_secrets
+from modeldrop.checkpoint.artifact_scan import scan_source
+from modeldrop.checkpoint.validation import validate_scan
+from modeldrop.contracts import clock
+from modeldrop.contracts.errors import (
+    CheckpointRefused,
+    DeployDeadlineExceeded,
+    DuplicateDeployment,
+    EndpointFailed,
+    EvalFailed,
+    RequestInvalid,
+    TeardownIncomplete,
+    cause_message,
+    classify,
+    describe_validation,
+)
+from modeldrop.contracts.instance_types import instance_type_problem
+from modeldrop.contracts.models import (
+    DeploymentRequest,
+    EndpointPoll,
+    EndpointRef,
+    EnginePlan,
+    EvalVerdict,
+    FailureRecord,
+    ImageChoice,
+    NormalizedRequest,
+    TeardownResult,
+    ValidationSummary,
+    deployment_id_for,
+    resource_name_for,
+)
+from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
+from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
+from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
+from modeldrop.pipeline.config import DefaultsSettings
+from modeldrop.serving.image import resolve_image
+from modeldrop.serving.memory_plan import hourly_price, instance_catalog
+from modeldrop.serving.plan import max_tokens_ceiling, plan_serving, shape_from
+
+
+def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
+    try:
+        request = DeploymentRequest.model_validate(raw)
+    except ValidationError as exc:
+        raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
+    deployment_id = deployment_id_for(execution_name)
+    check_refs(request.secrets, defaults.secrets_prefix, engine_keys=set(request.engine_env))
+    problem = instance_type_problem(request.instance_type or defaults.default_instance_type)
+    if problem:  # the stack's default is checked too: nothing may be created for a type that cannot serve
+        raise RequestInvalid(*problem)
+    return NormalizedRequest(
+        deployment_id=deployment_id,
+        execution_name=execution_name,
+        artifact_uri=request.artifact_uri,
+        engine=request.engine or defaults.default_engine,
+        instance_type=request.instance_type or defaults.default_instance_type,
+        ttl_hours=request.ttl_hours or defaults.default_ttl_hours,
+        eval_set_uri=request.eval_set_uri,
+        max_model_len=request.max_model_len,
+        max_num_seqs=request.max_num_seqs,
+        eval_thresholds=request.eval_thresholds,
+        engine_env=request.engine_env,
+        secrets=request.secrets,
+        force_plan=request.force_plan,
+        source=request.source,
+        resource_name=resource_name_for(defaults.resource_prefix, deployment_id),
+        deploy_deadline_seconds=defaults.deploy_deadline_seconds,
+    )
+
+
+def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+    """Create the record, then claim the artifact version: a second deployment of it fails here."""
+    identity, version = artifact_identity(s3, req.artifact_uri)
+    price = hourly_price(req.instance_type, region)
+    created = registry.register(
+        table,
+        req.deployment_id,
+        req.execution_name,
+        req.model_dump(mode="json"),
+        {
+            "artifact_uri": req.artifact_uri,
+            "engine": req.engine,
+            "instance_type": req.instance_type,
+            "instance_count": 1,
+            "endpoint_name": req.resource_name,
+            "hourly_price": str(price) if price is not None else None,
+            "price_read_on": instance_catalog()["price_read_on"] if price is not None else None,
+            "region": region,
+            "artifact_version": version,
+        },
+    )
+    holder = registry.claim_artifact(table, identity, req.deployment_id)
+    if holder is not None:
+        raise DuplicateDeployment(
+            f"{req.artifact_uri} (version {version}) is already deployed by {holder['deployment_id']} "
+            f"(status {holder.get('status')}, endpoint {holder.get('endpoint_name')}); nothing was created"
+        )
+    return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
+
+
+def report_prefix(artifact_uri: str, deployment_id: str) -> tuple[str, str]:
+    """(bucket, key prefix) for reports next to the artifact."""
+    uri = parse_s3_uri(artifact_uri)
+    base = uri.key if uri.is_prefix else (uri.key.rsplit("/", 1)[0] + "/" if "/" in uri.key else "")
+    return uri.bucket, f"{base}modeldrop-reports/{deployment_id}/"
+
+
+def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
+    data = body.model_dump_json(indent=2) if isinstance(body, BaseModel) else json.dumps(body, indent=2, default=str)
+    s3.put_object(Bucket=bucket, Key=key, Body=data.encode(), ContentType="application/json")
+    return f"s3://{bucket}/{key}"
+
+
+def validate(
+    s3: Any, table: Any, deployment_id: str, artifact_uri: str, metrics: MetricSink | None = None
+) -> ValidationSummary:
+    started = time.monotonic()
+    report = validate_scan(scan_source(artifact_uri, s3))
+    seconds = max(time.monotonic() - started, 1e-6)
+    if metrics is not None:
+        metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))
+        metrics.add_metric(
+            name="ValidationMBps", unit="Megabytes/Second", value=round(report.total_bytes / 1e6 / seconds, 2)
+        )
+    bucket, prefix = report_prefix(artifact_uri, deployment_id)
+    uri = _put_json(s3, bucket, prefix + "validation.json", report)
+    summary = report.summary(uri)
+    registry.record_step(
+        table,
+        deployment_id,
+        "validate",
+        summary.model_dump(mode="json"),
+        status="validated" if report.deployable else "refused",
+        validation_report_uri=uri,
+    )
+    if not report.deployable:
+        errors = [f for f in report.findings if f.severity == "error"]
+        first = errors[0]
+        more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
+        raise CheckpointRefused(f"{first.code}: {first.message}{more}; report: {uri}", first.hint)
+    return summary
+
+
+def resolve(
+    table: Any, deployment_id: str, engine: Any, region: str, env: Mapping[str, str], model_type: str | None
+) -> ImageChoice:
+    choice = resolve_image(engine, region, env, model_type)
+    registry.record_step(
+        table, deployment_id, "resolve_image", choice.model_dump(mode="json"), image_uri=choice.image_uri
+    )
+    return choice
+
+
+def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice) -> EnginePlan:
+    plan = plan_serving(
+        image.engine,
+        shape_from(validation),
+        req.instance_type,
+        image.region,
+        max_num_seqs=req.max_num_seqs,
+        max_model_len=req.max_model_len,
+        max_position_embeddings=validation.max_position_embeddings,
+        passthrough=req.engine_env,
+        force=req.force_plan,
+    )
+    # The references were checked at the door; only now are the engine's own keys known.
+    refuse_collisions(req.secrets, plan.env)
+    registry.record_step(table, req.deployment_id, "build_env", plan.model_dump(mode="json"), status="planned")
+    return plan
+
+
+@dataclass
+class CreateClients:
+    sagemaker: Any
+    quotas: Any
+    secretsmanager: Any
+    ssm: Any
+
+
+def create(
+    clients: CreateClients,
+    table: Any,
+    req: NormalizedRequest,
+    image: ImageChoice,
+    plan: EnginePlan,
+    role_arn: str,
+    stack_tag: str,
+) -> EndpointRef:
+    now = clock.utcnow()
+    expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
+    name = req.resource_name
+    uri = parse_s3_uri(req.artifact_uri)
+    sm = clients.sagemaker
+    # A retried step whose endpoint already exists must not count that endpoint against the quota.
+    retried = describe_endpoint(sm, name) is not None
+    quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type)
+    # Secret values exist only in this call and the model's container env.
+    env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
+    adopted = create_all(
+        sm,
+        name,
+        image.image_uri,
+        req.artifact_uri,
+        compressed=not uri.is_prefix,
+        env=env,
+        role_arn=role_arn,
+        instance_type=plan.instance_type,
+        startup_timeout=plan.startup_timeout_seconds,
+        download_timeout=plan.download_timeout_seconds,
+        tags=tags_for(stack_tag, req.deployment_id, expires_at),
+    )
+    ref = EndpointRef(
+        endpoint_name=name,
+        endpoint_config_name=name,
+        model_name=name,
+        deadline_at=clock.iso(now + timedelta(seconds=req.deploy_deadline_seconds)),
+    )
+    registry.record_step(
+        table,
+        req.deployment_id,
+        "create_endpoint",
+        {**ref.model_dump(mode="json"), "quota": asdict(quota) if quota else None, "adopted": adopted},
+        status="creating",
+        expires_at=expires_at,
+        started_at=clock.iso(now),
+    )
+    return ref
+
+
+def poll(sm: Any, ref: EndpointRef, polls: int) -> EndpointPoll:
+    desc = describe_endpoint(sm, ref.endpoint_name)
+    if desc is None:
+        raise EndpointFailed(
+            f"endpoint {ref.endpoint_name} disappeared while being created",
+            "check whether someone deleted it; redeploy",
+        )
+    status = str(desc.get("EndpointStatus"))
+    if status == "Failed":
+        reason = desc.get("FailureReason") or "(no FailureReason given)"
+        raise EndpointFailed(f"endpoint {ref.endpoint_name} Failed: {reason}", hint_for_failure(reason))
+    if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
+        raise DeployDeadlineExceeded(
+            f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
+        )
+    return EndpointPoll(status=status, polls=polls + 1)
+
+
+def hint_for_failure(reason: str) -> str:
+    lowered = reason.lower()
+    if "ping health check" in lowered:
+        return (
+            "either the engine died (CUDA OOM: lower max_num_seqs / max_model_len or use a larger instance; raising "
+            "the timeout will not help) or weights load slowly (raise ContainerStartupHealthCheckTimeoutInSeconds) "
+            "-- the endpoint's CloudWatch logs tell which"
+        )
+    if "insufficientinstancecapacity" in lowered or "capacity" in lowered:
+        return "no capacity for this instance type now: retry later, another region, or another instance type"
+    if "resourcelimitexceeded" in lowered or "quota" in lowered:
+        return "raise the 'ml.<type> for endpoint usage' Service Quota"
+    return EndpointFailed.default_hint
+
+
+def smoke_eval(
+    runtime: Any,
+    s3: Any,
+    table: Any,
+    req: NormalizedRequest,
+    ref: EndpointRef,
+    plan: EnginePlan,
+    metrics: MetricSink | None = None,
+    retry: RetryPolicy | None = None,
+) -> EvalVerdict:
+    cases = load_eval_set(req.eval_set_uri, s3)
+    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
+    ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
+    report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
+    bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
+    report_uri = _put_json(s3, bucket, prefix + "eval.json", report)
+    markdown_key = prefix + "eval.md"
+    s3.put_object(
+        Bucket=bucket,
+        Key=markdown_key,
+        Body=to_markdown(report, f"Smoke eval of {req.deployment_id}").encode(),
+        ContentType="text/markdown",
+    )
+    if metrics is not None:
+        emit_metrics(metrics, report)
+    counts = report.counts
+    verdict = EvalVerdict(
+        passed=report.passed,
+        cases=len(report.cases),
+        truncated=counts["truncated"],
+        errors=error_count(counts),
+        check_failures=counts["check_failed"],
+        summary=report.summary,
+        report_uri=report_uri,
+        report_markdown_uri=f"s3://{bucket}/{markdown_key}",
+        ttft_p50_s=report.ttft_s.p50,
+        tokens_per_s_p50=report.tokens_per_s.p50,
+    )
+    registry.record_step(
+        table, req.deployment_id, "smoke_eval", verdict.model_dump(mode="json"), eval_report_uri=report_uri
+    )
+    if not report.passed:
+        raise EvalFailed(
+            f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {verdict.report_markdown_uri}",
+            "; ".join(report.fixes) or EvalFailed.default_hint,
+        )
+    return verdict
+
+
+def record_failure(
+    sm: Any, logs: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
+) -> FailureRecord:
+    error = str(failure.get("Error") or "States.Runtime")
+    cause = cause_message(str(failure.get("Cause") or "")) or ""
+    desc = describe_endpoint(sm, resource_name)
+    endpoint_reason = desc.get("FailureReason") if desc else None
+    diagnosis = None
+    if desc is not None:
+        # Read before teardown: the log group outlives the endpoint, but the cause belongs in the record.
+        lines = endpoint_logs.read_recent(logs, resource_name)
+        diagnosis = endpoint_logs.diagnose(lines) if lines else None
+    record = FailureRecord(
+        error=error,
+        cause=cause[:4000],
+        failure_class=classify(error),
+        state=failure.get("State"),
+        endpoint_failure_reason=endpoint_reason,
+        log_group=endpoint_logs.log_group_for(resource_name) if desc is not None else None,
+        log_excerpt=diagnosis.excerpt if diagnosis else [],
+        diagnosis=diagnosis.diagnosis if diagnosis else None,
+        hint=diagnosis.hint if diagnosis and diagnosis.hint else None,
+    )
+    registry.record_step(
+        table,
+        deployment_id,
+        "failure",
+        record.model_dump(mode="json"),
+        status="failing",
+        error=error,
+        failure_class=record.failure_class,
+        failure_reason=(endpoint_reason or cause)[:4000],
+    )
+    return record
+
+
+def teardown(
+    sm: Any, table: Any | None, deployment_id: str, resource_name: str, owner: str | None = None
+) -> TeardownResult:
+    """Delete what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME, nothing else."""
+    owner = owner if owner is not None else deployment_id
+    deleted, gone, failed, not_ours = delete_all(sm, resource_name, resource_name, resource_name, owner=owner)
+    result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
+    if table is not None:
+        registry.record_step(
+            table, deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow())
+        )
+    if failed:
+        raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
+    return result
+
+
+def finalize(
+    table: Any, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
+) -> dict[str, Any]:
+    now = clock.iso(clock.utcnow())
+    if outcome == "succeeded":
+        item = registry.record_step(table, deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
+    else:
+        item = registry.record_step(table, deployment_id, "result", dict(summary), status="failed", ended_at=now)
+    detail = lifecycle_detail(item, outcome)
+    publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
+    return detail

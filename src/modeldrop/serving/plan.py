@@ -1,0 +1,237 @@
+"""Turn a validated checkpoint plus a request into the container env, timeouts and memory plan."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
+from modeldrop.contracts.models import Engine, EnginePlan, Finding, ValidationSummary
+from modeldrop.serving.engine_env import MODEL_PATH, build_env
+from modeldrop.serving.image import resolve_image
+from modeldrop.serving.memory_plan import (
+    ModelShape,
+    hourly_price,
+    largest_fitting_model_len,
+    largest_fitting_seqs,
+    plan_memory,
+    smallest_fitting_instance,
+)
+
+DEFAULT_MAX_NUM_SEQS = 32  # vLLM's 256 OOMs a 24 GB GPU through the sampler buffer
+DEFAULT_FRACTION = 0.90
+DEFAULT_MAX_MODEL_LEN_CAP = 8192
+INVOCATION_CAP_SECONDS = 60.0
+MS_PER_TOKEN = {
+    "vllm": 40.0,
+    "sglang": 40.0,
+    "lmi": 45.0,
+}  # L4-class: ~40 ms/token measured for vLLM (768 tokens in 21.3 s)
+
+
+def shape_from(validation: ValidationSummary) -> ModelShape:
+    """What the memory plan needs from the validation report."""
+    return ModelShape(
+        weights_gib=validation.weights_gib,
+        vocab_size=validation.vocab_size or 262_144,
+        num_hidden_layers=validation.num_hidden_layers or 0,
+        num_kv_shared_layers=validation.num_kv_shared_layers,
+        num_key_value_heads=validation.num_key_value_heads or 0,
+        head_dim=validation.head_dim or 0,
+        layer_types=validation.layer_types,
+        sliding_window=validation.sliding_window,
+    )
+
+
+def clamp(value: float, low: int, high: int) -> int:
+    return int(max(low, min(high, value)))
+
+
+def startup_timeouts(weights_gib: float) -> tuple[int, int]:
+    """(model download, container startup health check), each within SageMaker's 60-3600 s."""
+    download = clamp(600 + 60 * weights_gib, 60, 3600)
+    startup = clamp(600 + 45 * weights_gib, 60, 3600)
+    return download, startup
+
+
+def max_tokens_ceiling(engine: Engine, safety: float = 0.8) -> int:
+    """The 60 s invocation cap as a max_tokens ceiling at the engine's expected ms/token."""
+    return int(INVOCATION_CAP_SECONDS * 1000 / MS_PER_TOKEN[engine] * safety)
+
+
+def plan_serving(
+    engine: Engine,
+    shape: ModelShape,
+    instance_type: str,
+    region: str,
+    max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
+    max_position_embeddings: int | None = None,
+    passthrough: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> EnginePlan:
+    seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
+    model_len = max_model_len or min(max_position_embeddings or DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_MAX_MODEL_LEN_CAP)
+    if max_position_embeddings and model_len > max_position_embeddings:
+        raise PlanRefused(
+            f"max_model_len {model_len} exceeds the model's max_position_embeddings {max_position_embeddings}",
+            f"use max_model_len <= {max_position_embeddings}",
+        )
+    memory: dict[str, object] = {}
+    warnings: list[str] = []
+    try:
+        plan = plan_memory(shape, instance_type, seqs, model_len, DEFAULT_FRACTION)
+    except KeyError:
+        plan = None
+        memory = {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
+    if plan is not None:
+        memory = plan.model_dump()
+        if plan.verdict == "oom":
+            options = alternatives(shape, instance_type, region, seqs, model_len)
+            memory["alternatives"] = options
+            message = oom_message(memory)
+            if not force:
+                raise PlanRefused(message, "; ".join(options) or "choose a larger instance type")
+            warnings.append(f"{message} -- deploying anyway because the request forces it")
+        elif plan.verdict == "tight":
+            warnings.append(
+                f"tight memory plan on {instance_type}: {plan.headroom_gib:.2f} GiB headroom; "
+                "a larger max_num_seqs or max_model_len will not load"
+            )
+    tp = plan.tensor_parallel if plan else 1
+    settings: dict[str, object] = {
+        "model_path": MODEL_PATH,
+        "max_model_len": model_len,
+        "max_num_seqs": seqs,
+        "gpu_memory_utilization": DEFAULT_FRACTION,
+    }
+    if engine != "lmi":  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
+        settings["tensor_parallel_degree"] = tp
+    env = build_env(engine, settings, passthrough)
+    download, startup = startup_timeouts(shape.weights_gib)
+    if engine == "lmi":
+        # LMI's own loading timeout is useless unless the SageMaker startup timeout covers it.
+        env["OPTION_MODEL_LOADING_TIMEOUT"] = str(max(60, startup - 60))
+    return EnginePlan(
+        env=env,
+        instance_type=instance_type,
+        max_num_seqs=seqs,
+        max_model_len=model_len,
+        startup_timeout_seconds=startup,
+        download_timeout_seconds=download,
+        memory=memory,
+        eval_max_tokens_ceiling=max_tokens_ceiling(engine),
+        warnings=warnings,
+    )
+
+
+def oom_message(memory: Mapping[str, Any]) -> str:
+    return (
+        f"predicted CUDA OOM on {memory['instance_type']}: budget {memory['budget_gib']:.2f} GiB, weights "
+        f"{memory['weights_gib']:.2f}, sampler {memory['sampler_gib']:.2f}, overhead {memory['overhead_gib']:.2f}, "
+        f"KV needs {memory['kv_min_gib']:.2f} but {max(memory['kv_cache_gib'], 0):.2f} is left"
+    )
+
+
+def alternatives(shape: ModelShape, instance_type: str, region: str, seqs: int, model_len: int) -> list[str]:
+    """What would fit instead: fewer sequences, a shorter context, or the cheapest instance that fits."""
+    options: list[str] = []
+    fitting = largest_fitting_seqs(shape, instance_type, model_len, DEFAULT_FRACTION)
+    if fitting:
+        options.append(f"max_num_seqs={fitting} fits on {instance_type}")
+    shorter = largest_fitting_model_len(shape, instance_type, seqs, model_len, DEFAULT_FRACTION)
+    if shorter:
+        options.append(f"max_model_len={shorter} fits max_num_seqs={seqs} on {instance_type}")
+    bigger = smallest_fitting_instance(shape, seqs, model_len, DEFAULT_FRACTION, region)
+    if bigger:
+        price = hourly_price(bigger, region)
+        options.append(f"{bigger} fits max_num_seqs={seqs}" + (f" (${price:.2f}/h in {region})" if price else ""))
+    return options
+
+
+class PlanReport(BaseModel):
+    """What `modeldrop plan` prints: exactly what SageMaker would be given, or why not."""
+
+    deployable: bool
+    refused: dict[str, str] | None = None
+    source: str
+    engine: Engine
+    region: str
+    instance_type: str
+    image: str | None = None
+    image_source: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    memory: dict[str, Any] = Field(default_factory=dict)
+    timeouts: dict[str, int] = Field(default_factory=dict)
+    hourly_price: float | None = None
+    findings: list[Finding] = Field(default_factory=list)
+
+
+def plan_report(
+    validation: ValidationSummary,
+    source: str,
+    engine: Engine,
+    region: str,
+    instance_type: str,
+    image_env: Mapping[str, str],
+    max_model_len: int | None = None,
+    max_num_seqs: int | None = None,
+    passthrough: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> PlanReport:
+    """The serving plan for a validated checkpoint, refusals included, with every number kept."""
+    report = PlanReport(
+        deployable=False,
+        source=source,
+        engine=engine,
+        region=region,
+        instance_type=instance_type,
+        hourly_price=hourly_price(instance_type, region),
+        findings=list(validation.findings),
+    )
+    if not validation.deployable:
+        report.refused = {"error": "CheckpointRefused", "message": "the checkpoint has error findings", "hint": ""}
+        return report
+    try:
+        image = resolve_image(engine, region, image_env, validation.model_type)
+        report.image, report.image_source = image.image_uri, image.source
+        report.findings += [Finding(code="IMAGE_WARNING", severity="warning", message=w) for w in image.warnings]
+        # Computed even when it predicts OOM, so a refusal still shows its numbers.
+        plan = plan_serving(
+            engine,
+            shape_from(validation),
+            instance_type,
+            region,
+            max_num_seqs=max_num_seqs,
+            max_model_len=max_model_len,
+            max_position_embeddings=validation.max_position_embeddings,
+            passthrough=passthrough,
+            force=True,
+        )
+    except (ImageUnresolvable, PlanRefused) as exc:
+        report.refused = {"error": type(exc).__name__, "message": exc.message, "hint": exc.hint}
+        return report
+    report.env = plan.env
+    report.memory = plan.memory
+    report.timeouts = {
+        "model_data_download_seconds": plan.download_timeout_seconds,
+        "container_startup_health_check_seconds": plan.startup_timeout_seconds,
+        "invocation_seconds": int(INVOCATION_CAP_SECONDS),
+        "eval_max_tokens_ceiling": plan.eval_max_tokens_ceiling or max_tokens_ceiling(engine),
+    }
+    oom = plan.memory.get("verdict") == "oom"
+    for warning in plan.warnings:
+        if not (oom and not force):
+            report.findings.append(Finding(code="MEMORY_PLAN", severity="warning", message=warning))
+    if oom and not force:
+        options = plan.memory.get("alternatives") or []
+        report.refused = {
+            "error": "PlanRefused",
+            "message": oom_message(plan.memory),
+            "hint": "; ".join(options) or "choose a larger instance type",
+        }
+        return report
+    report.deployable = True
+    return report

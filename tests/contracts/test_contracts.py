@@ -1,0 +1,195 @@
+"""Contracts over the files SAM deploys: ASL substitutions, error routing, template lint, schema."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT
+
+from modeldrop.contracts.errors import DOMAIN_ERRORS
+from modeldrop.local.stack import load_template
+
+ASL = ROOT / "statemachine" / "deployment.asl.json"
+
+
+def _states(definition: dict[str, Any]) -> dict[str, Any]:
+    return definition["States"]
+
+
+def test_every_substitution_is_defined() -> None:
+    text = ASL.read_text()
+    used = set(re.findall(r"\$\{([A-Za-z0-9]+)\}", text))
+    template = load_template(ROOT)
+    defined = set(template["Resources"]["DeploymentStateMachine"]["Properties"]["DefinitionSubstitutions"])
+    assert used == defined, (used - defined, defined - used)
+
+
+def test_every_domain_error_is_routed() -> None:
+    definition = json.loads(ASL.read_text())
+    routed: set[str] = set()
+    for state in _states(definition).values():
+        for block in state.get("Catch", []) + state.get("Retry", []):
+            routed.update(block["ErrorEquals"])
+    # TeardownIncomplete only ever reaches the teardown state's catch-all.
+    missing = {cls.__name__ for cls in DOMAIN_ERRORS} - routed - {"TeardownIncomplete"}
+    assert not missing, f"domain errors not named in any Catch/Retry: {missing}"
+
+
+def test_every_task_has_timeout_and_lambda_retry() -> None:
+    definition = json.loads(ASL.read_text())
+    for name, state in _states(definition).items():
+        if state["Type"] != "Task":
+            continue
+        assert state.get("TimeoutSeconds"), name
+        retry = state["Retry"][0]
+        assert "Lambda.TooManyRequestsException" in retry["ErrorEquals"], name
+        assert retry["JitterStrategy"] == "FULL", name
+
+
+def test_quota_errors_are_not_retried() -> None:
+    definition = json.loads(ASL.read_text())
+    for name, state in _states(definition).items():
+        for retry in state.get("Retry", []):
+            assert "QuotaExceeded" not in retry["ErrorEquals"], name
+
+
+def test_committed_asl_matches_generator() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_asl
+
+    assert json.loads(ASL.read_text()) == gen_asl.build()
+
+
+def test_committed_schema_matches_model() -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_schema
+
+    assert (ROOT / "schemas" / "deployment-request.schema.json").read_text() == gen_schema.render()
+
+
+def test_template_passes_cfn_lint() -> None:
+    cfn_lint = Path(sys.executable).parent / "cfn-lint"
+    result = subprocess.run([str(cfn_lint), str(ROOT / "template.yaml")], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_every_function_dir_is_in_the_template() -> None:
+    template = load_template(ROOT)
+    uris = {
+        Path(r["Properties"]["CodeUri"]).name
+        for r in template["Resources"].values()
+        if r["Type"] == "AWS::Serverless::Function"
+    }
+    assert uris == {p.name for p in (ROOT / "functions").iterdir() if p.is_dir() and (p / "app.py").exists()}
+
+
+def test_iam_is_scoped() -> None:
+    text = (ROOT / "template.yaml").read_text()
+    assert re.search(r"iam:PassRole\n\s+Resource: !Ref SageMakerExecutionRoleArn", text)
+    assert '"iam:PassedToService": sagemaker.amazonaws.com' in text
+    template = load_template(ROOT)
+    reaper = json.dumps(template["Resources"]["ReaperFunction"]["Properties"]["Policies"])
+    assert "AddTags" not in reaper
+    assert "aws:ResourceTag/modeldrop:managed-by" in reaper
+
+
+def test_no_account_ids_or_regions_in_code() -> None:
+    allowed = {
+        "763104351884",
+        "871362719292",
+        "217643126080",
+        "626614931356",
+        "692866216735",
+        "907027046896",
+        "780543022126",
+        "123456789012",
+    }
+    for path in list((ROOT / "src").rglob("*.py")) + list((ROOT / "functions").rglob("*.py")):
+        for account in re.findall(r"(?<![\d.])\d{12}(?![\d])", path.read_text()):
+            assert account in allowed, f"{path}: account id {account}"
+
+
+def test_lambda_layer_requirements_match_the_package_and_exclude_cli_dependencies() -> None:
+    import tomllib
+
+    lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
+    layer = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
+    names = {line.split(">")[0].split("=")[0].split("[")[0].strip() for line in layer}
+    assert names == {"pydantic", "aws-lambda-powertools", "isal"}
+    # What the dev venv runs in-process is what the layer ships (boto3 is the runtime's own).
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(project["dependencies"]) - {d for d in project["dependencies"] if d.startswith("boto3")} == layer
+
+
+def test_sample_events_are_valid_inputs() -> None:
+    from modeldrop.contracts.models import DeploymentRequest
+    from modeldrop.pipeline.starter import S3Object, classify_key, parse_marker
+
+    events = ROOT / "events"
+    for path in sorted(events.glob("direct-start*.json")):
+        DeploymentRequest.model_validate_json(path.read_text())
+    parse_marker((events / "modeldrop-marker.example.json").read_bytes(), "events/modeldrop-marker.example.json")
+    for path in sorted(events.glob("s3-object-created-*.json")):
+        detail = json.loads(path.read_text())["detail"]
+        assert classify_key(S3Object.from_detail(detail["object"]).key) is not None, path
+
+
+def test_dashboard_and_alarm_metrics_are_emitted_by_the_code() -> None:
+    import re
+
+    template = (ROOT / "template.yaml").read_text()
+    code = "\n".join(p.read_text() for p in [*ROOT.glob("functions/*/app.py"), *ROOT.glob("src/modeldrop/**/*.py")])
+    metrics = set(re.findall(r'\["modeldrop", "(\w+)"', template)) | set(re.findall(r'\[".", "(\w+)"', template))
+    metrics.add(re.search(r"MetricName: (\w+)", template).group(1))  # type: ignore[union-attr]
+    assert {"DeploymentsSucceeded", "ValidationMBps", "EvalTTFTP50", "OverdueEndpoints"} <= metrics
+    for metric in metrics:
+        stem = re.sub(r"P(50|90)$", "", metric)
+        emitted = (
+            f'name="{metric}"' in code
+            or f'"{stem}": (' in code  # the eval report's p50/p90 series
+            or (metric.startswith("Deployments") and 'name=f"Deployments{' in code)
+        )
+        assert emitted, metric
+
+
+def test_lambda_retries_cover_every_transient_lambda_error() -> None:
+    definition = json.loads(ASL.read_text())
+    transient = {
+        "Lambda.ServiceException",
+        "Lambda.AWSLambdaException",
+        "Lambda.SdkClientException",
+        "Lambda.TooManyRequestsException",
+        "Lambda.ClientExecutionTimeoutException",
+    }
+    for name, state in _states(definition).items():
+        if state.get("Type") == "Task":
+            retried = {e for block in state.get("Retry", []) for e in block["ErrorEquals"]}
+            assert transient <= retried, (name, transient - retried)
+
+
+def test_teardown_deletes_only_what_this_stack_tagged() -> None:
+    from modeldrop.local.stack import load_template
+
+    resources = load_template(ROOT)["Resources"]
+    for logical in ("TeardownFunction", "ReaperFunction"):
+        statements = resources[logical]["Properties"]["Policies"][0]["Statement"]
+        deletes = [s for s in statements if "sagemaker:DeleteEndpoint" in s["Action"]]
+        assert deletes and all(
+            s["Condition"]["StringEquals"]["aws:ResourceTag/modeldrop:managed-by"] == {"Ref": "AWS::StackName"}
+            for s in deletes
+        ), logical
+
+
+def test_the_starter_rule_has_a_dead_letter_queue_that_alarms() -> None:
+    from modeldrop.local.stack import load_template
+
+    resources = load_template(ROOT)["Resources"]
+    rule = resources["StarterFunction"]["Properties"]["Events"]["ArtifactCreated"]["Properties"]
+    assert rule["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "Arn"]}
+    alarm = resources["StarterDeadLetterAlarm"]["Properties"]
+    assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "QueueName"]}

@@ -1,0 +1,268 @@
+"""The README's first command and the validate command, run as a user would."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+MODELDROP = [sys.executable, "-m", "modeldrop"]
+
+
+def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_run_local_default_succeeds_and_says_what_served_the_endpoint() -> None:
+    result = _run("run-local")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout and "moto" in result.stdout
+    assert "SmokeEval" in result.stdout and "SM_VLLM_MAX_NUM_SEQS=32" in result.stdout
+    assert "reference engine" in result.stdout and "not a language model" in result.stdout
+    assert "one-paragraph" in result.stdout and "TTFT" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_run_local_json_failure_leaves_nothing() -> None:
+    result = _run("run-local", "--fault", "oom", "--json")
+    assert result.returncode == 1, result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "failed" and data["error"] == "EndpointFailed"
+    assert data["leftover_resources"] == []
+    assert "ping health check" in data["record"]["failure_reason"]
+    assert data["record"]["steps"]["failure"]["diagnosis"] == "the engine ran out of GPU memory while loading"
+    assert {s["name"] for s in data["states"]} >= {"ValidateCheckpoint", "RecordFailure", "Teardown", "MarkFailed"}
+
+
+def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
+    result = _run("run-local", str(tmp_path / "missing.tar.gz"))
+    assert result.returncode == 2 and "no such file" in result.stderr
+    result = _run("run-local", "--fault", "meteor")
+    assert result.returncode == 2 and "unknown --fault" in result.stderr
+    result = _run("run-local", "--engine", "vllm")
+    assert result.returncode == 2 and "vllm is not installed" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_validate_exit_codes(tmp_path: Path) -> None:
+    from modeldrop.local.sample_checkpoint import write_checkpoint
+
+    ok = write_checkpoint(tmp_path / "ok")
+    assert _run("validate", str(ok)).returncode == 0
+    bad = write_checkpoint(tmp_path / "bad", drop_kv_shared=True)
+    refused = _run("validate", str(bad), "--json")
+    assert refused.returncode == 1
+    report = json.loads(refused.stdout)
+    assert report["deployable"] is False and len(report["kv_shared"]["missing"]) == 6
+    (tmp_path / "junk.tar.gz").write_bytes(b"not gzip at all")
+    unreadable = _run("validate", str(tmp_path / "junk.tar.gz"))
+    assert unreadable.returncode == 2 and "Traceback" not in unreadable.stderr
+
+
+def test_readme_commands_exist() -> None:
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    for target in ("run-local", "test"):
+        assert f"make {target}" in readme and f"\n{target}:" in makefile
+    help_text = _run("run-local", "--help").stdout
+    for option in ("--fault", "--engine", "--deploy-engine", "--json"):
+        assert option in readme and option in help_text
+    from modeldrop.local.hosting import FAULTS
+
+    for fault in FAULTS:
+        assert f"`{fault}`" in readme, fault
+    eval_help = _run("eval", "--help").stdout
+    for option in ("--eval-set", "--stream", "--no-stream", "--json"):
+        assert option in eval_help and option in readme
+    assert "make bench" in readme and "\nbench:" in makefile
+    repair_help = _run("repair", "--help").stdout + _run("validate", "--help").stdout
+    for option in ("--base", "--out"):
+        assert option in repair_help and option in readme
+    plan_help = _run("plan", "--help").stdout
+    for option in ("--engine", "--region", "--instance-type", "--max-model-len", "--max-num-seqs", "--force"):
+        assert option in plan_help and option in readme
+
+
+def test_every_documented_command_and_option_exists() -> None:
+    """README code blocks: each `modeldrop CMD ... --option` must be a real command and option."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+    from modeldrop.contracts.models import DeploymentRequest
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
+    lines = [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("modeldrop ")]
+    documented = {line.split()[1] for line in lines} | {"run-local"}  # run-local: `make run-local` + its options
+    assert documented == {c.name for c in app.registered_commands}
+    runner = CliRunner()
+    for line in lines:
+        command = line.split()[1]
+        help_text = runner.invoke(app, [command, "--help"], terminal_width=200).output
+        assert "Usage:" in help_text, (command, help_text)
+        for option in re.findall(r"(--[a-z][a-z-]*)", line):
+            assert option in help_text, (line, option)
+    for field in DeploymentRequest.model_fields:
+        assert f"`{field}`" in readme, field
+
+
+def _engines_of(parent: int) -> list[int]:
+    """Live (not zombie) reference-engine processes whose parent is PARENT."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(stat[1]) == parent and stat[0] != "Z" and b"reference_engine" in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _default_sigint() -> None:
+    # As a terminal's foreground job has it, whatever the test runner inherited (a shell without job
+    # control starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt).
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.mark.parametrize(
+    ("after_line", "sig"),
+    [
+        ("ValidateCheckpoint", signal.SIGINT),  # before any endpoint exists
+        ("CreateEndpoint", signal.SIGTERM),  # the endpoint process is starting
+        ("PollEndpoint", signal.SIGINT),  # the endpoint is loading (slow-start keeps it so)
+        ("(task failed)", signal.SIGINT),  # the run is already failing the slow start
+    ],
+)
+def test_ctrl_c_or_sigterm_at_a_known_point_stops_every_endpoint_process(after_line: str, sig: int) -> None:
+    """The run prints each state as it ends: interrupt it right after a given one, not after a guessed delay."""
+    run = subprocess.Popen(
+        [*MODELDROP, "run-local", "--fault", "slow-start"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "200"},
+        preexec_fn=_default_sigint,
+    )
+    assert run.stdout is not None
+    seen: list[str] = []
+    children: set[int] = set()
+    watching = threading.Event()
+    watching.set()
+
+    def watch_children() -> None:  # every endpoint process the run starts, however briefly it lives
+        while watching.is_set():
+            children.update(_engines_of(run.pid))
+            time.sleep(0.01)
+
+    watcher = threading.Thread(target=watch_children, daemon=True)
+    watcher.start()
+    for line in run.stdout:
+        seen.append(line)
+        if after_line in line:
+            break
+    else:
+        pytest.fail(f"the run ended before {after_line!r}:\n{''.join(seen)}{run.stderr.read() if run.stderr else ''}")
+    run.send_signal(sig)
+    out, err = run.communicate(timeout=60)
+    watching.clear()
+    watcher.join()
+    assert run.returncode == 128 + sig, (run.returncode, err, out)
+    assert "interrupted" in err and "no local endpoint process is left running" in err, err
+    assert "Traceback" not in err + out and "SUCCESS" not in out and "FAILED" not in out, err + out
+    if after_line != "ValidateCheckpoint":
+        assert children, "the endpoint process was never seen"
+    assert not [pid for pid in children if _alive(pid)], children
+
+
+def test_ctrl_c_inherited_as_ignored_stays_ignored_and_sigterm_still_stops_the_run() -> None:
+    run = subprocess.Popen(
+        [*MODELDROP, "run-local", "--fault", "slow-start", "--json"],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    deadline = time.monotonic() + 60
+    children: list[int] = []
+    while not children and time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.05)
+        children = _engines_of(run.pid)
+    assert children, "no endpoint process was started"
+    run.send_signal(signal.SIGINT)  # ignored, as the shell that started it asked
+    time.sleep(0.3)
+    assert run.poll() is None
+    run.send_signal(signal.SIGTERM)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 128 + signal.SIGTERM and out == "", (run.returncode, err)
+    assert not [pid for pid in children if _alive(pid)], children
+
+
+@pytest.mark.parametrize("state", ["CreateEndpoint", "RecordFailure"])
+def test_ctrl_c_anywhere_in_the_run_leaves_no_process_and_starts_none(state: str) -> None:
+    """In-process: KeyboardInterrupt raised in the watching thread as a signal would, at each point."""
+    from modeldrop.local.run import run_local
+
+    def interrupt_at(run: Any) -> None:
+        if run.name == state:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_local(fault="slow-start", on_state=interrupt_at)
+    time.sleep(0.5)  # an execution still in flight would start its process by now
+    assert _engines_of(os.getpid()) == []
+
+
+def test_run_local_takes_a_directory_or_a_plain_tar(tmp_path: Path) -> None:
+    import tarfile
+
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-kvshared"
+    plain = tmp_path / "model.tar"
+    with tarfile.open(plain, "w") as tar:
+        for path in sorted(fixture.iterdir()):
+            tar.add(path, arcname=path.name)
+    for artifact in (plain, fixture):
+        data = json.loads(_run("run-local", str(artifact), "--json").stdout)
+        # Read as a checkpoint (not refused as a corrupt gzip): transformers dropped its KV-shared tensors.
+        assert data["error"] == "CheckpointRefused" and "KV_SHARED_TENSORS_MISSING" in data["cause"], data["cause"]
+
+
+def test_create_throttled_past_the_sdk_retries_adopts_its_own_resources() -> None:
+    result = _run("run-local", "--fault", "create-throttle", "--json")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    data = json.loads(result.stdout)
+    assert data["status"] == "succeeded" and data["leftover_resources"] == []
+    name = data["record"]["endpoint_name"]
+    # The retried step continued with the model and config the first attempt made: one set, deleted at exit.
+    assert data["record"]["steps"]["create_endpoint"]["adopted"] == [f"model/{name}", f"endpoint-config/{name}"]
+    assert sorted(data["deleted_at_exit"]) == sorted([f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"])
+
+
+def test_plan_refuses_an_instance_type_typo_naming_the_real_one() -> None:
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-dense"
+    result = _run("plan", str(fixture), "--instance-type", "ml.g6.2xlage", "--region", "us-east-1")
+    assert result.returncode == 2 and "ml.g6.2xlarge" in result.stderr and "Traceback" not in result.stderr
+    cpu = _run("plan", str(fixture), "--instance-type", "ml.m5.xlarge", "--region", "us-east-1")
+    assert cpu.returncode == 2 and "no NVIDIA GPU" in cpu.stderr

@@ -1,0 +1,102 @@
+"""The hosting emulator's container contract: env translation, a real process per endpoint, cleanup."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modeldrop.local.engines import EngineUnavailable, check_available, entrypoint_args
+
+
+def test_dlc_entrypoint_translation() -> None:
+    env = {
+        "SM_VLLM_MODEL": "/opt/ml/model",
+        "SM_VLLM_MAX_MODEL_LEN": "4096",
+        "SM_VLLM_ENABLE_PREFIX_CACHING": "",
+        "SM_VLLM_LIMIT_MM_PER_PROMPT": '{"image":2}',
+        "HF_TOKEN": "never-a-flag",
+    }
+    assert entrypoint_args("SM_VLLM_", env, Path("/tmp/m")) == [
+        "--enable-prefix-caching",
+        "--limit-mm-per-prompt",
+        '{"image":2}',
+        "--max-model-len",
+        "4096",
+        "--model",
+        "/tmp/m",
+    ]
+    assert entrypoint_args("SM_SGLANG_", {"SM_SGLANG_TP_SIZE": "2"}, Path("/m")) == ["--tp-size", "2"]
+
+
+def test_engines_that_are_not_here_are_refused_clearly() -> None:
+    check_available("reference")
+    for engine in ("vllm", "sglang"):
+        with pytest.raises(EngineUnavailable, match=f"{engine} (is not installed|needs a CUDA GPU)"):
+            check_available(engine)
+    with pytest.raises(EngineUnavailable, match="unknown local engine"):
+        check_available("tgi")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any, archive: bytes) -> None:
+    from conftest import create_endpoint
+
+    from modeldrop.aws.sagemaker_resources import delete_all
+
+    create_endpoint(
+        stack, "modeldrop-proc", archive, env={"SM_VLLM_MAX_MODEL_LEN": "1024", "SM_VLLM_SERVED_MODEL_NAME": "tiny"}
+    )
+    sm = stack.client("sagemaker")
+    hosted = stack.hosting.endpoints["modeldrop-proc"]
+    assert sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] in ("Creating", "InService")
+    while sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] == "Creating":
+        pass
+    assert sm.describe_endpoint(EndpointName="modeldrop-proc")["EndpointStatus"] == "InService"
+    model_dir = hosted.model_dir
+    assert (model_dir / "config.json").is_file()
+    assert oct((model_dir / "config.json").stat().st_mode & 0o222) == "0o0"
+    environ = Path(f"/proc/{hosted.process.pid}/environ").read_bytes()
+    assert environ.count(b"SM_VLLM_MAX_MODEL_LEN=1024") == 1 and b"AWS_SECRET_ACCESS_KEY" not in environ
+    logs = stack.client("logs").get_log_events(logGroupName=hosted.log_group, logStreamName=hosted.log_stream)
+    lines = [e["message"] for e in logs["events"]]
+    assert any("Maximum model length: 1024; served model name: tiny" in line for line in lines)
+    pid = hosted.process.pid
+    deleted, _gone, failed, _not_ours = delete_all(sm, "modeldrop-proc", "modeldrop-proc", "modeldrop-proc")
+    assert failed == [] and len(deleted) == 3
+    assert not _pid_alive(pid) and not model_dir.exists()
+    assert stack.hosting.running() == []
+
+
+@pytest.mark.skipif(
+    not os.environ.get("MODELDROP_TORCH_PYTHON"), reason="set MODELDROP_TORCH_PYTHON to a Python with torch"
+)
+def test_transformers_engine_generates_from_the_checkpoints_own_weights() -> None:
+    import json
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    fixture = ROOT / "tests" / "fixtures" / "gemma4-text-kvshared-base"
+    result = subprocess.run(
+        [sys.executable, "-m", "modeldrop", "run-local", str(fixture), "--engine", "transformers", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    data = json.loads(result.stdout)
+    # Random weights never say EOS: every answer runs to max_tokens, and the eval says so.
+    assert data["error"] == "EvalFailed" and data["leftover_resources"] == []
+    cases = data["eval_report"]["cases"]
+    assert all(c["outcome"] == "truncated" and c["completion_tokens"] == c["max_tokens"] for c in cases)

@@ -1,0 +1,145 @@
+"""The operate commands against the emulated stack, found through a (moto) CloudFormation stack's outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT, create_endpoint, subscribe
+from typer.testing import CliRunner
+
+from modeldrop.cli import app
+from modeldrop.contracts import clock
+
+STACK = "modeldrop-local"
+REGION = ["--stack", STACK, "--region", "us-east-1"]
+
+
+@pytest.fixture
+def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The emulated stack plus the CloudFormation stack `sam deploy` would have made, with its outputs."""
+    outputs = {
+        "StateMachineArn": stack.state_machine_arn,
+        "DeploymentsTableName": stack.table_name,
+        "ArtifactBucketName": stack.bucket,
+        "EventBusName": stack.resources["EventBus"],
+    }
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+    monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
+    return stack
+
+
+def _cli(*args: str) -> Any:
+    return CliRunner().invoke(app, list(args))
+
+
+def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) -> None:
+    stack = deployed
+    sqs, url = subscribe(stack, (ROOT / "events" / "modeldrop-events.rule.json").read_text())
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/7/weights.tar.gz", Body=archive)
+    started = _cli("deploy", f"s3://{stack.bucket}/runs/7/weights.tar.gz", *REGION, "--ttl", "2h", "--wait", "--json")
+    assert started.exit_code == 0, started.output
+    run = json.loads(started.output)
+    assert run["status"] == "SUCCEEDED" and "SmokeEval" in [s["name"] for s in run["states"]]
+    deployment_id = run["output"]["deployment_id"]
+    endpoint = run["output"]["endpoint_name"]
+
+    clock.advance(3600)  # an hour of billing at the catalog price
+    [row] = json.loads(_cli("list", *REGION, "--json").output)
+    assert (row["deployment_id"], row["status"], row["instance_type"]) == (deployment_id, "succeeded", "ml.g6.2xlarge")
+    assert row["cost_usd"] == pytest.approx(1.23, abs=0.02) and not row["cost_is_final"]
+    assert 0.9 < row["expires_in_hours"] < 1.1
+    human = _cli("list", *REGION)
+    assert deployment_id in human.output and "so far" in human.output
+
+    status = json.loads(_cli("status", endpoint, *REGION, "--json").output)
+    assert status["deployment_id"] == deployment_id and status["price_read_on"]
+    assert status["links"]["endpoint_logs"].endswith(f"$252Faws$252Fsagemaker$252FEndpoints$252F{endpoint}")
+    assert status["links"]["execution"].endswith(f":execution:{STACK}-deployment:{run['execution_arn'].split(':')[-1]}")
+
+    before = clock.utcnow().replace(microsecond=0) + timedelta(hours=6)
+    extended = _cli("extend", deployment_id, "--ttl", "6h", *REGION)
+    after = clock.utcnow() + timedelta(hours=6)
+    assert extended.exit_code == 0, extended.output
+    sm = stack.client("sagemaker")
+    arn = sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"]
+    tag = {t["Key"]: t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"]}["modeldrop:expires-at"]
+    record = stack.table().get_item(Key={"deployment_id": deployment_id})["Item"]
+    # The tag and the record agree, and name a time six hours after the command ran (whole seconds).
+    assert tag == record["expires_at"] and before <= clock.parse_iso(tag) <= after, (tag, before, after)
+
+    down = _cli("teardown", deployment_id, *REGION)
+    assert down.exit_code == 0, down.output
+    assert "final cost $1.2" in down.output
+    assert stack.leftover_resources() == []
+    record = stack.table().get_item(Key={"deployment_id": deployment_id})["Item"]
+    assert record["status"] == "torn_down" and record["ended_at"]
+    events = [json.loads(m["Body"]) for m in sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]]
+    torn = next(e for e in events if e["detail-type"] == "Deployment Torn Down")
+    assert torn["detail"]["final_cost_usd"] == pytest.approx(1.23, abs=0.02)
+    again = _cli("extend", deployment_id, "--ttl", "1h", *REGION)
+    assert again.exit_code == 2 and "nothing to extend" in again.output
+
+
+def test_refusals_are_one_line(deployed: Any, archive: bytes) -> None:
+    stack = deployed
+    create_endpoint(stack, "modeldrop-not-ours", archive, managed_by="another-stack")
+    cases = [
+        (("teardown", "modeldrop-not-ours", *REGION), "is not managed by stack modeldrop-local (managed-by: another"),
+        (("status", "nope", *REGION), "no deployment or endpoint 'nope'"),
+        (("list", "--stack", "absent", "--region", "us-east-1"), "no stack named absent in us-east-1"),
+        (("deploy", "https://x/model.tar.gz", *REGION), "invalid deployment request: artifact_uri"),
+        (("deploy", f"s3://{stack.bucket}/m/model.tar.gz", *REGION, "--ttl", "forever"), "is not a duration"),
+        (("extend", "nope", "--ttl", "1h", *REGION), "no deployment or endpoint"),
+    ]
+    for args, message in cases:
+        result = _cli(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert message in result.output, (args, result.output)
+        assert "Traceback" not in result.output
+    assert "endpoint/modeldrop-not-ours" in stack.leftover_resources()
+
+
+def test_no_credentials_is_one_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_SHARED_CREDENTIALS_FILE=str(tmp_path / "none"),
+        AWS_CONFIG_FILE=str(tmp_path / "none"),
+        AWS_EC2_METADATA_DISABLED="true",
+        AWS_REGION="eu-west-1",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "modeldrop", "list"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[0] == "error: no AWS credentials found"
+
+
+def test_integration_examples(deployed: Any, archive: bytes) -> None:
+    import runpy
+
+    from modeldrop.contracts.models import DeploymentRequest
+
+    stack = deployed
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/9/weights.tar.gz", Body=archive)
+    example = runpy.run_path(str(ROOT / "events" / "start_deployment.py"))
+    code = example["main"](
+        [f"s3://{stack.bucket}/runs/9/weights.tar.gz", "--stack", STACK, "--region", "us-east-1", "--poll-seconds", "0"]
+    )
+    assert code == 0
+    asl = json.loads((ROOT / "events" / "training-pipeline-step.asl.json").read_text())
+    deploy = asl["States"]["Deploy"]
+    assert deploy["Resource"] == "arn:aws:states:::states:startExecution.sync:2"
+    fields = {k.removesuffix(".$") for k in deploy["Parameters"]["Input"]}
+    assert fields <= set(DeploymentRequest.model_fields)
+    assert asl["States"]["Train"]["Next"] == "Deploy" and deploy["Catch"][0]["Next"] == "DeployFailed"

@@ -1,0 +1,229 @@
+"""What `sam build` ships, run as the Lambda python3.13 runtime would run it.
+
+`make test` builds the stack with the SAM CLI and a runtime-like interpreter (a venv with only
+boto3), then sets MODELDROP_SAM_BUILD_DIR and MODELDROP_LAMBDA_PYTHON. Every built function runs
+in its own warm worker of that interpreter, with only its directory and the layer's `python/` on the
+path, against the local AWS emulator served over HTTP; the real state machine drives them. An
+import-time or first-call dependency gap in the layer fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+from conftest import ROOT
+
+BUILD_DIR = os.environ.get("MODELDROP_SAM_BUILD_DIR")
+LAMBDA_PYTHON = os.environ.get("MODELDROP_LAMBDA_PYTHON")
+WORKER = ROOT / "tests" / "runtime" / "lambda_worker.py"
+RUNTIME_ENV = ("PATH", "LANG", "TZ")
+
+
+def _built() -> tuple[Path, str]:
+    if not BUILD_DIR or not LAMBDA_PYTHON:
+        if os.environ.get("CI"):
+            pytest.fail("CI must test the shipped artifact: run `make test` (it sets MODELDROP_SAM_BUILD_DIR)")
+        pytest.skip("run through `make test`, which builds with `sam build` and sets MODELDROP_SAM_BUILD_DIR")
+    build = Path(BUILD_DIR).resolve()
+    if not (build / "template.yaml").is_file():
+        pytest.fail(f"{build} has no built template: `sam build` did not run")
+    return build, LAMBDA_PYTHON
+
+
+class _Worker:
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.lock = threading.Lock()
+        self.invocations: list[tuple[dict[str, Any], dict[str, Any]]] = []
+
+    def invoke(self, event: dict[str, Any]) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        with self.lock:
+            self.process.stdin.write(json.dumps(event) + "\n")
+            self.process.stdin.flush()
+            line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the worker died: {self._stderr_tail()}")
+        answer: dict[str, Any] = json.loads(line)
+        self.invocations.append((event, answer))
+        return answer
+
+    def _stderr_tail(self) -> str:
+        self.process.kill()
+        stderr: IO[str] | None = self.process.stderr
+        return stderr.read()[-2000:] if stderr else ""
+
+
+class ShippedFunctions:
+    """The moto Lambda dispatcher, answered by the built functions in runtime-like workers."""
+
+    def __init__(self, build: Path, python: str, stack: Any, endpoint_url: str) -> None:
+        self.build, self.python, self.stack, self.endpoint_url = build, python, stack, endpoint_url
+        self.layer = build / "ModeldropLayer" / "python"
+        self.workers: dict[str, _Worker] = {}
+
+    def env_for(self, logical_id: str) -> dict[str, str]:
+        spec = self.stack.functions[logical_id]
+        env = {k: os.environ[k] for k in RUNTIME_ENV if k in os.environ}
+        env.update(spec.env)
+        env.update(
+            {
+                # What the Lambda runtime sets; tracing stays on, as `Tracing: Active` has it.
+                "AWS_REGION": "us-east-1",
+                "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ACCESS_KEY_ID": "testing",
+                "AWS_SECRET_ACCESS_KEY": "testing",
+                "AWS_SESSION_TOKEN": "testing",
+                "AWS_LAMBDA_FUNCTION_NAME": spec.name,
+                "AWS_LAMBDA_FUNCTION_MEMORY_SIZE": "1024",
+                "AWS_EXECUTION_ENV": "AWS_Lambda_python3.13",
+                "LAMBDA_TASK_ROOT": str(self.build / logical_id),
+                "_X_AMZN_TRACE_ID": "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1",
+                "AWS_XRAY_DAEMON_ADDRESS": "127.0.0.1:2000",
+                "AWS_EC2_METADATA_DISABLED": "true",
+                "PYTHONPATH": os.pathsep.join([str(self.build / logical_id), str(self.layer)]),
+                "PYTHONNOUSERSITE": "1",
+                # The emulator instead of AWS: every client the functions build goes there.
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": self.stack.runtime.url,
+            }
+        )
+        return env
+
+    def worker(self, logical_id: str) -> _Worker:
+        if logical_id not in self.workers:
+            spec = self.stack.functions[logical_id]
+            process = subprocess.Popen(
+                [self.python, "-s", str(WORKER), spec.handler],
+                cwd=self.build / logical_id,
+                env=self.env_for(logical_id),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            threading.Thread(target=_drain, args=(process,), daemon=True).start()
+            self.workers[logical_id] = _Worker(process)
+        return self.workers[logical_id]
+
+    def dispatch(self, function_name: str, payload: dict[str, Any]) -> tuple[str, bool, str]:
+        logical_id = next(k for k, f in self.stack.functions.items() if f.name == function_name)
+        answer = self.worker(logical_id).invoke(payload)
+        if "result" in answer:
+            return json.dumps(answer["result"]), False, ""
+        return json.dumps(answer), True, ""
+
+    def import_failures(self) -> list[tuple[str, dict[str, Any]]]:
+        """Answers that say the artifact itself is broken, not the event."""
+        return [
+            (logical_id, answer)
+            for logical_id, worker in self.workers.items()
+            for _event, answer in worker.invocations
+            if answer.get("errorType") in ("ImportError", "ModuleNotFoundError", "AttributeError", "NameError")
+        ]
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            if worker.process.stdin:
+                worker.process.stdin.close()
+            worker.process.wait(timeout=10)
+
+
+def _drain(process: subprocess.Popen[str]) -> None:
+    """Keep the worker's stderr (its logs) from filling the pipe; keep the tail for errors."""
+    assert process.stderr is not None
+    tail: list[str] = []
+    for line in process.stderr:
+        tail = [*tail[-40:], line]
+    process.stderr = _Tail("".join(tail))  # type: ignore[assignment]
+
+
+class _Tail:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def read(self) -> str:
+        return self.text
+
+
+@pytest.fixture
+def shipped(make_stack: Any) -> Any:
+    from moto.server import ThreadedMotoServer
+
+    from modeldrop.local import moto_shims
+
+    build, python = _built()
+    stack = make_stack()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    functions = ShippedFunctions(build, python, stack, f"http://{host}:{port}")
+    moto_shims.set_dispatcher(functions.dispatch)
+    try:
+        yield stack, functions
+    finally:
+        moto_shims.set_dispatcher(stack.dispatch)
+        functions.close()
+        server.stop()
+
+
+def _wait(stack: Any, count: int, functions: ShippedFunctions, timeout: float = 120) -> list[dict[str, Any]]:
+    sfn = stack.client("stepfunctions")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        broken = functions.import_failures()
+        assert broken == [], broken
+        runs = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+        if len(runs) >= count and all(r["status"] != "RUNNING" for r in runs):
+            return [sfn.describe_execution(executionArn=r["executionArn"]) for r in runs]
+        time.sleep(0.1)
+    answers = {k: [a for _e, a in w.invocations][-2:] for k, w in functions.workers.items()}
+    raise TimeoutError(f"executions still running; the functions answered: {answers}")
+
+
+def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: Any, archive: bytes) -> None:
+    stack, functions = shipped
+    built = {p.name for p in functions.build.iterdir() if (p / "app.py").is_file()}
+    assert built == set(stack.functions), "sam build and template.yaml disagree on the functions"
+    layer_packages = {p.name for p in functions.layer.iterdir()}
+    assert "modeldrop" in layer_packages and not {"boto3", "botocore", "moto", "typer", "rich"} & layer_packages
+    assert (
+        not (functions.layer / "modeldrop" / "cli").exists() and not (functions.layer / "modeldrop" / "local").exists()
+    )
+
+    # One deployment that succeeds and one whose endpoint fails: every step of the state machine runs.
+    s3 = stack.client("s3")
+    s3.put_object(Bucket=stack.bucket, Key="shipped/ok/model.tar.gz", Body=archive)
+    _wait(stack, 1, functions)
+    stack.hosting.plan("oom")
+    s3.put_object(Bucket=stack.bucket, Key="shipped/oom/model.tar.gz", Body=archive)
+    outcomes = {d["name"]: d for d in _wait(stack, 2, functions)}
+    reaper = functions.worker("ReaperFunction").invoke(
+        json.loads((ROOT / "events" / "reaper-scheduled.json").read_text())
+    )
+
+    assert functions.import_failures() == []
+    assert "result" in reaper, reaper
+    statuses = sorted((d["status"], d.get("error")) for d in outcomes.values())
+    assert statuses == [("FAILED", "EndpointFailed"), ("SUCCEEDED", None)], [
+        (d["status"], d.get("error"), d.get("cause")) for d in outcomes.values()
+    ]
+    assert set(functions.workers) == built, f"never invoked: {built - set(functions.workers)}"
+    # The validate function inflates with isal, not the stdlib fallback, in the runtime.
+    probe = subprocess.run(
+        [functions.python, "-s", "-c", "from isal import igzip; import modeldrop.checkpoint.artifact_scan"],
+        env=functions.env_for("ValidateFunction"),
+        capture_output=True,
+        text=True,
+    )
+    assert probe.returncode == 0, probe.stderr
+    # Only the deployment that succeeded is still up (until its TTL): one endpoint, config, model, process.
+    left = stack.leftover_resources()
+    assert len(left) == 4 and len({name.split("/", 1)[1] for name in left}) == 1, left

@@ -1,0 +1,107 @@
+"""Image resolution, the engine-env matrix and the GPU memory plan (calibrated on the seed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
+from modeldrop.serving.engine_env import KEYS, MEANINGS, UNSUPPORTED, build_env
+from modeldrop.serving.image import resolve_image
+from modeldrop.serving.memory_plan import ModelShape, plan_memory
+from modeldrop.serving.plan import plan_serving
+
+
+def test_image_precedence_and_region() -> None:
+    assert (
+        resolve_image("vllm", "eu-west-1", {}).image_uri
+        == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/vllm:0.26.0-gpu-py312-cu130-ubuntu22.04-sagemaker-v1.1"
+    )
+    assert "ubuntu24.04" in resolve_image("sglang", "us-west-2", {}).image_uri
+    v = resolve_image("vllm", "us-east-1", {"VLLM_DLC_VERSION": "0.27.0"})
+    assert v.source == "VLLM_DLC_VERSION" and ":0.27.0-gpu" in v.image_uri
+    full = "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:custom"
+    assert resolve_image("vllm", "us-east-1", {"VLLM_IMAGE_URI": full, "VLLM_DLC_VERSION": "1"}).image_uri == full
+    assert resolve_image("vllm", "ap-east-1", {}).image_uri.startswith("871362719292.")
+    with pytest.raises(ImageUnresolvable, match="is in us-east-1 but the endpoint is in eu-west-1"):
+        resolve_image("vllm", "eu-west-1", {"VLLM_IMAGE_URI": full})
+
+
+def test_lmi26_refused_for_gemma4_and_one_axis_version_refused() -> None:
+    old = "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.36.0-lmi26.0.0-cu128"
+    with pytest.raises(ImageUnresolvable, match="Gemma-4"):
+        resolve_image("lmi", "us-east-1", {"LMI_IMAGE_URI": old}, model_type="gemma4")
+    assert resolve_image("lmi", "us-east-1", {"LMI_IMAGE_URI": old}, model_type="llama").image_uri == old
+    with pytest.raises(ImageUnresolvable, match="both axes"):
+        resolve_image("lmi", "us-east-1", {"LMI_VERSION": "0.36.0"})
+    assert "lmi27" in resolve_image("lmi", "us-east-1", {}, model_type="gemma4").image_uri
+
+
+def test_byoc_is_accepted_with_warning() -> None:
+    choice = resolve_image(
+        "vllm", "us-east-1", {"VLLM_IMAGE_URI": "111122223333.dkr.ecr.us-east-1.amazonaws.com/my-vllm:1"}
+    )
+    assert choice.warnings and "SageMaker contract" in choice.warnings[0]
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "lmi"])
+def test_every_meaning_is_mapped_or_explicitly_unsupported(engine: str) -> None:
+    for meaning in MEANINGS:
+        mapped, unsupported = meaning in KEYS[engine], meaning in UNSUPPORTED[engine]
+        assert mapped != unsupported, f"{meaning} on {engine}: mapped={mapped} unsupported={unsupported}"
+        if unsupported:
+            assert len(UNSUPPORTED[engine][meaning]) > 20
+            with pytest.raises(PlanRefused, match="not supported"):
+                build_env(engine, {meaning: 1})  # type: ignore[arg-type]
+
+
+def test_concurrency_and_memory_keys_per_engine() -> None:
+    settings = {
+        "max_num_seqs": 32,
+        "gpu_memory_utilization": 0.9,
+        "model_path": "/opt/ml/model",
+        "limit_mm_per_prompt": {"image": 1},
+    }
+    vllm = build_env("vllm", settings)
+    assert vllm["SM_VLLM_MAX_NUM_SEQS"] == "32" and vllm["SM_VLLM_GPU_MEMORY_UTILIZATION"] == "0.90"
+    assert vllm["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"image":1}'
+    lmi = build_env("lmi", settings)
+    assert lmi["OPTION_MAX_ROLLING_BATCH_SIZE"] == "32" and lmi["OPTION_GPU_MEMORY_UTILIZATION"] == "0.90"
+    assert (
+        lmi["OPTION_ROLLING_BATCH"] == "vllm"
+        and lmi["OPTION_TENSOR_PARALLEL_DEGREE"] == "max"
+        and lmi["HF_MODEL_ID"] == "/opt/ml/model"
+    )
+    sg = build_env("sglang", {k: v for k, v in settings.items() if k != "limit_mm_per_prompt"})
+    assert sg["SM_SGLANG_MAX_RUNNING_REQUESTS"] == "32" and sg["SM_SGLANG_MEM_FRACTION_STATIC"] == "0.90"
+    assert build_env("vllm", {"enable_prefix_caching": True})["SM_VLLM_ENABLE_PREFIX_CACHING"] == ""
+    assert "SM_VLLM_ENABLE_PREFIX_CACHING" not in build_env("vllm", {"enable_prefix_caching": False})
+
+
+def test_passthrough_needs_the_engines_own_prefix() -> None:
+    assert build_env("lmi", {}, {"OPTION_FOO": "1"})["OPTION_FOO"] == "1"
+    with pytest.raises(PlanRefused, match="belongs to vllm"):
+        build_env("lmi", {}, {"SM_VLLM_MAX_NUM_SEQS": "8"})
+
+
+E4B_MM = ModelShape(weights_gib=15.18)
+E4B_TEXT = ModelShape(weights_gib=14.23)
+
+
+def test_seed_calibration_l4() -> None:
+    oom = plan_memory(E4B_MM, "ml.g6.2xlarge", 256, 4096, fraction=0.92)
+    assert oom.budget_gib == pytest.approx(20.20, abs=0.01) and oom.verdict == "oom"
+    assert oom.sampler_gib == pytest.approx(0.5)
+    fits = plan_memory(E4B_MM, "ml.g6.2xlarge", 32, 4096, fraction=0.92)
+    assert fits.verdict == "fits" and fits.kv_cache_gib == pytest.approx(3.36, abs=0.1)
+    assert plan_memory(E4B_TEXT, "ml.g6.2xlarge", 256, 4096, fraction=0.92).verdict == "tight"
+
+
+def test_oom_plan_is_refused_with_alternatives() -> None:
+    with pytest.raises(PlanRefused) as exc:
+        plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1", max_num_seqs=256)
+    assert "max_num_seqs=" in exc.value.hint and "ml.g6e" in exc.value.hint
+    plan = plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1")
+    assert plan.env["SM_VLLM_MAX_NUM_SEQS"] == "32" and plan.memory["verdict"] == "fits"
+    assert 60 <= plan.download_timeout_seconds <= 3600 and 60 <= plan.startup_timeout_seconds <= 3600
+    lmi = plan_serving("lmi", E4B_MM, "ml.g6.2xlarge", "us-east-1")
+    assert int(lmi.env["OPTION_MODEL_LOADING_TIMEOUT"]) < lmi.startup_timeout_seconds

@@ -1,0 +1,45 @@
+"""The S3 starter's key rules and the ids it derives, as pure functions."""
+
+from __future__ import annotations
+
+import pytest
+
+from modeldrop.contracts.errors import RequestInvalid
+from modeldrop.contracts.models import deployment_id_for, resource_name_for
+from modeldrop.pipeline.starter import classify_key, execution_name, parse_marker
+
+
+@pytest.mark.parametrize(
+    ("key", "kind"),
+    [
+        ("a/model.tar.gz", "archive"),
+        ("model.tar.gz", "archive"),
+        ("a/modeldrop.json", "marker"),
+        ("a/model.tar.gz.tmp", None),
+        ("a/config.json", None),
+        ("a/my-modeldrop.json", None),
+    ],
+)
+def test_key_classification(key: str, kind: str | None) -> None:
+    assert classify_key(key) == kind
+
+
+def test_execution_name_is_deterministic_per_version() -> None:
+    assert execution_name("b", "k", "v1") == execution_name("b", "k", "v1")
+    assert execution_name("b", "k", "v1") != execution_name("b", "k", "v2")
+    assert len(execution_name("b", "k" * 500, None)) <= 80
+
+
+def test_marker_overrides_are_checked() -> None:
+    assert parse_marker(b"", "u") == {}
+    assert parse_marker(b'{"engine": "lmi"}', "u") == {"engine": "lmi"}
+    with pytest.raises(RequestInvalid, match="unknown override"):
+        parse_marker(b'{"role_arn": "x"}', "u")
+    with pytest.raises(RequestInvalid, match="not valid JSON"):
+        parse_marker(b"{", "u")
+
+
+def test_ids_fit_sagemaker_names() -> None:
+    long = deployment_id_for("Pipeline Run #42 for Gemma-4 E4B with a very long description")
+    assert len(resource_name_for("modeldrop", long)) <= 63
+    assert deployment_id_for("run-7") == "run-7"
