@@ -99,6 +99,14 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+HEADER_HINTS = {
+    "HEADER_INVALID": "the shard is corrupt, truncated or not a safetensors file; re-save and re-upload it",
+    # Stricter than the reference parser, on purpose (README: "Validation rules stricter than safetensors").
+    "HEADER_DUPLICATE_KEY": "a key appears twice, so loaders may disagree on which one counts; re-save the shard",
+    "HEADER_TOO_LARGE": "split the checkpoint into more shards (save_pretrained(max_shard_size=...))",
+}
+
+
 def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
     findings: list[Finding] = []
     config = _json(scan, "config.json", findings)
@@ -114,12 +122,13 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
     config = config or {}
 
     for rel, err in sorted(scan.header_errors.items()):
+        code = scan.header_error_codes.get(rel, "HEADER_INVALID")
         findings.append(
             Finding(
-                code="HEADER_INVALID",
+                code=code,
                 severity="error",
                 message=f"{rel}: {err}",
-                hint="the shard is corrupt or truncated; re-save and re-upload it",
+                hint=HEADER_HINTS.get(code, HEADER_HINTS["HEADER_INVALID"]),
             )
         )
 
@@ -169,6 +178,20 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         else None
     )
     model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
+    if (
+        architecture is None
+        and "config.json" in scan.small_files
+        and not any(f.code == "JSON_INVALID" for f in findings)
+    ):
+        findings.append(
+            Finding(
+                code="CONFIG_INCOMPLETE",
+                severity="error",
+                message='config.json names no architecture ("architectures": [...]): the engines cannot pick a '
+                "model class" + ("" if model_type else ", and it has no model_type either"),
+                hint="save the model with save_pretrained, which writes architectures and model_type",
+            )
+        )
     num_layers = _int_or_none(_text_field(config, "num_hidden_layers"))
     kv_shared_layers = _int_or_none(_text_field(config, "num_kv_shared_layers")) or 0
     layer_types = _text_field(config, "layer_types")

@@ -26,7 +26,10 @@ err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() els
 
 
 def fail(message: str, hint: str | None = None, code: int = 2) -> NoReturn:
-    err.print(f"error: {message}" + (f"\n  fix: {hint}" if hint else ""))
+    from modeldrop.contracts.text import printable
+
+    # Messages quote paths and names from the user's input: printed literally, never as markup.
+    err.print(printable(f"error: {message}") + (f"\n  fix: {printable(hint)}" if hint else ""), markup=False)
     raise typer.Exit(code)
 
 

@@ -7,10 +7,12 @@ import os
 from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import app, aws_errors, console, fail
 from modeldrop.contracts.errors import ModeldropError
+from modeldrop.contracts.text import printable
 
 
 @app.command("validate")
@@ -46,7 +48,7 @@ def validate_cmd(
             ("dtypes", ", ".join(report.dtypes)),
             ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
         ):
-            table.add_row(label, str(value))
+            table.add_row(label, escape(printable("-" if value is None else str(value))))
         if report.kv_shared.num_kv_shared_layers:
             kv = report.kv_shared
             table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
@@ -57,7 +59,9 @@ def validate_cmd(
         console.print(table)
         for f in report.findings:
             colour = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
-            console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {f.message}\n  fix: {f.hint}")
+            # Names in messages come from the artifact: shown literally, never read as markup.
+            detail = escape(printable(f.message)) + "\n  fix: " + escape(printable(f.hint))
+            console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {detail}")
         console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
     raise typer.Exit(0 if report.deployable else 1)
 
@@ -99,14 +103,14 @@ def repair_cmd(
     else:
         console.print(f"restored {len(result.restored)} tensors ({result.restored_bytes:,} bytes) into {result.shard}")
         for name in result.restored[:10]:
-            console.print(f"  {name}")
+            console.print("  " + escape(printable(name)))
         if len(result.restored) > 10:
             console.print(f"  ... and {len(result.restored) - 10} more")
         verdict = "[green]deployable[/]" if result.report.deployable else "[red]still refused[/]"
         console.print(f"{result.out}: {verdict}")
         for f in result.report.findings:
             if f.severity == "error":
-                console.print(f"[red]ERROR {f.code}[/]: {f.message}")
+                console.print(f"[red]ERROR {f.code}[/]: " + escape(printable(f.message)))
     raise typer.Exit(0 if result.report.deployable else 1)
 
 
