@@ -266,3 +266,28 @@ def test_plan_refuses_an_instance_type_typo_naming_the_real_one() -> None:
     assert result.returncode == 2 and "ml.g6.2xlarge" in result.stderr and "Traceback" not in result.stderr
     cpu = _run("plan", str(fixture), "--instance-type", "ml.m5.xlarge", "--region", "us-east-1")
     assert cpu.returncode == 2 and "no NVIDIA GPU" in cpu.stderr
+
+
+def test_plan_does_not_let_a_raw_key_bypass_the_memory_plan(tmp_path: Path) -> None:
+    """An E4B-sized multimodal checkpoint (15.18 GiB, sparse on disk) with SM_VLLM_MAX_NUM_SEQS=256."""
+    import shutil
+    import struct
+
+    model = tmp_path / "e4b"
+    shutil.copytree(ROOT / "tests" / "fixtures" / "gemma4-mm-kvshared-base", model)
+    shard = model / "model.safetensors"
+    blob = shard.read_bytes()
+    (n,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8 : 8 + n])
+    data = blob[8 + n :]
+    filler = int(15.18 * 1024**3) - len(data)
+    header["filler.weight"] = {"dtype": "U8", "shape": [filler], "data_offsets": [len(data), len(data) + filler]}
+    raw = json.dumps(header).encode()
+    with shard.open("wb") as out:
+        out.write(struct.pack("<Q", len(raw)) + raw + data)
+        out.truncate(8 + len(raw) + len(data) + filler)
+    args = ["plan", str(model), "--engine", "vllm", "--instance-type", "ml.g6.2xlarge", "--region", "us-east-1"]
+    assert _run(*args).returncode == 0  # 32 sequences fit, as measured on an L4
+    bypass = _run(*args, "--env", "SM_VLLM_MAX_NUM_SEQS=256")
+    assert bypass.returncode == 1, bypass.stdout + bypass.stderr
+    assert "fits" not in bypass.stdout.lower().split("verdict")[-1][:40] and "Traceback" not in bypass.stderr

@@ -105,3 +105,45 @@ def test_oom_plan_is_refused_with_alternatives() -> None:
     assert 60 <= plan.download_timeout_seconds <= 3600 and 60 <= plan.startup_timeout_seconds <= 3600
     lmi = plan_serving("lmi", E4B_MM, "ml.g6.2xlarge", "us-east-1")
     assert int(lmi.env["OPTION_MODEL_LOADING_TIMEOUT"]) < lmi.startup_timeout_seconds
+
+
+@pytest.mark.parametrize(
+    ("engine", "raw"),
+    [
+        ("vllm", {"SM_VLLM_MAX_NUM_SEQS": "256"}),
+        ("sglang", {"SM_SGLANG_MAX_RUNNING_REQUESTS": "256"}),
+        ("lmi", {"OPTION_MAX_ROLLING_BATCH_SIZE": "256"}),
+        ("lmi", {"OPTION_MAX_NUM_SEQS": "256"}),
+        ("vllm", {"SM_VLLM_GPU_MEMORY_UTILIZATION": "0.5"}),
+    ],
+)
+def test_a_raw_key_with_a_planned_meaning_is_planned_not_shipped_unchecked(engine: str, raw: dict[str, str]) -> None:
+    """The measured L4 OOM (256 sequences) through the back door: what ships is what was planned."""
+    with pytest.raises(PlanRefused, match=r"OOM|out of memory|does not fit|exceeds"):
+        plan_serving(engine, E4B_MM, "ml.g6.2xlarge", "us-east-1", passthrough=raw)  # type: ignore[arg-type]
+
+
+def test_raw_keys_the_plan_owns_or_that_contradict_the_request_are_refused() -> None:
+    with pytest.raises(PlanRefused, match="plan decides"):
+        plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1", passthrough={"SM_VLLM_TENSOR_PARALLEL_SIZE": "4"})
+    with pytest.raises(PlanRefused, match="contradicts"):
+        plan_serving(
+            "vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1", max_num_seqs=32, passthrough={"SM_VLLM_MAX_NUM_SEQS": "64"}
+        )
+    plan = plan_serving("vllm", E4B_MM, "ml.g6e.2xlarge", "us-east-1", passthrough={"SM_VLLM_MAX_NUM_SEQS": "64"})
+    assert plan.env["SM_VLLM_MAX_NUM_SEQS"] == "64" and plan.max_num_seqs == 64
+
+
+def test_the_deadline_comes_from_the_plan_capped_by_the_stack() -> None:
+    from modeldrop.pipeline.steps import PROVISIONING_MARGIN_SECONDS, deploy_deadline
+
+    plan = plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1")
+    needed = plan.download_timeout_seconds + plan.startup_timeout_seconds + PROVISIONING_MARGIN_SECONDS
+    assert needed > 2700  # the old fixed deadline killed this healthy load before SageMaker's own timeouts
+    assert deploy_deadline(plan, 7200) == {
+        "seconds": needed,
+        "planned_seconds": needed,
+        "cap_seconds": 7200,
+        "capped": False,
+    }
+    assert deploy_deadline(plan, 1800)["seconds"] == 1800 and deploy_deadline(plan, 1800)["capped"]

@@ -229,22 +229,45 @@ def create(
         download_timeout=plan.download_timeout_seconds,
         tags=tags_for(stack_tag, req.deployment_id, expires_at),
     )
+    deadline = deploy_deadline(plan, req.deploy_deadline_seconds)
     ref = EndpointRef(
         endpoint_name=name,
         endpoint_config_name=name,
         model_name=name,
-        deadline_at=clock.iso(now + timedelta(seconds=req.deploy_deadline_seconds)),
+        deadline_at=clock.iso(now + timedelta(seconds=deadline["seconds"])),
     )
     registry.record_step(
         table,
         req.deployment_id,
         "create_endpoint",
-        {**ref.model_dump(mode="json"), "quota": asdict(quota) if quota else None, "adopted": adopted},
+        {
+            **ref.model_dump(mode="json"),
+            "quota": asdict(quota) if quota else None,
+            "adopted": adopted,
+            "deadline": deadline,
+        },
         status="creating",
         expires_at=expires_at,
         started_at=clock.iso(now),
     )
     return ref
+
+
+# Instance provisioning before the container's own clocks start (the source lab saw 4.6-38 min of
+# capacity waits; a healthy start spends a few minutes here).
+PROVISIONING_MARGIN_SECONDS = 900
+
+
+def deploy_deadline(plan: EnginePlan, cap_seconds: int) -> dict[str, Any]:
+    """The deployment's deadline from its own plan (download + startup + provisioning), capped by the
+    stack's DeployDeadlineSeconds: a slow but healthy load is not killed before SageMaker's timeouts."""
+    needed = plan.download_timeout_seconds + plan.startup_timeout_seconds + PROVISIONING_MARGIN_SECONDS
+    return {
+        "seconds": min(needed, cap_seconds),
+        "planned_seconds": needed,
+        "cap_seconds": cap_seconds,
+        "capped": needed > cap_seconds,
+    }
 
 
 def poll(sm: Any, ref: EndpointRef, polls: int) -> EndpointPoll:

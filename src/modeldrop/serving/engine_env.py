@@ -129,6 +129,44 @@ ENGINE_DEFAULTS: dict[str, dict[str, str]] = {
 }
 
 
+# What the memory plan decides: a raw key carrying one of these meanings would ship a number the
+# plan never checked (`SM_VLLM_MAX_NUM_SEQS=256` planned as 32 is the OOM the plan exists to stop).
+PLANNED = ("max_model_len", "max_num_seqs", "gpu_memory_utilization", "tensor_parallel_degree", "model_path")
+# Other spellings the containers also read for a planned meaning (DLC flag aliases, LMI's option names).
+ALIASES: dict[str, dict[str, str]] = {
+    "vllm": {
+        "SM_VLLM_TP": "tensor_parallel_degree",
+        "SM_VLLM_PIPELINE_PARALLEL_SIZE": "tensor_parallel_degree",
+        "SM_VLLM_PP": "tensor_parallel_degree",
+        "SM_VLLM_MODEL_PATH": "model_path",
+    },
+    "sglang": {
+        "SM_SGLANG_TENSOR_PARALLEL_SIZE": "tensor_parallel_degree",
+        "SM_SGLANG_TP": "tensor_parallel_degree",
+        "SM_SGLANG_MODEL": "model_path",
+        "SM_SGLANG_MAX_NUM_SEQS": "max_num_seqs",
+    },
+    "lmi": {
+        "OPTION_MAX_NUM_SEQS": "max_num_seqs",
+        "OPTION_MODEL_ID": "model_path",
+        "TENSOR_PARALLEL_DEGREE": "tensor_parallel_degree",
+    },
+}
+
+
+def planned_keys(engine: Engine, passthrough: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """meaning -> (raw key, value) for every raw key in PASSTHROUGH that carries a planned meaning."""
+    by_key = {KEYS[engine][m]: m for m in PLANNED if m in KEYS[engine]} | ALIASES[engine]
+    found: dict[str, tuple[str, str]] = {}
+    for key, value in passthrough.items():
+        meaning = by_key.get(key.upper())
+        if meaning is not None:
+            if meaning in found:
+                raise PlanRefused(f"{found[meaning][0]} and {key} both set {meaning}", "set it once")
+            found[meaning] = (key, value)
+    return found
+
+
 def format_value(engine: Engine, kind: Kind, value: Any) -> str | None:
     """Values as the containers expect them; None means 'omit the key'."""
     if kind == "flag":

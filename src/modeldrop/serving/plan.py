@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
 from modeldrop.contracts.models import Engine, EnginePlan, Finding, ValidationSummary
-from modeldrop.serving.engine_env import MODEL_PATH, build_env
+from modeldrop.serving.engine_env import MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.memory_plan import (
     ModelShape,
@@ -61,6 +61,40 @@ def max_tokens_ceiling(engine: Engine, safety: float = 0.8) -> int:
     return int(INVOCATION_CAP_SECONDS * 1000 / MS_PER_TOKEN[engine] * safety)
 
 
+def _planned_from_raw_keys(
+    engine: Engine, passthrough: Mapping[str, str], max_num_seqs: int | None, max_model_len: int | None
+) -> tuple[dict[str, str], int | None, int | None, float]:
+    """Read raw keys that carry a planned meaning into the plan's own inputs, so the env that ships
+    is the env that was planned: concurrency, context and memory fraction are planned with the raw
+    value; GPU count and model path belong to the plan (the instance type decides them)."""
+    found = planned_keys(engine, passthrough)
+    rest = {k: v for k, v in passthrough.items() if all(k != key for key, _v in found.values())}
+    fraction = DEFAULT_FRACTION
+    for meaning, (key, value) in found.items():
+        if meaning in ("tensor_parallel_degree", "model_path"):
+            raise PlanRefused(
+                f"raw env key {key} sets {meaning}, which the plan decides",
+                "choose the instance type (its GPU count sets tensor parallelism); the model is always /opt/ml/model",
+            )
+        try:
+            number = float(value) if meaning == "gpu_memory_utilization" else int(value)
+        except ValueError:
+            raise PlanRefused(f"raw env key {key}={value!r} is not a number") from None
+        if meaning == "gpu_memory_utilization":
+            if not 0.0 < number <= 1.0:
+                raise PlanRefused(f"{key}={value} is outside (0, 1]", "use e.g. 0.90")
+            fraction = number
+            continue
+        field = {"max_num_seqs": max_num_seqs, "max_model_len": max_model_len}[meaning]
+        if field is not None and field != number:
+            raise PlanRefused(f"{key}={value} contradicts {meaning}={field}", f"set {meaning} once, as {meaning}")
+        if meaning == "max_num_seqs":
+            max_num_seqs = int(number)
+        else:
+            max_model_len = int(number)
+    return rest, max_num_seqs, max_model_len, fraction
+
+
 def plan_serving(
     engine: Engine,
     shape: ModelShape,
@@ -72,6 +106,9 @@ def plan_serving(
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
 ) -> EnginePlan:
+    passthrough, max_num_seqs, max_model_len, fraction = _planned_from_raw_keys(
+        engine, passthrough or {}, max_num_seqs, max_model_len
+    )
     seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
     model_len = max_model_len or min(max_position_embeddings or DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_MAX_MODEL_LEN_CAP)
     if max_position_embeddings and model_len > max_position_embeddings:
@@ -82,7 +119,7 @@ def plan_serving(
     memory: dict[str, object] = {}
     warnings: list[str] = []
     try:
-        plan = plan_memory(shape, instance_type, seqs, model_len, DEFAULT_FRACTION)
+        plan = plan_memory(shape, instance_type, seqs, model_len, fraction)
     except KeyError:
         plan = None
         memory = {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
@@ -105,7 +142,7 @@ def plan_serving(
         "model_path": MODEL_PATH,
         "max_model_len": model_len,
         "max_num_seqs": seqs,
-        "gpu_memory_utilization": DEFAULT_FRACTION,
+        "gpu_memory_utilization": fraction,
     }
     if engine != "lmi":  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
         settings["tensor_parallel_degree"] = tp
