@@ -19,8 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_validate import BENCH, GB, generate
 
+# One streaming GET read to the end, as the validate function reads an archive.
 DOWNLOAD = (
-    "import boto3, sys; s3 = boto3.client('s3');s3.download_fileobj(sys.argv[1], sys.argv[2], open('/dev/null', 'wb'))"
+    "import boto3, sys; body = boto3.client('s3').get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body'];"
+    "exec('while body.read(1 << 20): pass')"
 )
 NO_ISAL = (
     "import sys; sys.modules['isal'] = None;"
@@ -49,7 +51,14 @@ def main(size_gb: float) -> int:
         stderr=subprocess.DEVNULL,
     )
     try:
-        time.sleep(2)
+        import socket
+
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # the server is up when its port answers
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", int(port))) == 0:
+                    break
+            time.sleep(0.2)
         import boto3
 
         s3 = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name="us-east-1")
