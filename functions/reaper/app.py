@@ -23,6 +23,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         settings.stack_tag,
         settings.resource_prefix,
         period=timedelta(minutes=settings.reaper_period_minutes),
+        default_ttl=timedelta(hours=settings.default_ttl_hours),
     )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
     metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))

@@ -76,3 +76,74 @@ def test_reaper_removes_orphans_of_ended_deployments(stack: Any) -> None:
     result = stack.invoke_function("ReaperFunction", {})
     assert sorted(result["orphans_deleted"]) == ["endpoint-config/modeldrop-gone", "model/modeldrop-gone"]
     assert stack.leftover_resources() == []
+
+
+def test_an_unreadable_or_missing_expiry_tag_falls_back_to_the_default_ttl(stack: Any) -> None:
+    """Missing, empty or unparseable (even lower-case z) must not mean 'never reaped, never overdue'."""
+    soon_lower = clock.iso(clock.utcnow() + timedelta(hours=1)).replace("Z", "z")
+    cases = (
+        ("modeldrop-notag", None),
+        ("modeldrop-empty", ""),
+        ("modeldrop-junk", "soon"),
+        ("modeldrop-lower", soon_lower),
+    )
+    for name, value in cases:
+        tags = [t for t in tags_for("modeldrop-local", name, "x") if t["Key"] != "modeldrop:expires-at"]
+        if value is not None:
+            tags.append({"Key": "modeldrop:expires-at", "Value": value})
+        _create(stack, name, tags)
+    assert stack.invoke_function("ReaperFunction", {})["expired"] == []  # within the default TTL (4 h)
+    clock.advance(4 * 3600 + 60)
+    result = stack.invoke_function("ReaperFunction", {})
+    assert sorted(result["expired"]) == ["modeldrop-empty", "modeldrop-junk", "modeldrop-lower", "modeldrop-notag"]
+    assert any("unreadable" in e for e in result["errors"]) and any(
+        "no modeldrop:expires-at" in e for e in result["errors"]
+    )
+
+
+def test_one_refused_delete_does_not_end_the_run(stack: Any, monkeypatch: Any) -> None:
+    from moto.sagemaker import models as sm_models
+    from moto.sagemaker.exceptions import SagemakerClientError
+
+    class Throttled(SagemakerClientError):
+        code = "ThrottlingException"
+
+    past = clock.iso(clock.utcnow() - timedelta(minutes=5))
+    for name in ("modeldrop-a", "modeldrop-b"):
+        _create(stack, name, tags_for("modeldrop-local", name, past))
+    original = sm_models.SageMakerModelBackend.delete_endpoint
+
+    def throttle_a(self: Any, endpoint_name: str) -> None:
+        if endpoint_name == "modeldrop-a":
+            raise Throttled("Rate exceeded")
+        original(self, endpoint_name)
+
+    monkeypatch.setattr(sm_models.SageMakerModelBackend, "delete_endpoint", throttle_a)
+    result = stack.invoke_function("ReaperFunction", {})
+    assert result["expired"] == ["modeldrop-b"] and any("modeldrop-a" in e for e in result["errors"]), result
+
+
+def test_a_copy_with_a_live_deployments_tags_does_not_touch_its_record(stack: Any, archive: bytes) -> None:
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="live/weights.tar.gz", Body=archive)
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/live/weights.tar.gz"}, name="live-run"))
+    deployment_id = json.loads(desc["output"])["deployment_id"]
+    # Someone creates an endpoint by hand, copying the live one's tags, with an expiry already past.
+    _create(stack, "modeldrop-copy", tags_for("modeldrop-local", deployment_id, clock.iso(clock.utcnow())))
+    clock.advance(60)
+    result = stack.invoke_function("ReaperFunction", {})
+    assert result["expired"] == ["modeldrop-copy"]
+    item = stack.table().get_item(Key={"deployment_id": deployment_id})["Item"]
+    assert item["status"] == "succeeded"
+
+
+def test_a_failed_deployments_endpoint_is_reaped_whatever_its_ttl(stack: Any, archive: bytes) -> None:
+    from modeldrop.aws import registry
+
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="dead/weights.tar.gz", Body=archive)
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/dead/weights.tar.gz"}, name="dead-run"))
+    out = json.loads(desc["output"])
+    # Its record says failed (a teardown that never ran), its endpoint is still up, TTL far away.
+    registry.record_step(stack.table(), out["deployment_id"], "result", {}, status="failed")
+    result = stack.invoke_function("ReaperFunction", {})
+    assert result["expired"] == [out["endpoint_name"]], result
+    assert stack.table().get_item(Key={"deployment_id": out["deployment_id"]})["Item"]["status"] == "failed"

@@ -74,3 +74,4 @@ class ReaperSettings(_WithTable):
     stack_tag: str
     resource_prefix: str
     reaper_period_minutes: int = Field(15, ge=1, le=60)
+    default_ttl_hours: float = Field(4.0, gt=0)

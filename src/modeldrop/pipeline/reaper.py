@@ -5,7 +5,7 @@ Only resources tagged managed-by = this stack are ever touched.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -22,6 +22,7 @@ from modeldrop.aws.sagemaker_resources import (
     list_tags,
 )
 from modeldrop.contracts import clock
+from modeldrop.contracts.errors import ModeldropError
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -52,6 +53,23 @@ def _managed(name: str, resource_prefix: str) -> bool:
     return name.startswith(f"{resource_prefix}-")
 
 
+def expiry_of(tags: dict[str, str], created: Any, default_ttl: timedelta) -> tuple[datetime | None, str | None]:
+    """(when the endpoint expires, what was wrong with its tag). A missing, empty or unreadable
+    expires-at tag never means 'never': the stack's default TTL from CreationTime applies."""
+    raw = (tags.get(EXPIRES_TAG) or "").strip()
+    if raw:
+        try:
+            return clock.parse_iso(raw.replace("z", "Z")), None
+        except ValueError:
+            problem = f"unreadable {EXPIRES_TAG} tag {raw!r}"
+    else:
+        problem = f"no {EXPIRES_TAG} tag"
+    if isinstance(created, datetime):
+        start = created if created.tzinfo else created.replace(tzinfo=UTC)
+        return start + default_ttl, f"{problem}: the default TTL from CreationTime applies"
+    return None, f"{problem} and no CreationTime"
+
+
 def reap(
     sm: Any,
     table: Any,
@@ -61,8 +79,12 @@ def reap(
     resource_prefix: str,
     now: datetime | None = None,
     period: timedelta = timedelta(minutes=15),
+    default_ttl: timedelta = timedelta(hours=4),
 ) -> ReapResult:
-    """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue."""
+    """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
+
+    Every resource is handled on its own: a throttled or refused delete is counted in `errors`
+    and retried next run, never the end of the run."""
     overdue_after = 2 * period
     now = now or clock.utcnow()
     result = ReapResult()
@@ -72,32 +94,87 @@ def reap(
         live.add(name)
         if not _managed(name, resource_prefix):
             continue
-        tags = list_tags(sm, ep["EndpointArn"])
-        if tags.get(MANAGED_BY_TAG) != stack_tag:
-            continue
-        expires = tags.get(EXPIRES_TAG)
         try:
-            if not expires or clock.parse_iso(expires) > now:
-                continue
-        except ValueError:
-            result.errors.append(f"{name}: unreadable {EXPIRES_TAG} tag {expires!r}")
-            continue
-        try:
-            desc = sm.describe_endpoint(EndpointName=name)
-        except ClientError:
-            continue  # deleted since it was listed
-        if desc["EndpointStatus"] in BUSY_STATES:
-            result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
-        else:
-            _expire(sm, table, events, bus, desc, tags.get(DEPLOYMENT_TAG), result)
-        if name not in result.expired and clock.parse_iso(expires) + overdue_after < now:
-            result.overdue.append(name)
-    _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
+            _reap_endpoint(sm, table, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result)
+        except (ClientError, ModeldropError) as exc:
+            result.errors.append(f"{name}: {exc}")
+    try:
+        _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
+    except (ClientError, ModeldropError) as exc:
+        result.errors.append(f"orphans: {exc}")
     return result
 
 
+def _reap_endpoint(
+    sm: Any,
+    table: Any,
+    events: Any,
+    bus: str,
+    stack_tag: str,
+    ep: dict[str, Any],
+    now: datetime,
+    overdue_after: timedelta,
+    default_ttl: timedelta,
+    result: ReapResult,
+) -> None:
+    name = ep["EndpointName"]
+    tags = list_tags(sm, ep["EndpointArn"])
+    if tags.get(MANAGED_BY_TAG) != stack_tag:
+        return
+    expires, problem = expiry_of(tags, ep.get("CreationTime"), default_ttl)
+    if problem:
+        result.errors.append(f"{name}: {problem}")
+    deployment_id = tags.get(DEPLOYMENT_TAG)
+    record = registry.get(table, deployment_id) if deployment_id else None
+    # Only the record's own endpoint speaks for it: a copy with its tags changes nothing in it.
+    owned = record is not None and record.get("endpoint_name") == name
+    dead = owned and _dead(record, now)
+    if not dead and (expires is None or expires > now):
+        return
+    try:
+        desc = sm.describe_endpoint(EndpointName=name)
+    except ClientError:
+        return  # deleted since it was listed
+    if desc["EndpointStatus"] in BUSY_STATES and not dead:
+        result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
+    else:
+        _expire(sm, table, events, bus, desc, deployment_id if owned else None, result, dead)
+    if name not in result.expired and expires is not None and expires + overdue_after < now:
+        result.overdue.append(name)
+
+
+def _dead(record: dict[str, Any] | None, now: datetime) -> bool:
+    """The record's deployment will never tear this endpoint down: it ended without it (failed,
+    aborted, torn down), or it is still 'in flight' past its own deploy deadline."""
+    if record is None:
+        return False
+    status = record.get("status")
+    if status in registry.RELEASED:
+        return True
+    if status in registry.TERMINAL:
+        return False
+    deadline = _deadline_of(record)
+    return deadline is not None and now > deadline
+
+
+def _deadline_of(record: dict[str, Any]) -> datetime | None:
+    steps = registry.decoded(record).get("steps") or {}
+    raw = (steps.get("create_endpoint") or {}).get("deadline_at")
+    try:
+        return clock.parse_iso(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def _expire(
-    sm: Any, table: Any, events: Any, bus: str, desc: dict[str, Any], deployment_id: str | None, result: ReapResult
+    sm: Any,
+    table: Any,
+    events: Any,
+    bus: str,
+    desc: dict[str, Any],
+    deployment_id: str | None,
+    result: ReapResult,
+    dead: bool = False,
 ) -> None:
     name = desc["EndpointName"]
     config = desc.get("EndpointConfigName", name)
@@ -111,6 +188,9 @@ def _expire(
         return
     result.expired.append(name)
     if not deployment_id:
+        return
+    if dead:  # its own deployment already ended (or never will): say what the reaper did, keep its status
+        registry.record_step(table, deployment_id, "reaped", {"deleted": deleted, "reason": "deployment ended"})
         return
     try:
         item = registry.record_step(
