@@ -24,6 +24,14 @@ LAMBDA_TRANSIENT = {
     "MaxDelaySeconds": 60,
     "JitterStrategy": "FULL",
 }
+BOOKKEEPING_RETRY = {
+    "ErrorEquals": ["States.ALL"],
+    "IntervalSeconds": 2,
+    "MaxAttempts": 5,
+    "BackoffRate": 2,
+    "MaxDelaySeconds": 30,
+    "JitterStrategy": "FULL",
+}
 SAGEMAKER_THROTTLE = {
     "ErrorEquals": ["SageMakerThrottled"],
     "IntervalSeconds": 5,
@@ -200,8 +208,19 @@ def build() -> dict[str, Any]:
             },
             next_="Deployed",
             timeout=60,
-            catch=ALL,
         ),
+        "DeployedUnrecorded": {
+            "Type": "Fail",
+            "Comment": (
+                "The endpoint is InService and passed its eval, but its record could not be written: it is kept "
+                "(its TTL still applies) and the Finalize function's errors alarm."
+            ),
+            "Error": "DeploymentUnrecorded",
+            "Cause": (
+                "{% 'endpoint ' & $endpoint.endpoint_name & ' is InService and passed its smoke eval, but the "
+                "deployment record could not be written (' & $bookkeeping.Error & '); it stays up until its TTL' %}"
+            ),
+        },
         "Deployed": {
             "Type": "Succeed",
             "Output": {
@@ -263,6 +282,16 @@ def build() -> dict[str, Any]:
             "Cause": FAILURE_CAUSE,
         },
     }
+    # After the eval passed, a failure is bookkeeping: retried, and never a reason to delete a
+    # healthy endpoint (no RecordFailure -> Teardown here).
+    states["MarkSucceeded"]["Retry"].append(BOOKKEEPING_RETRY)
+    states["MarkSucceeded"]["Catch"] = [
+        {
+            "ErrorEquals": ["States.ALL"],
+            "Next": "DeployedUnrecorded",
+            "Assign": {"bookkeeping": "{% $states.errorOutput %}"},
+        }
+    ]
     return {
         "Comment": (
             "modeldrop: validate -> image -> engine env -> endpoint -> poll -> smoke eval; "

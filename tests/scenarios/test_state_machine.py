@@ -374,3 +374,23 @@ def test_a_new_version_of_the_same_key_is_a_new_deployment(stack: Any, archive: 
 def test_uploads_under_direct_start_nothing(stack: Any, archive: bytes) -> None:
     _upload(stack, "direct/runs/7/model.tar.gz", archive)
     assert _executions(stack) == []
+
+
+def test_bookkeeping_after_a_passed_eval_is_retried_and_never_tears_down(stack: Any, archive: bytes) -> None:
+    stack.inject["FinalizeFunction"] = ["ProvisionedThroughputExceededException"]
+    _upload(stack, "book/once/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["status"] == "SUCCEEDED", desc.get("cause")
+    finalize = [i for i in stack.invocations if i.function == "FinalizeFunction"]
+    assert [i.error for i in finalize] == ["ProvisionedThroughputExceededException", None]
+
+
+def test_bookkeeping_that_keeps_failing_keeps_the_healthy_endpoint(stack: Any, archive: bytes) -> None:
+    stack.inject["FinalizeFunction"] = ["ProvisionedThroughputExceededException"] * 10
+    _upload(stack, "book/always/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["status"] == "FAILED" and desc["error"] == "DeploymentUnrecorded", desc
+    assert "stays up until its TTL" in desc["cause"]
+    endpoints = stack.client("sagemaker").list_endpoints()["Endpoints"]
+    assert [e["EndpointStatus"] for e in endpoints] == ["InService"]
+    assert not any(i.function in ("TeardownFunction", "RecordFailureFunction") for i in stack.invocations)

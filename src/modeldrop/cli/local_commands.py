@@ -24,7 +24,10 @@ def run_local_cmd(
     deploy_engine: Annotated[
         str | None, typer.Option(help="the deployment's engine: vllm | sglang | lmi (default: the stack's)")
     ] = None,
-    fault: Annotated[str, typer.Option(help="none|oom|capacity|slow-start|truncate|throttle|stream-break")] = "none",
+    fault: Annotated[
+        str,
+        typer.Option(help="none|oom|capacity|slow-start|truncate|throttle|stream-break|create-throttle|finalize-error"),
+    ] = "none",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""

@@ -57,7 +57,10 @@ FAULTS: dict[str, str] = {
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
     "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
     "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
+    "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
 }
+# Faults that are not the endpoint's: injected into a function's first invocation by run-local.
+FUNCTION_FAULTS = {"finalize-error": ("FinalizeFunction", "ProvisionedThroughputExceededException")}
 THROTTLED_CALLS = 2
 # Real seconds an engine may take to come up before the virtual clock alone can fail it.
 REAL_STARTUP_GRACE = {"reference": 5.0, "transformers": 180.0, "vllm": 1800.0, "sglang": 1800.0}

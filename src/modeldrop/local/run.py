@@ -17,7 +17,7 @@ from modeldrop.aws.execution_watch import StateRun, watch
 from modeldrop.contracts.errors import cause_message
 from modeldrop.local import interrupts
 from modeldrop.local.engines import ENGINE_NOTES
-from modeldrop.local.hosting import LocalHosting
+from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
 
 
 class RunResult(BaseModel):
@@ -82,6 +82,9 @@ def run_local(
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         ):
             stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
+            if fault in FUNCTION_FAULTS:
+                function, error = FUNCTION_FAULTS[fault]
+                stack.inject[function] = [error]
             try:
                 result = _deploy(stack, artifact, Path(tmp), on_state)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed

@@ -153,6 +153,9 @@ def _dead(record: dict[str, Any] | None, now: datetime) -> bool:
         return True
     if status in registry.TERMINAL:
         return False
+    steps = registry.decoded(record).get("steps") or {}
+    if (steps.get("smoke_eval") or {}).get("passed"):
+        return False  # evaluated and healthy, only its bookkeeping failed: its TTL applies
     deadline = _deadline_of(record)
     return deadline is not None and now > deadline
 
