@@ -291,3 +291,11 @@ def test_plan_does_not_let_a_raw_key_bypass_the_memory_plan(tmp_path: Path) -> N
     bypass = _run(*args, "--env", "SM_VLLM_MAX_NUM_SEQS=256")
     assert bypass.returncode == 1, bypass.stdout + bypass.stderr
     assert "fits" not in bypass.stdout.lower().split("verdict")[-1][:40] and "Traceback" not in bypass.stderr
+
+
+def test_teardown_throttled_ten_times_still_leaves_nothing() -> None:
+    result = _run("run-local", "--fault", "teardown-throttle", "--json")
+    assert result.returncode == 1, result.stdout[-2000:] + result.stderr
+    data = json.loads(result.stdout)
+    assert data["error"] == "EndpointFailed" and data["leftover_resources"] == []
+    assert data["record"]["steps"]["failure"]["diagnosis"] == "the engine ran out of GPU memory while loading"

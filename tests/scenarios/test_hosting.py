@@ -100,3 +100,25 @@ def test_transformers_engine_generates_from_the_checkpoints_own_weights() -> Non
     assert data["error"] == "EvalFailed" and data["leftover_resources"] == []
     cases = data["eval_report"]["cases"]
     assert all(c["outcome"] == "truncated" and c["completion_tokens"] == c["max_tokens"] for c in cases)
+
+
+def test_a_refused_endpoint_delete_leaves_its_config_and_model(stack: Any, archive: bytes, monkeypatch: Any) -> None:
+    """Deleting the config and model of a live endpoint would strand it billing: leave them for the retry."""
+    from conftest import create_endpoint
+    from moto.sagemaker import models as sm_models
+    from moto.sagemaker.exceptions import ValidationError
+
+    from modeldrop.aws.sagemaker_resources import delete_all
+
+    create_endpoint(stack, "modeldrop-stuck", archive, env={})
+
+    def refuse(self: Any, endpoint_name: str) -> None:
+        raise ValidationError(message="Cannot update in-progress endpoint")
+
+    monkeypatch.setattr(sm_models.SageMakerModelBackend, "delete_endpoint", refuse)
+    deleted, _gone, failed, _not_ours = delete_all(
+        stack.client("sagemaker"), "modeldrop-stuck", "modeldrop-stuck", "modeldrop-stuck"
+    )
+    assert deleted == [] and len(failed) == 1
+    left = set(stack.leftover_resources())
+    assert {"endpoint/modeldrop-stuck", "endpoint-config/modeldrop-stuck", "model/modeldrop-stuck"} <= left

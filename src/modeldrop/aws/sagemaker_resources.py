@@ -182,6 +182,10 @@ def delete_all(
             else:
                 _raise_domain(exc, f"deleting {label}")
                 failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+                if kind == "endpoint":
+                    # A live endpoint still needs its config and model: leave both for the retry or
+                    # the reaper rather than strand a billing endpoint without them.
+                    break
     return deleted, gone, failed, not_ours
 
 

@@ -58,7 +58,9 @@ FAULTS: dict[str, str] = {
     "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
     "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
     "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
+    "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
 }
+TEARDOWN_THROTTLES = 10
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.
 FUNCTION_FAULTS = {"finalize-error": ("FinalizeFunction", "ProvisionedThroughputExceededException")}
 THROTTLED_CALLS = 2
@@ -134,6 +136,7 @@ class LocalHosting:
         # close() and every process start hold this, so no process starts once the hosting is closed.
         self._start_lock = threading.Lock()
         self.closed = False
+        self._delete_throttles = 0
 
     def plan(self, fault: str) -> None:
         """The next created endpoint gets this fault instead of the hosting's default."""
@@ -142,6 +145,13 @@ class LocalHosting:
         self.planned.append(fault)
 
     # ---- called from the moto SageMaker backend --------------------------------------------
+    def throttle_delete(self, name: str) -> bool:
+        """teardown-throttle: the first TEARDOWN_THROTTLES DeleteEndpoint calls are throttled."""
+        if self.fault != "teardown-throttle" or self._delete_throttles >= TEARDOWN_THROTTLES:
+            return False
+        self._delete_throttles += 1
+        return True
+
     def throttle_create(self, name: str, model_attempts: int) -> bool:
         """create-throttle: CreateEndpoint is throttled (past the SDK's own retries) until the step is
         retried, which a second CreateModel call for the same name shows."""
@@ -284,6 +294,8 @@ class LocalHosting:
         )
         if hosted.fault in ("oom", "truncate", "stream-break"):
             env["MODELDROP_REFERENCE_FAULT"] = hosted.fault
+        if hosted.fault == "teardown-throttle":
+            env["MODELDROP_REFERENCE_FAULT"] = "oom"
         if hosted.fault == "slow-start":
             # Loads for longer than any run waits: only the startup timeout ends it.
             env["MODELDROP_REFERENCE_LOAD_SECONDS"] = "600"

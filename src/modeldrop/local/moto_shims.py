@@ -51,6 +51,8 @@ class Hosting(Protocol):
 
     def throttle_create(self, name: str, model_attempts: int) -> bool: ...
 
+    def throttle_delete(self, name: str) -> bool: ...
+
 
 def set_dispatcher(dispatcher: Dispatcher | None) -> None:
     global _dispatcher
@@ -129,6 +131,10 @@ def _patch_timing() -> None:
     wait_function.WaitFunction._wait_interval = wait_virtually
     # Retry backoff: keep the interpreter's arithmetic, skip the sleep.
     retrier_decl.time = types.SimpleNamespace(sleep=lambda _s: None)  # type: ignore[attr-defined]
+    # The SDK's own retry backoff too: every AWS call here goes to the in-process emulator.
+    import botocore.endpoint
+
+    botocore.endpoint.time = types.SimpleNamespace(sleep=lambda _s: None)  # type: ignore[attr-defined]
 
 
 def _patch_sagemaker() -> None:
@@ -200,6 +206,8 @@ def _patch_sagemaker() -> None:
     original_delete = sm.SageMakerModelBackend.delete_endpoint
 
     def delete_endpoint(self: Any, endpoint_name: str) -> None:
+        if _hosting is not None and _hosting.throttle_delete(endpoint_name):
+            raise Throttled("Rate exceeded")
         original_delete(self, endpoint_name)
         if _hosting is not None:
             _hosting.on_delete(endpoint_name)
