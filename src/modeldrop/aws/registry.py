@@ -36,16 +36,31 @@ def register(
         "updated_at": now,
         **{k: v for k, v in fields.items() if v is not None},
     }
-    try:
-        table.put_item(Item=item, ConditionExpression="attribute_not_exists(deployment_id)")
+    if _put_if(table, item):
         return True
+    existing = get(table, deployment_id)
+    if existing and existing.get("execution_name") == execution_name:
+        return False
+    raise RuntimeError(f"deployment {deployment_id} is registered by another execution")
+
+
+def _put_if(
+    table: Any,
+    item: dict[str, Any],
+    condition: str = "attribute_not_exists(deployment_id)",
+    values: dict[str, Any] | None = None,
+) -> bool:
+    """A conditional put: False when the condition does not hold (any other error raises)."""
+    kwargs: dict[str, Any] = {"Item": item, "ConditionExpression": condition}
+    if values:
+        kwargs["ExpressionAttributeValues"] = values
+    try:
+        table.put_item(**kwargs)
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
             raise
-        existing = get(table, deployment_id)
-        if existing and existing.get("execution_name") == execution_name:
-            return False
-        raise
+        return False
+    return True
 
 
 def record_step(
@@ -117,12 +132,8 @@ def claim_artifact(table: Any, identity: str, deployment_id: str) -> dict[str, A
     key = CLAIM_PREFIX + hashlib.sha256(identity.encode()).hexdigest()
     item = {"deployment_id": key, "claimed_by": deployment_id, "artifact": identity, "claimed_at": _now()}
     for _attempt in range(3):
-        try:
-            table.put_item(Item=item, ConditionExpression="attribute_not_exists(deployment_id)")
+        if _put_if(table, item):
             return None
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
         claim = get(table, key)
         holder = str(claim["claimed_by"]) if claim else ""
         if holder == deployment_id:
@@ -130,15 +141,8 @@ def claim_artifact(table: Any, identity: str, deployment_id: str) -> dict[str, A
         holder_record = get(table, holder) if holder else None
         if holder_record is not None and holder_record.get("status") not in RELEASED:
             return holder_record
-        try:  # the holder ended without an endpoint: take the claim over, unless someone else just did
-            table.put_item(
-                Item=item,
-                ConditionExpression="attribute_not_exists(deployment_id) OR claimed_by = :holder",
-                ExpressionAttributeValues={":holder": holder},
-            )
+        # The holder ended without an endpoint: take the claim over, unless someone else just did.
+        if _put_if(table, item, "attribute_not_exists(deployment_id) OR claimed_by = :holder", {":holder": holder}):
             return None
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-                raise
     claim = get(table, key)
     return get(table, str(claim["claimed_by"])) if claim else None

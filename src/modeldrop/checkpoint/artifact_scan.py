@@ -13,7 +13,7 @@ import os
 import posixpath
 import tarfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -92,22 +92,30 @@ def _scan_member(scan: ArtifactScan, rel: str, size: int, stream: IO[bytes]) -> 
     scan.files[rel] = size
     base = posixpath.basename(rel)
     if base.endswith(".safetensors"):
-        try:
-            prefix = _read_exact(stream, 8)
-            n = read_header_length(prefix, size)
-            header = _read_exact(stream, n)
-            if len(header) != n:
+
+        def header() -> bytes:
+            n = read_header_length(_read_exact(stream, 8), size)
+            raw = _read_exact(stream, n)
+            if len(raw) != n:
                 raise HeaderError("file ends inside the header")
-            scan.headers[rel] = parse_header(header, size)
-        except HeaderError as exc:
-            scan.header_errors[rel] = str(exc)
-            scan.header_error_codes[rel] = exc.code
+            return raw
+
+        _add_header(scan, rel, size, header)
     elif rel in READ_FILES:
         _check_read_size(rel, size)
         data = _read_exact(stream, size)
         if len(data) != size:
             raise CheckpointUnreadable(f"{rel}: file is truncated ({len(data)} of {size} bytes)")
         scan.small_files[rel] = data
+
+
+def _add_header(scan: ArtifactScan, rel: str, size: int, read: Callable[[], bytes]) -> None:
+    """Parse one shard's header into the scan, or record why it is refused (with its finding code)."""
+    try:
+        scan.headers[rel] = parse_header(read(), size)
+    except HeaderError as exc:
+        scan.header_errors[rel] = str(exc)
+        scan.header_error_codes[rel] = exc.code
 
 
 def _check_read_size(rel: str, size: int) -> None:
@@ -404,16 +412,16 @@ def scan_s3_prefix(s3: Any, uri: S3Uri) -> ArtifactScan:
         scan.files[rel] = size
         base = posixpath.basename(rel)
         if base.endswith(".safetensors"):
-            try:
+
+            def header(key: str = key, size: int = size) -> bytes:
                 first = _ranged_get(s3, uri.bucket, key, 0, min(size, FIRST_RANGE_BYTES) - 1, scan)
                 n = read_header_length(first, size)
-                header = first[8 : 8 + n]
-                if len(header) < n:
-                    header += _ranged_get(s3, uri.bucket, key, 8 + len(header), 8 + n - 1, scan)
-                scan.headers[rel] = parse_header(header, size)
-            except HeaderError as exc:
-                scan.header_errors[rel] = str(exc)
-                scan.header_error_codes[rel] = exc.code
+                raw = first[8 : 8 + n]
+                if len(raw) < n:
+                    raw += _ranged_get(s3, uri.bucket, key, 8 + len(raw), 8 + n - 1, scan)
+                return raw
+
+            _add_header(scan, rel, size, header)
         elif rel in READ_FILES:
             _check_read_size(rel, size)
             scan.requests += 1
