@@ -299,3 +299,19 @@ def test_teardown_throttled_ten_times_still_leaves_nothing() -> None:
     data = json.loads(result.stdout)
     assert data["error"] == "EndpointFailed" and data["leftover_resources"] == []
     assert data["record"]["steps"]["failure"]["diagnosis"] == "the engine ran out of GPU memory while loading"
+
+
+def test_errors_are_one_json_object_on_stdout_with_json() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(
+        AWS_EC2_METADATA_DISABLED="true", AWS_CONFIG_FILE="/nonexistent", AWS_SHARED_CREDENTIALS_FILE="/nonexistent"
+    )
+    version = subprocess.run([*MODELDROP, "--version"], capture_output=True, text=True, env=env)
+    assert version.returncode == 0 and version.stdout.startswith("modeldrop ")
+    commands = [["plan", "/no/such/dir", "--json"], ["eval", "no-such-endpoint", "--json"]]
+    commands += [["status", "no-such-id", "--json"], ["plan", "/no/such/dir", "--json", "--region", "us-east-1"]]
+    for args in commands:
+        run = subprocess.run([*MODELDROP, *args], capture_output=True, text=True, env=env, timeout=60)
+        assert run.returncode == 2, (args, run.stdout, run.stderr)
+        data = json.loads(run.stdout)
+        assert data["error"] and data["message"] and "Traceback" not in run.stderr, (args, data)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -18,16 +19,48 @@ except ImportError:  # pragma: no cover - only without the cli extra
 from modeldrop.contracts.errors import ModeldropError
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind."
+    add_completion=False,
+    no_args_is_help=True,
+    help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind.",
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from modeldrop import __version__
+
+        print(f"modeldrop {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="print the version"),
+) -> None:
+    """Ship a fine-tuned LLM to SageMaker, or leave nothing behind."""
+
+
 # Piped output gets room for the tables instead of rich's 80-column default.
 console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
 
 
-def fail(message: str, hint: str | None = None, code: int = 2) -> NoReturn:
+_json_errors = False
+
+
+def json_mode(enabled: bool) -> None:
+    """A command given --json reports its errors as one JSON object on stdout, too."""
+    global _json_errors
+    _json_errors = enabled
+
+
+def fail(message: str, hint: str | None = None, code: int = 2, error: str = "UsageError") -> NoReturn:
     from modeldrop.contracts.text import printable
 
+    if _json_errors:
+        print(json.dumps({"error": error, "message": printable(message), "hint": printable(hint) if hint else None}))
+        raise typer.Exit(code)
     # Messages quote paths and names from the user's input: printed literally, never as markup.
     err.print(printable(f"error: {message}") + (f"\n  fix: {printable(hint)}" if hint else ""), markup=False)
     raise typer.Exit(code)
@@ -52,18 +85,25 @@ def aws_errors(domain_errors: bool = True) -> Iterator[None]:
     except ModeldropError as exc:
         if not domain_errors:
             raise
-        fail(exc.message, exc.hint)
+        fail(exc.message, exc.hint, error=type(exc).__name__)
     except NoCredentialsError:
-        fail("no AWS credentials found", "configure them (aws configure, AWS_PROFILE, or an instance role)")
+        fail(
+            "no AWS credentials found",
+            "configure them (aws configure, AWS_PROFILE, or an instance role)",
+            error="NoCredentials",
+        )
     except NoRegionError:
-        fail("no AWS region configured", "pass --region or set AWS_REGION")
+        fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     except EndpointConnectionError as exc:
-        fail(f"cannot reach AWS: {exc}", "check the region name and the network")
+        fail(f"cannot reach AWS: {exc}", "check the region name and the network", error="EndpointUnreachable")
     except ClientError as exc:
-        err = exc.response.get("Error", {})
-        fail(f"AWS refused {exc.operation_name}: {err.get('Code')}: {err.get('Message')}")
+        detail = exc.response.get("Error", {})
+        fail(
+            f"AWS refused {exc.operation_name}: {detail.get('Code')}: {detail.get('Message')}",
+            error=str(detail.get("Code") or "ClientError"),
+        )
     except BotoCoreError as exc:
-        fail(f"AWS SDK: {exc}")
+        fail(f"AWS SDK: {exc}", error=type(exc).__name__)
 
 
 def session_for(region: str | None) -> Any:
@@ -72,5 +112,5 @@ def session_for(region: str | None) -> Any:
     # AWS_REGION is what other SDKs and Lambda read; botocore reads only AWS_DEFAULT_REGION.
     session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
     if session.region_name is None:
-        fail("no AWS region configured", "pass --region or set AWS_REGION")
+        fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     return session

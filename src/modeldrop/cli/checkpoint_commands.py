@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail
+from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
@@ -24,6 +24,7 @@ def validate_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
+    json_mode(as_json)
     from modeldrop.checkpoint.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
 
@@ -91,6 +92,7 @@ def repair_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
+    json_mode(as_json)
     from modeldrop.checkpoint.repair import repair
 
     try:
@@ -129,6 +131,7 @@ def plan_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
+    json_mode(as_json)
 
     from modeldrop.checkpoint.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
@@ -142,7 +145,7 @@ def plan_cmd(
         fail(f"--instance-type: {problem[0]}", problem[1])
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
-        fail("no region: pass --region or set AWS_REGION")
+        fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     passthrough: dict[str, str] = {}
     for item in env or []:
         key, sep, value = item.partition("=")

@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, session_for
+from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode, session_for
 
 
 def eval_table(report: Any) -> None:
@@ -52,6 +52,7 @@ def eval_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
+    json_mode(as_json)
     from modeldrop.contracts.models import EvalThresholds
     from modeldrop.evaluation.report import to_markdown
     from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config

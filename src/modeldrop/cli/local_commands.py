@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, console, err, fail
+from modeldrop.cli._shared import app, console, err, fail, json_mode
 from modeldrop.cli.eval_commands import eval_table
 
 
@@ -31,6 +31,7 @@ def run_local_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
+    json_mode(as_json)
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS

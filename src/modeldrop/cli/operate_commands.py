@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, session_for
+from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode, session_for
 from modeldrop.contracts.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
@@ -50,6 +50,7 @@ def deploy_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
+    json_mode(as_json)
     from pydantic import ValidationError
 
     from modeldrop.aws.execution_watch import watch
@@ -116,6 +117,7 @@ def list_cmd(
     stack: StackOpt = "modeldrop", region: RegionOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False
 ) -> None:
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
+    json_mode(as_json)
     from modeldrop.operate.deployments import list_deployments, row_for
 
     with aws_errors():
@@ -150,6 +152,7 @@ def status_cmd(
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
+    json_mode(as_json)
     from modeldrop.operate.deployments import deployment_status, find_deployment
 
     with aws_errors():
@@ -190,14 +193,19 @@ def extend_cmd(
     ttl: Annotated[str, typer.Option(help="new time to live from now, e.g. 4h")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Move a live deployment's expiry: the endpoint's tag and the record together."""
+    json_mode(as_json)
     from modeldrop.operate.deployments import extend, parse_ttl
 
     with aws_errors():
         hours = parse_ttl(ttl)
         session, info, table = _connect(stack, region)
         item = extend(session.client("sagemaker"), table, info, deployment, hours)
+    if as_json:
+        print(json.dumps({k: item.get(k) for k in ("deployment_id", "endpoint_name", "expires_at")}))
+        return
     console.print(f"{item['deployment_id']}: {item['endpoint_name']} now expires at {item['expires_at']}")
 
 
@@ -206,14 +214,19 @@ def teardown_cmd(
     deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Delete a managed endpoint now (endpoint, config, model) and record it; refuses unmanaged ones."""
+    json_mode(as_json)
     from modeldrop.operate.deployments import teardown
 
     with aws_errors():
         session, info, table = _connect(stack, region)
         result = teardown(session.client("sagemaker"), table, session.client("events"), info, deployment)
     record = result.get("record") or {}
+    if as_json:
+        print(json.dumps({k: v for k, v in result.items() if k != "record"} | {"record": record}, default=str))
+        return
     console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
     if record:
         from modeldrop.aws.registry import cost_so_far
