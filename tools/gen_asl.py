@@ -134,11 +134,16 @@ def build() -> dict[str, Any]:
             {"request": "{% $req %}"},
             next_="ValidateCheckpoint",
             timeout=60,
+            assign={"artifact": "{% $states.result.Payload %}"},
             catch=[["DuplicateDeployment", "CheckpointUnreadable"], ["States.ALL"]],
         ),
         "ValidateCheckpoint": task(
             "Validate",
-            {"deployment_id": DEPLOYMENT, "artifact_uri": "{% $req.artifact_uri %}"},
+            {
+                "deployment_id": DEPLOYMENT,
+                "artifact_uri": "{% $req.artifact_uri %}",
+                "artifact_version": "{% $artifact.artifact_version %}",
+            },
             next_="ResolveImage",
             timeout=900,
             assign={"validation": "{% $states.result.Payload %}"},
@@ -162,7 +167,12 @@ def build() -> dict[str, Any]:
         ),
         "CreateEndpoint": task(
             "CreateEndpoint",
-            {"request": "{% $req %}", "image": "{% $image %}", "plan": "{% $plan %}"},
+            {
+                "request": "{% $req %}",
+                "image": "{% $image %}",
+                "plan": "{% $plan %}",
+                "served_uri": "{% $validation.served_uri %}",
+            },
             next_="WaitForEndpoint",
             timeout=120,
             assign={"endpoint": "{% $states.result.Payload %}", "polls": 0},
@@ -247,7 +257,11 @@ def build() -> dict[str, Any]:
         "Teardown": {
             **task(
                 "Teardown",
-                {"deployment_id": DEPLOYMENT, "resource_name": "{% $req.resource_name %}"},
+                {
+                    "deployment_id": DEPLOYMENT,
+                    "resource_name": "{% $req.resource_name %}",
+                    "artifact_uri": "{% $req.artifact_uri %}",
+                },
                 next_="MarkFailed",
                 timeout=120,
                 assign={"teardown": "{% $states.result.Payload %}"},

@@ -15,6 +15,7 @@ class Event(BaseModel):
     request: NormalizedRequest
     image: ImageChoice
     plan: EnginePlan
+    served_uri: str | None = None
 
 
 @logger.inject_lambda_context
@@ -36,4 +37,5 @@ def lambda_handler(event: Event, context: Any) -> EndpointRef:
         event.plan,
         settings.sagemaker_role_arn,
         settings.stack_tag,
+        served_uri=event.served_uri,
     )

@@ -24,6 +24,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         settings.resource_prefix,
         period=timedelta(minutes=settings.reaper_period_minutes),
         default_ttl=timedelta(hours=settings.default_ttl_hours),
+        s3=boto3.client("s3"),
     )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
     metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))

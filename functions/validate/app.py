@@ -14,6 +14,7 @@ from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
 class Event(BaseModel):
     deployment_id: str
     artifact_uri: str
+    artifact_version: str | None = None
 
 
 @logger.inject_lambda_context
@@ -23,4 +24,11 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> ValidationSummary:
     settings = RecordSettings.from_env()
     table = settings.table()
-    return steps.validate(boto3.client("s3"), table, event.deployment_id, event.artifact_uri, metrics=metrics)
+    return steps.validate(
+        boto3.client("s3"),
+        table,
+        event.deployment_id,
+        event.artifact_uri,
+        metrics=metrics,
+        artifact_version=event.artifact_version,
+    )

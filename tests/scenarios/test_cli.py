@@ -91,6 +91,10 @@ def test_readme_commands_exist() -> None:
         assert option in plan_help and option in readme
 
 
+def run_version() -> int:
+    return _run("--version").returncode
+
+
 def test_every_documented_command_and_option_exists() -> None:
     """README code blocks: each `modeldrop CMD ... --option` must be a real command and option."""
     import re
@@ -103,6 +107,9 @@ def test_every_documented_command_and_option_exists() -> None:
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
     lines = [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("modeldrop ")]
+    # `modeldrop --version` is an option of the program, not a command.
+    assert "modeldrop --version" in lines and run_version() == 0
+    lines = [ln for ln in lines if not ln.split()[1].startswith("-")]
     documented = {line.split()[1] for line in lines} | {"run-local"}  # run-local: `make run-local` + its options
     assert documented == {c.name for c in app.registered_commands}
     runner = CliRunner()
@@ -257,7 +264,9 @@ def test_create_throttled_past_the_sdk_retries_adopts_its_own_resources() -> Non
     name = data["record"]["endpoint_name"]
     # The retried step continued with the model and config the first attempt made: one set, deleted at exit.
     assert data["record"]["steps"]["create_endpoint"]["adopted"] == [f"model/{name}", f"endpoint-config/{name}"]
-    assert sorted(data["deleted_at_exit"]) == sorted([f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"])
+    served = data["record"]["served_uri"]
+    expected = [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}", served]
+    assert sorted(data["deleted_at_exit"]) == sorted(expected)
 
 
 def test_plan_refuses_an_instance_type_typo_naming_the_real_one() -> None:
@@ -315,3 +324,13 @@ def test_errors_are_one_json_object_on_stdout_with_json() -> None:
         assert run.returncode == 2, (args, run.stdout, run.stderr)
         data = json.loads(run.stdout)
         assert data["error"] and data["message"] and "Traceback" not in run.stderr, (args, data)
+
+
+def test_a_reupload_after_validation_does_not_reach_the_endpoint() -> None:
+    result = _run("run-local", "--fault", "reupload", "--json")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    data = json.loads(result.stdout)
+    record = data["record"]
+    assert data["status"] == "succeeded" and data["leftover_resources"] == []
+    assert record["served_uri"].endswith(f"modeldrop-served/{data['deployment_id']}/model.tar.gz")
+    assert record["artifact_version"] and record["served_uri"] in data["deleted_at_exit"]

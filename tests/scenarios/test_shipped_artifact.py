@@ -224,6 +224,10 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
         text=True,
     )
     assert probe.returncode == 0, probe.stderr
-    # Only the deployment that succeeded is still up (until its TTL): one endpoint, config, model, process.
+    # Only the deployment that succeeded is still up (until its TTL): one endpoint, config, model,
+    # process, and the served copy of its artifact.
     left = stack.leftover_resources()
-    assert len(left) == 4 and len({name.split("/", 1)[1] for name in left}) == 1, left
+    served = [r for r in left if r.startswith("s3://")]
+    names = {r.split("/", 1)[1] for r in left if not r.startswith("s3://")}
+    assert len(left) == 5 and len(names) == 1 and len(served) == 1, left
+    assert served[0].split("/")[-2] in next(iter(names)), left

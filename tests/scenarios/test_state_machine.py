@@ -113,7 +113,9 @@ def test_engine_oom_fails_the_endpoint_with_the_cause_from_its_logs(stack: Any, 
     assert any("CUDA out of memory" in line for line in failure["log_excerpt"])
     assert "startup timeout will not help" in failure["hint"]
     teardown = json.loads(item["steps"]["teardown"])
-    assert teardown["deleted"] == [f"{k}/{item['endpoint_name']}" for k in ("endpoint", "endpoint-config", "model")]
+    name = item["endpoint_name"]
+    served = f"s3://{stack.bucket}/modeldrop-served/{item['deployment_id']}/model.tar.gz"
+    assert teardown["deleted"] == [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}", served]
     assert stack.leftover_resources() == []
     [event] = _received(sqs, url)
     assert event["detail-type"] == "Deployment Failed"

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from modeldrop.cli._shared import app, console, err, fail, json_mode
 from modeldrop.cli.eval_commands import eval_table
+from modeldrop.local.hosting import FAULTS
 
 
 @app.command("run-local")
@@ -26,7 +27,7 @@ def run_local_cmd(
     ] = None,
     fault: Annotated[
         str,
-        typer.Option(help="none|oom|capacity|slow-start|truncate|throttle|stream-break|create-throttle|finalize-error"),
+        typer.Option(help="a failure to play out through the real state machine: " + ", ".join(FAULTS)),
     ] = "none",
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:

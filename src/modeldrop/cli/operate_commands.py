@@ -222,7 +222,9 @@ def teardown_cmd(
 
     with aws_errors():
         session, info, table = _connect(stack, region)
-        result = teardown(session.client("sagemaker"), table, session.client("events"), info, deployment)
+        result = teardown(
+            session.client("sagemaker"), table, session.client("events"), info, deployment, s3=session.client("s3")
+        )
     record = result.get("record") or {}
     if as_json:
         print(json.dumps({k: v for k, v in result.items() if k != "record"} | {"record": record}, default=str))

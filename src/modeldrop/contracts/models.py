@@ -170,6 +170,9 @@ class ValidationSummary(BaseModel):
     has_chat_template: bool
     findings: list[Finding]
     report_uri: str | None = None
+    # The pinned source version and the immutable copy of it that SageMaker is given.
+    artifact_version: str | None = None
+    served_uri: str | None = None
 
 
 class ImageChoice(BaseModel):

@@ -59,6 +59,7 @@ FAULTS: dict[str, str] = {
     "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
     "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
     "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
+    "reupload": "right after ValidateCheckpoint the artifact's key is overwritten with a corrupt archive",
 }
 TEARDOWN_THROTTLES = 10
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.

@@ -85,6 +85,8 @@ def run_local(
             if fault in FUNCTION_FAULTS:
                 function, error = FUNCTION_FAULTS[fault]
                 stack.inject[function] = [error]
+            if fault == "reupload":
+                stack.after["ValidateFunction"] = lambda event: _overwrite(stack, event["artifact_uri"])
             try:
                 result = _deploy(stack, artifact, Path(tmp), on_state)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
@@ -137,7 +139,12 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         # so that the leftover check below is a real one for a success too.
         item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
         done = stack.invoke_function(
-            "TeardownFunction", {"deployment_id": deployment_id, "resource_name": item.get("endpoint_name", "")}
+            "TeardownFunction",
+            {
+                "deployment_id": deployment_id,
+                "resource_name": item.get("endpoint_name", ""),
+                "artifact_uri": item.get("artifact_uri"),
+            },
         )
         cleanup = list(done.get("deleted", []))
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
@@ -157,6 +164,14 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
     )
+
+
+def _overwrite(stack: Any, artifact_uri: str) -> None:
+    """The reupload fault: the key now holds a corrupt archive (validation would refuse it)."""
+    from modeldrop.contracts.s3uri import parse_s3_uri
+
+    uri = parse_s3_uri(artifact_uri)
+    stack.client("s3").put_object(Bucket=uri.bucket, Key=uri.key, Body=b"\x1f\x8b\x08\x00 not a model any more")
 
 
 def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:

@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,9 +98,12 @@ class EmulatedStack:
     runtime: LocalRuntime | None = None
     invocations: list[Invocation] = field(default_factory=list)
     inject: dict[str, list[str]] = field(default_factory=dict)
+    # Called with a function's event after it succeeded (a fault that strikes between two steps).
+    after: dict[str, Callable[[dict[str, Any]], None]] = field(default_factory=dict)
     extra_env: dict[str, str] = field(default_factory=dict)
     _modules: dict[str, ModuleType] = field(default_factory=dict)
-    _env_lock: threading.Lock = field(default_factory=threading.Lock)
+    # Reentrant: a function's own S3 write can deliver an event to another function in the same thread.
+    _env_lock: threading.RLock = field(default_factory=threading.RLock)
 
     # ---- template resolution -------------------------------------------------------------
     def resolve(self, value: Any) -> Any:
@@ -172,6 +175,8 @@ class EmulatedStack:
                 self._record(spec.logical_id, started, type(exc).__name__)
                 return moto_shims.error_payload(exc), True, ""
         self._record(spec.logical_id, started, None)
+        if spec.logical_id in self.after:
+            self.after[spec.logical_id](payload)
         return json.dumps(result, default=str), False, ""
 
     def _record(self, logical_id: str, started: float, error: str | None) -> None:
@@ -255,6 +260,11 @@ class EmulatedStack:
         left += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
         left += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
         left += [f"process/{name}" for name in self.hosting.running()]
+        # The served copies of artifacts are the deployment's too (any version, delete markers included).
+        from modeldrop.aws.served_copy import SERVED_PREFIX
+
+        versions = self.client("s3").list_object_versions(Bucket=self.bucket, Prefix=SERVED_PREFIX)
+        left += sorted({f"s3://{self.bucket}/{v['Key']}" for v in versions.get("Versions", [])})
         return left
 
 

@@ -28,6 +28,7 @@ from modeldrop.aws.sagemaker_resources import (
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
+from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline import steps
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
@@ -219,7 +220,9 @@ def extend(sm: Any, table: Any, info: StackInfo, id_or_endpoint: str, ttl_hours:
     )
 
 
-def teardown(sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: str) -> dict[str, Any]:
+def teardown(
+    sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: str, s3: Any | None = None
+) -> dict[str, Any]:
     """Delete a managed deployment now, with the state machine's own teardown order, and announce it."""
     try:
         item: dict[str, Any] | None = find_deployment(table, id_or_endpoint)
@@ -238,7 +241,8 @@ def teardown(sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: 
         else:
             assert desc is not None  # checked above: an endpoint or a record exists
             owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
-        done = steps.teardown(sm, table if item else None, owner, name)
+        bucket = parse_s3_uri(str(item["artifact_uri"])).bucket if item and item.get("artifact_uri") else None
+        done = steps.teardown(sm, table if item else None, owner, name, s3=s3, artifact_bucket=bucket)
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}

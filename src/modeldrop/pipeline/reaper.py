@@ -21,8 +21,10 @@ from modeldrop.aws.sagemaker_resources import (
     list_endpoints,
     list_tags,
 )
+from modeldrop.aws.served_copy import delete_served
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
+from modeldrop.contracts.s3uri import parse_s3_uri
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -80,6 +82,7 @@ def reap(
     now: datetime | None = None,
     period: timedelta = timedelta(minutes=15),
     default_ttl: timedelta = timedelta(hours=4),
+    s3: Any | None = None,
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -95,7 +98,7 @@ def reap(
         if not _managed(name, resource_prefix):
             continue
         try:
-            _reap_endpoint(sm, table, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result)
+            _reap_endpoint(sm, table, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"{name}: {exc}")
     try:
@@ -116,6 +119,7 @@ def _reap_endpoint(
     overdue_after: timedelta,
     default_ttl: timedelta,
     result: ReapResult,
+    s3: Any | None = None,
 ) -> None:
     name = ep["EndpointName"]
     tags = list_tags(sm, ep["EndpointArn"])
@@ -139,6 +143,8 @@ def _reap_endpoint(
         result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
     else:
         _expire(sm, table, events, bus, desc, deployment_id if owned else None, result, dead)
+        if owned and name in result.expired and s3 is not None and record and record.get("artifact_uri"):
+            delete_served(s3, parse_s3_uri(str(record["artifact_uri"])).bucket, str(deployment_id))
     if name not in result.expired and expires is not None and expires + overdue_after < now:
         result.overdue.append(name)
 

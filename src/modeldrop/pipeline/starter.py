@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from modeldrop.aws.served_copy import SERVED_PREFIX
 from modeldrop.contracts.errors import ModeldropError, RequestInvalid, describe_validation
 from modeldrop.contracts.models import DeploymentRequest
 
@@ -114,6 +115,8 @@ def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, art
         raise RequestInvalid("event is not an S3 'Object Created' EventBridge event") from None
     if bucket != artifact_bucket:
         return StartOutcome(status="ignored", reason=f"bucket {bucket} is not the artifact bucket")
+    if obj.key.startswith(SERVED_PREFIX):
+        return StartOutcome(status="ignored", reason=f"{obj.key} is a copy modeldrop serves, not an upload")
     if obj.key.startswith(DIRECT_PREFIX):
         return StartOutcome(
             status="ignored", reason=f"{obj.key} is under {DIRECT_PREFIX}: whoever uploaded it starts it directly"

@@ -18,6 +18,7 @@ from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
 from modeldrop.aws.secret_refs import check_refs, parse_refs, refuse_collisions
 from modeldrop.aws.secret_refs import resolve as resolve_secrets
+from modeldrop.aws.served_copy import copy_pinned, delete_served
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts import clock
@@ -132,10 +133,18 @@ def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) 
 
 
 def validate(
-    s3: Any, table: Any, deployment_id: str, artifact_uri: str, metrics: MetricSink | None = None
+    s3: Any,
+    table: Any,
+    deployment_id: str,
+    artifact_uri: str,
+    metrics: MetricSink | None = None,
+    artifact_version: str | None = None,
 ) -> ValidationSummary:
+    """Copy the pinned version server-side into the deployment's own prefix, then validate that copy:
+    what was validated is exactly what SageMaker is given, whatever happens to the upload's key."""
     started = time.monotonic()
-    report = validate_scan(scan_source(artifact_uri, s3))
+    served = copy_pinned(s3, artifact_uri, artifact_version, deployment_id)
+    report = validate_scan(scan_source(served, s3))
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
         metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))
@@ -145,6 +154,7 @@ def validate(
     bucket, prefix = report_prefix(artifact_uri, deployment_id)
     uri = _put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
+    summary.served_uri, summary.artifact_version = served, artifact_version
     registry.record_step(
         table,
         deployment_id,
@@ -152,6 +162,7 @@ def validate(
         summary.model_dump(mode="json"),
         status="validated" if report.deployable else "refused",
         validation_report_uri=uri,
+        served_uri=served,
     )
     if not report.deployable:
         errors = [f for f in report.findings if f.severity == "error"]
@@ -205,11 +216,13 @@ def create(
     plan: EnginePlan,
     role_arn: str,
     stack_tag: str,
+    served_uri: str | None = None,
 ) -> EndpointRef:
     now = clock.utcnow()
     expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
     name = req.resource_name
-    uri = parse_s3_uri(req.artifact_uri)
+    model_data = served_uri or req.artifact_uri  # the immutable copy of the validated version
+    uri = parse_s3_uri(model_data)
     sm = clients.sagemaker
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
@@ -220,7 +233,7 @@ def create(
         sm,
         name,
         image.image_uri,
-        req.artifact_uri,
+        model_data,
         compressed=not uri.is_prefix,
         env=env,
         role_arn=role_arn,
@@ -389,11 +402,20 @@ def record_failure(
 
 
 def teardown(
-    sm: Any, table: Any | None, deployment_id: str, resource_name: str, owner: str | None = None
+    sm: Any,
+    table: Any | None,
+    deployment_id: str,
+    resource_name: str,
+    owner: str | None = None,
+    s3: Any | None = None,
+    artifact_bucket: str | None = None,
 ) -> TeardownResult:
-    """Delete what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME, nothing else."""
+    """Delete what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME, nothing
+    else, and (given S3) the served copy of its artifact once the endpoint is gone."""
     owner = owner if owner is not None else deployment_id
     deleted, gone, failed, not_ours = delete_all(sm, resource_name, resource_name, resource_name, owner=owner)
+    if s3 is not None and artifact_bucket and owner and not failed:
+        deleted += delete_served(s3, artifact_bucket, owner)
     result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
     if table is not None:
         registry.record_step(

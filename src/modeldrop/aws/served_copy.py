@@ -1,0 +1,113 @@
+"""What SageMaker serves is an immutable copy of exactly the version that was validated.
+
+The artifact's key can be overwritten at any time; the copy under `modeldrop-served/<deployment>/`
+is written once by this stack (server-side, from the pinned version) and deleted with the
+deployment. Keys under this prefix never start a deployment from their upload event.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
+
+SERVED_PREFIX = "modeldrop-served/"
+
+
+def served_location(artifact_uri: str, deployment_id: str) -> S3Uri:
+    uri = parse_s3_uri(artifact_uri)
+    base = f"{SERVED_PREFIX}{deployment_id}/"
+    return S3Uri(uri.bucket, base if uri.is_prefix else base + "model.tar.gz")
+
+
+def version_args(version: str | None) -> dict[str, str]:
+    """A VersionId to pin reads to (an unversioned bucket's 'etag:' version has none)."""
+    return {"VersionId": version} if version and not version.startswith(("etag:", "objects:")) else {}
+
+
+def copy_pinned(s3: Any, artifact_uri: str, version: str | None, deployment_id: str) -> str:
+    """Server-side copy of the pinned version (every object of a prefix); returns the served URI."""
+    source = parse_s3_uri(artifact_uri)
+    target = served_location(artifact_uri, deployment_id)
+    try:
+        if not source.is_prefix:
+            _copy(s3, {"Bucket": source.bucket, "Key": source.key, **version_args(version)}, target.bucket, target.key)
+            return str(target)
+        digest = hashlib.sha256()
+        count = 0
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.key):
+            for obj in page.get("Contents", []):
+                digest.update(f"{obj['Key']}\0{obj.get('ETag', '')}\n".encode())
+                count += 1
+                relative = obj["Key"][len(source.key) :]
+                _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, target.key + relative)
+    except ClientError as exc:
+        raise CheckpointUnreadable(
+            f"cannot copy {artifact_uri} for serving: {exc.response.get('Error', {}).get('Code')}",
+            "check that the artifact still exists",
+        ) from None
+    if version and f"objects:{count}:{digest.hexdigest()[:32]}" != version:
+        delete_served(s3, target.bucket, deployment_id)
+        raise CheckpointUnreadable(
+            f"{artifact_uri} changed while it was being deployed", "upload the prefix completely, then start again"
+        )
+    return str(target)
+
+
+MAX_SINGLE_COPY = 5 * 1024**3  # CopyObject's own limit
+PART_BYTES = 512 * 1024**2
+COPY_THREADS = 8
+
+
+def _copy(s3: Any, source: dict[str, str], bucket: str, key: str) -> None:
+    """A server-side copy in the calling thread: one CopyObject up to 5 GiB, else a multipart copy."""
+    head = s3.head_object(
+        **{
+            "Bucket": source["Bucket"],
+            "Key": source["Key"],
+            **({"VersionId": source["VersionId"]} if "VersionId" in source else {}),
+        }
+    )
+    size = int(head["ContentLength"])
+    if size <= MAX_SINGLE_COPY:
+        s3.copy_object(CopySource=source, Bucket=bucket, Key=key)
+        return
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+
+    def part(number: int, start: int) -> dict[str, Any]:
+        end = min(start + PART_BYTES, size) - 1
+        etag = s3.upload_part_copy(
+            Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, CopySource=source,
+            CopySourceRange=f"bytes={start}-{end}",
+        )["CopyPartResult"]["ETag"]  # fmt: skip
+        return {"PartNumber": number, "ETag": etag}
+
+    try:
+        # Parts copy in parallel (S3 does the work); only completing the upload creates the object.
+        with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
+            parts = list(pool.map(lambda args: part(*args), enumerate(range(0, size, PART_BYTES), start=1)))
+        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+    except BaseException:
+        s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+        raise
+
+
+def delete_served(s3: Any, bucket: str, deployment_id: str) -> list[str]:
+    """Delete every version of the deployment's served copy; returns what was deleted."""
+    prefix = f"{SERVED_PREFIX}{deployment_id}/"
+    deleted: list[str] = []
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
+        if not entries:
+            continue
+        s3.delete_objects(
+            Bucket=bucket,
+            Delete={"Objects": [{"Key": e["Key"], "VersionId": e["VersionId"]} for e in entries], "Quiet": True},
+        )
+        deleted.extend(sorted({f"s3://{bucket}/{e['Key']}" for e in entries}))
+    return deleted
