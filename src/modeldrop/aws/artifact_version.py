@@ -25,18 +25,27 @@ def artifact_identity(s3: Any, artifact_uri: str) -> tuple[str, str]:
             if version == "null":
                 version = "etag:" + str(head.get("ETag", "")).strip('"')
         else:
-            digest = hashlib.sha256()
-            count = 0
-            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
-                for obj in page.get("Contents", []):
-                    digest.update(f"{obj['Key']}\0{obj.get('ETag', '')}\n".encode())
-                    count += 1
-            if count == 0:
+            objects = prefix_objects(s3, uri.bucket, uri.key)
+            if not objects:
                 raise CheckpointUnreadable(f"{artifact_uri} holds no objects", "upload the checkpoint first")
-            version = f"objects:{count}:{digest.hexdigest()[:32]}"
+            version = prefix_version(objects)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise CheckpointUnreadable(
             f"cannot read {artifact_uri}: {code or exc}", "check the URI and that the artifact was uploaded"
         ) from None
     return f"{artifact_uri}@{version}", version
+
+
+def prefix_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+    """Every object under PREFIX, as ListObjectsV2 gives them."""
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return [obj for page in pages for obj in page.get("Contents", [])]
+
+
+def prefix_version(objects: list[dict[str, Any]]) -> str:
+    """A prefix's version: a digest of every object's key and ETag, so any change is a new version."""
+    digest = hashlib.sha256()
+    for obj in objects:
+        digest.update(f"{obj['Key']}\0{obj.get('ETag', '')}\n".encode())
+    return f"objects:{len(objects)}:{digest.hexdigest()[:32]}"

@@ -7,12 +7,12 @@ deployment. Keys under this prefix never start a deployment from their upload ev
 
 from __future__ import annotations
 
-import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
 
@@ -38,20 +38,16 @@ def copy_pinned(s3: Any, artifact_uri: str, version: str | None, deployment_id: 
         if not source.is_prefix:
             _copy(s3, {"Bucket": source.bucket, "Key": source.key, **version_args(version)}, target.bucket, target.key)
             return str(target)
-        digest = hashlib.sha256()
-        count = 0
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=source.bucket, Prefix=source.key):
-            for obj in page.get("Contents", []):
-                digest.update(f"{obj['Key']}\0{obj.get('ETag', '')}\n".encode())
-                count += 1
-                relative = obj["Key"][len(source.key) :]
-                _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, target.key + relative)
+        objects = prefix_objects(s3, source.bucket, source.key)
+        for obj in objects:
+            relative = obj["Key"][len(source.key) :]
+            _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, target.key + relative)
     except ClientError as exc:
         raise CheckpointUnreadable(
             f"cannot copy {artifact_uri} for serving: {exc.response.get('Error', {}).get('Code')}",
             "check that the artifact still exists",
         ) from None
-    if version and f"objects:{count}:{digest.hexdigest()[:32]}" != version:
+    if version and prefix_version(objects) != version:
         delete_served(s3, target.bucket, deployment_id)
         raise CheckpointUnreadable(
             f"{artifact_uri} changed while it was being deployed", "upload the prefix completely, then start again"
