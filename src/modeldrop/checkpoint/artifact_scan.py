@@ -384,10 +384,9 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
     return scan if isize == total % 2**32 else None
 
 
-def scan_s3_object(s3: Any, uri: S3Uri, version_id: str | None = None) -> ArtifactScan:
-    pinned = {"VersionId": version_id} if version_id else {}
+def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:
     try:
-        body = s3.get_object(Bucket=uri.bucket, Key=uri.key, **pinned)["Body"]
+        body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
     except s3.exceptions.NoSuchKey:
         raise CheckpointUnreadable(f"{uri}: no such object") from None
     compressed = uri.key.endswith((".gz", ".tgz"))
@@ -440,14 +439,14 @@ def _ranged_get(s3: Any, bucket: str, key: str, start: int, end: int, scan: Arti
     return body
 
 
-def scan_source(source: str, s3: Any | None = None, version_id: str | None = None) -> ArtifactScan:
-    """Scan a local path or s3:// URI (an S3 object at VERSION_ID, when given)."""
-    scan = _scan_source(source, s3, version_id)
+def scan_source(source: str, s3: Any | None = None) -> ArtifactScan:
+    """Scan a local path or s3:// URI."""
+    scan = _scan_source(source, s3)
     scan.source = printable(scan.source)
     return scan
 
 
-def _scan_source(source: str, s3: Any | None, version_id: str | None = None) -> ArtifactScan:
+def _scan_source(source: str, s3: Any | None) -> ArtifactScan:
     if source.startswith("s3://"):
         from modeldrop.contracts.s3uri import parse_s3_uri
 
@@ -457,7 +456,7 @@ def _scan_source(source: str, s3: Any | None, version_id: str | None = None) -> 
             s3 = boto3.client("s3")
         uri = parse_s3_uri(source)
         try:
-            return scan_s3_prefix(s3, uri) if uri.is_prefix else scan_s3_object(s3, uri, version_id)
+            return scan_s3_prefix(s3, uri) if uri.is_prefix else scan_s3_object(s3, uri)
         except ClientError as exc:
             # AccessDenied, NoSuchBucket, a wrong region: the artifact cannot be read, say which way.
             err = exc.response.get("Error", {})

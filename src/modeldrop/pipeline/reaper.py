@@ -162,12 +162,11 @@ def _dead(record: dict[str, Any] | None, now: datetime) -> bool:
     steps = registry.decoded(record).get("steps") or {}
     if (steps.get("smoke_eval") or {}).get("passed"):
         return False  # evaluated and healthy, only its bookkeeping failed: its TTL applies
-    deadline = _deadline_of(record)
+    deadline = _deadline_of(steps)
     return deadline is not None and now > deadline
 
 
-def _deadline_of(record: dict[str, Any]) -> datetime | None:
-    steps = registry.decoded(record).get("steps") or {}
+def _deadline_of(steps: dict[str, Any]) -> datetime | None:
     raw = (steps.get("create_endpoint") or {}).get("deadline_at")
     try:
         return clock.parse_iso(raw) if raw else None
