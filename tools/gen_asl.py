@@ -1,16 +1,31 @@
-"""Generate statemachine/deployment.asl.json (run: python tools/gen_asl.py).
+"""Generate statemachine/deployment.asl.json (run: make asl, or python tools/gen_asl.py).
 
-The ASL is data; this script only keeps its repetitive Retry/Catch blocks consistent. The JSON it
-writes is committed and is what SAM, the tests and the local run all load.
+The ASL is data; this script only keeps its repeated Retry / Catch / Lambda-invoke blocks consistent.
+The JSON it writes is committed and is what SAM, the tests and the local run all load; a contract
+test fails when the committed file is not what this builds.
+
+The flow, by phase:
+- request: NormalizeRequest refuses the request -> RequestRejected (nothing exists).
+- prepare: Register, Validate, ResolveImage, BuildEngineEnv -> RecordFailure (no SageMaker calls)
+  -> DiscardServedCopy (the validated copy, if any) -> MarkFailed.
+- endpoint: CreateEndpoint .. SmokeEval -> RecordFailure (FailureReason, logs) -> the teardown loop
+  (endpoint first, wait until gone, then config, model and served copy) -> MarkFailed.
+  A capacity failure (or a type at quota with no wait left) -> NextAttempt -> the teardown loop for
+  that attempt -> BuildEngineEnv for the next type; a type at quota with wait left -> WaitForQuota.
+- bookkeeping: MarkSucceeded after the eval passed is retried; if it still fails the endpoint is kept
+  (its TTL applies) and the run ends DeploymentUnrecorded.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-LAMBDA_TRANSIENT = {
+OUT = Path(__file__).resolve().parents[1] / "statemachine" / "deployment.asl.json"
+
+LAMBDA_RETRY = {
     "ErrorEquals": [
         "Lambda.ServiceException",
         "Lambda.AWSLambdaException",
@@ -24,15 +39,7 @@ LAMBDA_TRANSIENT = {
     "MaxDelaySeconds": 60,
     "JitterStrategy": "FULL",
 }
-BOOKKEEPING_RETRY = {
-    "ErrorEquals": ["States.ALL"],
-    "IntervalSeconds": 2,
-    "MaxAttempts": 5,
-    "BackoffRate": 2,
-    "MaxDelaySeconds": 30,
-    "JitterStrategy": "FULL",
-}
-SAGEMAKER_THROTTLE = {
+THROTTLE_RETRY = {
     "ErrorEquals": ["SageMakerThrottled"],
     "IntervalSeconds": 5,
     "MaxAttempts": 8,
@@ -40,284 +47,421 @@ SAGEMAKER_THROTTLE = {
     "MaxDelaySeconds": 120,
     "JitterStrategy": "FULL",
 }
-
-
-def to_failure(errors: list[str]) -> dict[str, Any]:
-    return {
-        "ErrorEquals": errors,
-        "Next": "RecordFailure",
-        "Assign": {"failure": "{% $merge([$states.errorOutput, {'State': $states.context.State.Name}]) %}"},
-    }
+FAILURE = "{% $merge([$states.errorOutput, {'State': $states.context.State.Name}]) %}"
+# A Fail state's Error: the domain error's name; the interpreter's own States.* become two names of ours.
+FAIL_ERROR = (
+    "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error = 'States.Timeout' ? 'StepTimedOut' : "
+    "'StepFailed') : $failure.Error %}"
+)
+FAIL_CAUSE = (
+    "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error & ': ' & ($exists($failure.Cause) ? "
+    "$failure.Cause : 'no cause was given')) : ($exists($failure.Cause) ? $failure.Cause : 'no cause was given') %}"
+)
 
 
 def task(
-    name: str,
+    function: str,
     payload: dict[str, Any],
-    *,
-    next_: str | None,
-    timeout: int,
-    assign: dict[str, str] | None = None,
-    catch: list[list[str]] | None = None,
+    next_state: str,
+    assign: dict[str, Any] | None = None,
+    timeout: int = 60,
     throttled: bool = False,
-    output: Any = None,
-    comment: str = "",
+    catches: list[dict[str, Any]] | None = None,
+    comment: str | None = None,
+    extra_retry: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    state: dict[str, Any] = {
-        "Type": "Task",
-        "Comment": comment,
-        "Resource": "arn:aws:states:::lambda:invoke",
-        "Arguments": {"FunctionName": f"${{{name}FunctionArn}}", "Payload": payload},
-        "TimeoutSeconds": timeout,
-        "Retry": [LAMBDA_TRANSIENT] + ([SAGEMAKER_THROTTLE] if throttled else []),
-    }
-    if not comment:
-        del state["Comment"]
+    state: dict[str, Any] = {"Type": "Task"}
+    if comment:
+        state["Comment"] = comment
+    state.update(
+        {
+            "Resource": "arn:aws:states:::lambda:invoke",
+            "Arguments": {"FunctionName": "${" + function + "FunctionArn}", "Payload": payload},
+            "TimeoutSeconds": timeout,
+            "Retry": [LAMBDA_RETRY, *([THROTTLE_RETRY] if throttled else []), *(extra_retry or [])],
+        }
+    )
     if assign:
         state["Assign"] = assign
-    if output is not None:
-        state["Output"] = output
-    if catch is not None:
-        state["Catch"] = [to_failure(errors) for errors in catch]
-    if next_:
-        state["Next"] = next_
-    else:
-        state["End"] = True
+    state["Next"] = next_state
+    if catches:
+        state["Catch"] = catches
     return state
 
 
-ALL = [["States.ALL"]]
-# A Fail state may not raise a States.* name (Step Functions reserves the prefix), and States.Timeout
-# and other States.* errors may carry no Cause, while an undefined Cause fails the Fail state itself
-# (States.QueryEvaluationError). So States.Timeout ends as StepTimedOut, any other States.* error as
-# StepFailed, each with the original name in the cause.
-_RESERVED = "$substring($failure.Error, 0, 7) = 'States.'"
-_CAUSE = "($exists($failure.Cause) ? $failure.Cause : 'no cause was given')"
-FAILURE_ERROR = (
-    f"{{% {_RESERVED} ? ($failure.Error = 'States.Timeout' ? 'StepTimedOut' : 'StepFailed') : $failure.Error %}}"
-)
-FAILURE_CAUSE = f"{{% {_RESERVED} ? ($failure.Error & ': ' & {_CAUSE}) : {_CAUSE} %}}"
-DEPLOYMENT = "{% $req.deployment_id %}"
+def catch(errors: list[str], next_state: str, phase: str | None, assign_failure: bool = True) -> dict[str, Any]:
+    entry: dict[str, Any] = {"ErrorEquals": errors, "Next": next_state}
+    assign: dict[str, Any] = {}
+    if assign_failure:
+        assign["failure"] = FAILURE
+    if phase is not None:
+        assign["phase"] = phase
+    if assign:
+        entry["Assign"] = assign
+    return entry
 
 
-def build() -> dict[str, Any]:
-    states: dict[str, Any] = {
-        "NormalizeRequest": {
-            **task(
-                "Normalize",
-                {"request": "{% $states.input %}", "execution_name": "{% $states.context.Execution.Name %}"},
-                next_="RegisterDeployment",
-                timeout=60,
-                assign={"req": "{% $states.result.Payload %}"},
-                comment="Parse the request (direct start or S3 starter) and apply the stack defaults.",
-            ),
-            "Catch": [
-                {
-                    "ErrorEquals": ["RequestInvalid"],
-                    "Next": "RequestRejected",
-                    "Assign": {"failure": "{% $states.errorOutput %}"},
-                },
-                {
-                    "ErrorEquals": ["States.ALL"],
-                    "Next": "RequestRejected",
-                    "Assign": {"failure": "{% $states.errorOutput %}"},
-                },
-            ],
+def routed(named: list[str], phase: str, next_state: str = "RecordFailure") -> list[dict[str, Any]]:
+    """The step's own errors by name (so the contract test sees each routed), then everything else."""
+    return [catch(named, next_state, phase), catch(["States.ALL"], next_state, phase)]
+
+
+def definition() -> dict[str, Any]:
+    s: dict[str, Any] = {}
+    s["NormalizeRequest"] = task(
+        "Normalize",
+        {"request": "{% $states.input %}", "execution_name": "{% $states.context.Execution.Name %}"},
+        "RegisterDeployment",
+        comment="Parse the request (direct start or S3 starter) and apply the stack defaults.",
+        assign={"req": "{% $states.result.Payload %}"},
+        catches=[
+            {"ErrorEquals": ["RequestInvalid"], "Next": "RequestRejected", "Assign": {"failure": FAILURE}},
+            {"ErrorEquals": ["States.ALL"], "Next": "RequestRejected", "Assign": {"failure": FAILURE}},
+        ],
+    )
+    s["RequestRejected"] = {
+        "Type": "Fail",
+        "Comment": "Nothing was registered or created: the request itself is invalid.",
+        "Error": FAIL_ERROR,
+        "Cause": FAIL_CAUSE,
+    }
+    s["RegisterDeployment"] = task(
+        "Register",
+        {"request": "{% $req %}"},
+        "ValidateCheckpoint",
+        assign={
+            "artifact": "{% $states.result.Payload %}",
+            # Every variable a later state reads exists from here on.
+            "attempt": 0,
+            "quota_waits": 0,
+            "quota_wait_until": None,
+            "endpoint": None,
+            "after_teardown": "fail",
+            "teardown_deadline": None,
         },
-        "RequestRejected": {
-            "Type": "Fail",
-            "Comment": "Nothing was registered or created: the request itself is invalid.",
-            "Error": FAILURE_ERROR,
-            "Cause": FAILURE_CAUSE,
+        catches=routed(["DuplicateDeployment", "CheckpointUnreadable"], "prepare"),
+    )
+    s["ValidateCheckpoint"] = task(
+        "Validate",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "artifact_uri": "{% $req.artifact_uri %}",
+            "artifact_version": "{% $artifact.artifact_version %}",
         },
-        "RegisterDeployment": task(
-            "Register",
-            {"request": "{% $req %}"},
-            next_="ValidateCheckpoint",
-            timeout=60,
-            assign={"artifact": "{% $states.result.Payload %}"},
-            catch=[["DuplicateDeployment", "CheckpointUnreadable"], ["States.ALL"]],
-        ),
-        "ValidateCheckpoint": task(
-            "Validate",
-            {
-                "deployment_id": DEPLOYMENT,
-                "artifact_uri": "{% $req.artifact_uri %}",
-                "artifact_version": "{% $artifact.artifact_version %}",
-            },
-            next_="ResolveImage",
-            timeout=900,
-            assign={"validation": "{% $states.result.Payload %}"},
-            catch=[["CheckpointRefused", "CheckpointUnreadable"], ["States.ALL"]],
-        ),
-        "ResolveImage": task(
-            "ResolveImage",
-            {"deployment_id": DEPLOYMENT, "engine": "{% $req.engine %}", "model_type": "{% $validation.model_type %}"},
-            next_="BuildEngineEnv",
-            timeout=60,
-            assign={"image": "{% $states.result.Payload %}"},
-            catch=[["ImageUnresolvable"], ["States.ALL"]],
-        ),
-        "BuildEngineEnv": task(
-            "BuildEnv",
-            {"request": "{% $req %}", "validation": "{% $validation %}", "image": "{% $image %}"},
-            next_="CreateEndpoint",
-            timeout=60,
-            assign={"plan": "{% $states.result.Payload %}"},
-            catch=[["PlanRefused"], ["States.ALL"]],
-        ),
-        "CreateEndpoint": task(
-            "CreateEndpoint",
-            {
-                "request": "{% $req %}",
+        "ResolveImage",
+        timeout=900,
+        assign={"validation": "{% $states.result.Payload %}"},
+        catches=routed(["CheckpointRefused", "CheckpointUnreadable"], "prepare"),
+    )
+    s["ResolveImage"] = task(
+        "ResolveImage",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "engine": "{% $req.engine %}",
+            "model_type": "{% $validation.model_type %}",
+        },
+        "BuildEngineEnv",
+        assign={"image": "{% $states.result.Payload %}"},
+        catches=routed(["ImageUnresolvable"], "prepare"),
+    )
+    s["BuildEngineEnv"] = task(
+        "BuildEnv",
+        {
+            "request": "{% $req %}",
+            "validation": "{% $validation %}",
+            "image": "{% $image %}",
+            "attempt": "{% $attempt %}",
+        },
+        "CreateEndpoint",
+        comment="The plan for this attempt's instance type (re-planned per type); the first lists the types.",
+        assign={"plan": "{% $states.result.Payload %}"},
+        # A later attempt's BuildEngineEnv runs after the previous attempt was torn down: nothing exists.
+        catches=routed(["PlanRefused"], "prepare"),
+    )
+    s["CreateEndpoint"] = task(
+        "CreateEndpoint",
+        {
+            "request": "{% $req %}",
+            "image": "{% $image %}",
+            "plan": "{% $plan %}",
+            "served_uri": "{% $validation.served_uri %}",
+            "quota_waits": "{% $quota_waits %}",
+            "quota_wait_until": "{% $quota_wait_until %}",
+        },
+        "EndpointCreated",
+        timeout=120,
+        throttled=True,
+        assign={
+            "create": "{% $states.result.Payload %}",
+            "endpoint": "{% $states.result.Payload.endpoint %}",
+            "quota_waits": "{% $states.result.Payload.quota_waits %}",
+            "quota_wait_until": "{% $states.result.Payload.quota_wait_until %}",
+            "polls": 0,
+        },
+        catches=routed(["QuotaExceeded", "ResourceNameTaken"], "endpoint"),
+    )
+    s["EndpointCreated"] = {
+        "Type": "Choice",
+        "Comment": "Created; or the type is at its quota: wait and re-check, or move on to the next type.",
+        "Choices": [
+            {"Condition": "{% $create.status = 'created' %}", "Next": "WaitForEndpoint"},
+            {"Condition": "{% $create.wait_seconds > 0 %}", "Next": "WaitForQuota"},
+        ],
+        "Default": "QuotaFallThrough",
+    }
+    s["WaitForQuota"] = {"Type": "Wait", "Seconds": "{% $create.wait_seconds %}", "Next": "CreateEndpoint"}
+    s["QuotaFallThrough"] = {
+        "Type": "Pass",
+        "Assign": {"failure": {"Error": "QuotaExceeded", "Cause": "{% $create.reason %}", "State": "CreateEndpoint"}},
+        "Next": "NextAttempt",
+    }
+    s["WaitForEndpoint"] = {"Type": "Wait", "Seconds": "{% ${PollIntervalSeconds} %}", "Next": "PollEndpoint"}
+    s["PollEndpoint"] = task(
+        "PollEndpoint",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "endpoint": "{% $endpoint %}",
+            "polls": "{% $polls %}",
+            "capacity_wait_seconds": "{% $req.capacity_wait_seconds %}",
+        },
+        "EndpointInService",
+        throttled=True,
+        assign={"poll": "{% $states.result.Payload %}", "polls": "{% $polls + 1 %}"},
+        catches=[
+            catch(["InsufficientCapacity"], "NextAttempt", "endpoint"),
+            *routed(["EndpointFailed", "DeployDeadlineExceeded"], "endpoint"),
+        ],
+    )
+    s["EndpointInService"] = {
+        "Type": "Choice",
+        "Choices": [{"Condition": "{% $poll.status = 'InService' %}", "Next": "SmokeEval"}],
+        "Default": "WaitForEndpoint",
+    }
+    s["SmokeEval"] = task(
+        "SmokeEval",
+        {"request": "{% $req %}", "endpoint": "{% $endpoint %}", "plan": "{% $plan %}"},
+        "MarkSucceeded",
+        timeout=900,
+        throttled=True,
+        assign={"eval_result": "{% $states.result.Payload %}"},
+        catches=routed(["EvalFailed"], "endpoint"),
+    )
+    s["MarkSucceeded"] = task(
+        "Finalize",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "outcome": "succeeded",
+            "request": "{% $req %}",
+            "summary": {
+                "endpoint": "{% $endpoint %}",
                 "image": "{% $image %}",
-                "plan": "{% $plan %}",
-                "served_uri": "{% $validation.served_uri %}",
-            },
-            next_="WaitForEndpoint",
-            timeout=120,
-            assign={"endpoint": "{% $states.result.Payload %}", "polls": 0},
-            catch=[["QuotaExceeded", "ResourceNameTaken"], ["States.ALL"]],
-            throttled=True,
-        ),
-        "WaitForEndpoint": {"Type": "Wait", "Seconds": "{% ${PollIntervalSeconds} %}", "Next": "PollEndpoint"},
-        "PollEndpoint": task(
-            "PollEndpoint",
-            {"deployment_id": DEPLOYMENT, "endpoint": "{% $endpoint %}", "polls": "{% $polls %}"},
-            next_="EndpointInService",
-            timeout=60,
-            assign={"poll": "{% $states.result.Payload %}", "polls": "{% $polls + 1 %}"},
-            catch=[["EndpointFailed", "DeployDeadlineExceeded"], ["States.ALL"]],
-            throttled=True,
-        ),
-        "EndpointInService": {
-            "Type": "Choice",
-            "Choices": [{"Condition": "{% $poll.status = 'InService' %}", "Next": "SmokeEval"}],
-            "Default": "WaitForEndpoint",
-        },
-        "SmokeEval": task(
-            "SmokeEval",
-            {"request": "{% $req %}", "endpoint": "{% $endpoint %}", "plan": "{% $plan %}"},
-            next_="MarkSucceeded",
-            timeout=900,
-            assign={"eval_result": "{% $states.result.Payload %}"},
-            catch=[["EvalFailed"], ["States.ALL"]],
-            throttled=True,
-        ),
-        "MarkSucceeded": task(
-            "Finalize",
-            {
-                "deployment_id": DEPLOYMENT,
-                "outcome": "succeeded",
-                "request": "{% $req %}",
-                "summary": {
-                    "endpoint": "{% $endpoint %}",
-                    "image": "{% $image %}",
-                    "env": "{% $plan.env %}",
-                    "eval": "{% $eval_result %}",
-                },
-            },
-            next_="Deployed",
-            timeout=60,
-        ),
-        "DeployedUnrecorded": {
-            "Type": "Fail",
-            "Comment": (
-                "The endpoint is InService and passed its eval, but its record could not be written: it is kept "
-                "(its TTL still applies) and the Finalize function's errors alarm."
-            ),
-            "Error": "DeploymentUnrecorded",
-            "Cause": (
-                "{% 'endpoint ' & $endpoint.endpoint_name & ' is InService and passed its smoke eval, but the "
-                "deployment record could not be written (' & $bookkeeping.Error & '); it stays up until its TTL' %}"
-            ),
-        },
-        "Deployed": {
-            "Type": "Succeed",
-            "Output": {
-                "deployment_id": DEPLOYMENT,
-                "status": "succeeded",
-                "endpoint_name": "{% $endpoint.endpoint_name %}",
-                "image": "{% $image.image_uri %}",
                 "env": "{% $plan.env %}",
-                "memory": "{% $plan.memory %}",
+                "instance_type": "{% $plan.instance_type %}",
                 "eval": "{% $eval_result %}",
             },
         },
-        "RecordFailure": {
-            **task(
-                "RecordFailure",
-                {"deployment_id": DEPLOYMENT, "resource_name": "{% $req.resource_name %}", "failure": "{% $failure %}"},
-                next_="Teardown",
-                timeout=60,
-                assign={"failure_record": "{% $states.result.Payload %}"},
-                comment="Capture the endpoint's FailureReason before anything is deleted; it is gone afterwards.",
-            ),
-            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "Teardown"}],
-        },
-        "Teardown": {
-            **task(
-                "Teardown",
-                {
-                    "deployment_id": DEPLOYMENT,
-                    "resource_name": "{% $req.resource_name %}",
-                    "artifact_uri": "{% $req.artifact_uri %}",
-                },
-                next_="MarkFailed",
-                timeout=120,
-                assign={"teardown": "{% $states.result.Payload %}"},
-                throttled=True,
-                comment="Delete endpoint -> endpoint config -> model; already gone counts as deleted.",
-            ),
-            "Catch": [
-                {
-                    "ErrorEquals": ["States.ALL"],
-                    "Next": "MarkFailed",
-                    "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
-                }
-            ],
-        },
-        "MarkFailed": {
-            **task(
-                "Finalize",
-                {
-                    "deployment_id": DEPLOYMENT,
-                    "outcome": "failed",
-                    "request": "{% $req %}",
-                    "summary": {"failure": "{% $failure %}", "teardown": "{% $teardown %}"},
-                },
-                next_="DeploymentFailed",
-                timeout=60,
-            ),
-            "Catch": [{"ErrorEquals": ["States.ALL"], "Next": "DeploymentFailed"}],
-        },
-        "DeploymentFailed": {
-            "Type": "Fail",
-            "Error": FAILURE_ERROR,
-            "Cause": FAILURE_CAUSE,
+        "Deployed",
+        comment="After the eval passed: the bookkeeping is retried, and never tears the endpoint down.",
+        extra_retry=[
+            {
+                "ErrorEquals": ["States.ALL"],
+                "IntervalSeconds": 2,
+                "MaxAttempts": 5,
+                "BackoffRate": 2,
+                "MaxDelaySeconds": 30,
+                "JitterStrategy": "FULL",
+            }
+        ],
+        catches=[
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Next": "DeployedUnrecorded",
+                "Assign": {"bookkeeping": "{% $states.errorOutput %}"},
+            }
+        ],
+    )
+    s["DeployedUnrecorded"] = {
+        "Type": "Fail",
+        "Comment": (
+            "The endpoint is InService and passed its eval, but its record could not be written: it is kept "
+            "(its TTL still applies) and the Finalize function's errors alarm."
+        ),
+        "Error": "DeploymentUnrecorded",
+        "Cause": (
+            "{% 'endpoint ' & $endpoint.endpoint_name & ' is InService and passed its smoke eval, but the deployment "
+            "record could not be written (' & $bookkeeping.Error & '); it stays up until its TTL' %}"
+        ),
+    }
+    s["Deployed"] = {
+        "Type": "Succeed",
+        "Output": {
+            "deployment_id": "{% $req.deployment_id %}",
+            "status": "succeeded",
+            "endpoint_name": "{% $endpoint.endpoint_name %}",
+            "instance_type": "{% $plan.instance_type %}",
+            "image": "{% $image.image_uri %}",
+            "env": "{% $plan.env %}",
+            "memory": "{% $plan.memory %}",
+            "eval": "{% $eval_result %}",
         },
     }
-    # After the eval passed, a failure is bookkeeping: retried, and never a reason to delete a
-    # healthy endpoint (no RecordFailure -> Teardown here).
-    states["MarkSucceeded"]["Retry"].append(BOOKKEEPING_RETRY)
-    states["MarkSucceeded"]["Catch"] = [
+    s["NextAttempt"] = task(
+        "NextAttempt",
         {
-            "ErrorEquals": ["States.ALL"],
-            "Next": "DeployedUnrecorded",
-            "Assign": {"bookkeeping": "{% $states.errorOutput %}"},
-        }
-    ]
+            "request": "{% $req %}",
+            "plan": "{% $plan %}",
+            "failure": "{% $failure %}",
+            "endpoint": "{% $endpoint %}",
+        },
+        "Teardown",
+        comment="Record the failed attempt; release it (the teardown loop), then plan the next type.",
+        assign={"next": "{% $states.result.Payload %}", "after_teardown": "retry", "teardown_deadline": None},
+        catches=routed(["CapacityUnavailable", "QuotaExceeded"], "endpoint"),
+    )
+    s["RecordFailure"] = task(
+        "RecordFailure",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "resource_name": "{% $req.resource_name %}",
+            "failure": "{% $failure %}",
+            "phase": "{% $phase %}",
+        },
+        "FailurePhase",
+        comment="Capture the endpoint's FailureReason before anything is deleted; it is gone afterwards.",
+        assign={"failure_record": "{% $states.result.Payload %}", "after_teardown": "fail", "teardown_deadline": None},
+        catches=[
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Next": "FailurePhase",
+                "Assign": {"after_teardown": "fail", "teardown_deadline": None},
+            }
+        ],
+    )
+    s["FailurePhase"] = {
+        "Type": "Choice",
+        "Choices": [{"Condition": "{% $phase = 'prepare' %}", "Next": "DiscardServedCopy"}],
+        "Default": "Teardown",
+    }
+    s["DiscardServedCopy"] = task(
+        "Teardown",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "resource_name": "{% $req.resource_name %}",
+            "artifact_uri": "{% $req.artifact_uri %}",
+            "sagemaker": False,
+        },
+        "MarkFailed",
+        comment="Nothing exists in SageMaker yet: only the validated copy (if any) is deleted.",
+        assign={"teardown": "{% $states.result.Payload %}"},
+        catches=[
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Next": "MarkFailed",
+                "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
+            }
+        ],
+    )
+    s["Teardown"] = task(
+        "Teardown",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "resource_name": "{% $req.resource_name %}",
+            "artifact_uri": "{% $req.artifact_uri %}",
+            "attempt": "{% $plan.attempt %}",
+            "deadline_at": "{% $teardown_deadline %}",
+            "final": "{% $after_teardown = 'fail' %}",
+        },
+        "TeardownDone",
+        timeout=120,
+        throttled=True,
+        comment="One pass: delete the endpoint; once it is gone, its config and model (and the served copy).",
+        assign={
+            "teardown": "{% $states.result.Payload %}",
+            "teardown_deadline": "{% $states.result.Payload.deadline_at %}",
+        },
+        catches=[
+            {
+                "ErrorEquals": ["States.ALL"],
+                "Next": "MarkFailed",
+                "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
+            }
+        ],
+    )
+    s["TeardownDone"] = {
+        "Type": "Choice",
+        "Choices": [
+            {"Condition": "{% $teardown.done and $after_teardown = 'retry' %}", "Next": "PrepareNextAttempt"},
+            {"Condition": "{% $teardown.done %}", "Next": "MarkFailed"},
+            {"Condition": "{% $teardown.gave_up and $after_teardown = 'retry' %}", "Next": "ReleaseGaveUp"},
+            {"Condition": "{% $teardown.gave_up %}", "Next": "MarkFailed"},
+        ],
+        "Default": "WaitForTeardown",
+    }
+    s["WaitForTeardown"] = {"Type": "Wait", "Seconds": "{% $teardown.wait_seconds %}", "Next": "Teardown"}
+    s["PrepareNextAttempt"] = {
+        "Type": "Pass",
+        "Comment": "The failed attempt is gone: the next instance type starts from a clean slate.",
+        "Assign": {
+            "attempt": "{% $next.attempt %}",
+            "after_teardown": "fail",
+            "teardown_deadline": None,
+            "quota_waits": 0,
+            "quota_wait_until": None,
+            "endpoint": None,
+        },
+        "Next": "BuildEngineEnv",
+    }
+    s["ReleaseGaveUp"] = {
+        "Type": "Pass",
+        "Comment": (
+            "The failed attempt's endpoint could not be deleted in time: no new one under its name; the reaper "
+            "retries."
+        ),
+        "Assign": {
+            "failure": {
+                "Error": "TeardownIncomplete",
+                "Cause": (
+                    "{% 'the failed attempt on ' & $plan.instance_type & ' could not be deleted before the next "
+                    "type: ' & $string($teardown.left_behind) %}"
+                ),
+                "State": "Teardown",
+            }
+        },
+        "Next": "MarkFailed",
+    }
+    s["MarkFailed"] = task(
+        "Finalize",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "outcome": "failed",
+            "request": "{% $req %}",
+            "summary": {"failure": "{% $failure %}", "teardown": "{% $teardown %}"},
+        },
+        "DeploymentFailed",
+        catches=[{"ErrorEquals": ["States.ALL"], "Next": "DeploymentFailed"}],
+    )
+    s["DeploymentFailed"] = {"Type": "Fail", "Error": FAIL_ERROR, "Cause": FAIL_CAUSE}
     return {
         "Comment": (
-            "modeldrop: validate -> image -> engine env -> endpoint -> poll -> smoke eval; "
-            "any failure -> record, tear down, fail."
+            "modeldrop: validate -> image -> engine env -> endpoint -> poll -> smoke eval. Failures are routed by "
+            "phase (see tools/gen_asl.py); capacity failures fall back across the request's instance types."
         ),
         "QueryLanguage": "JSONata",
         "StartAt": "NormalizeRequest",
-        "States": states,
+        "States": s,
     }
 
 
+def build() -> dict[str, Any]:
+    return definition()
+
+
+def render() -> str:
+    return json.dumps(definition(), indent=2) + "\n"
+
+
 if __name__ == "__main__":
-    out = Path(__file__).resolve().parent.parent / "statemachine" / "deployment.asl.json"
-    out.write_text(json.dumps(build(), indent=2) + "\n")
-    print(f"wrote {out}")
+    if "--check" in sys.argv:
+        sys.exit(0 if OUT.read_text() == render() else 1)
+    OUT.write_text(render())
+    print(f"wrote {OUT}")

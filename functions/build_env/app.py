@@ -1,4 +1,4 @@
-"""BuildEngineEnv: container env, timeouts and the GPU memory plan."""
+"""BuildEngineEnv: container env, timeouts and the GPU memory plan for one attempt's instance type."""
 
 from typing import Any
 
@@ -14,6 +14,7 @@ class Event(BaseModel):
     request: NormalizedRequest
     validation: ValidationSummary
     image: ImageChoice
+    attempt: int = 0
 
 
 @logger.inject_lambda_context
@@ -21,4 +22,4 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> EnginePlan:
     settings = RecordSettings.from_env()
     table = settings.table()
-    return steps.build_plan(table, event.request, event.validation, event.image)
+    return steps.build_plan(table, event.request, event.validation, event.image, event.attempt)

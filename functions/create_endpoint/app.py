@@ -1,11 +1,12 @@
-"""CreateEndpoint: quota check, secrets by reference, then model, endpoint config and endpoint, tagged."""
+"""CreateEndpoint: quota check (at quota: wait or move on), secrets by reference, then model, endpoint config and
+endpoint, tagged."""
 
 from typing import Any
 
 import boto3
 from pydantic import BaseModel
 
-from modeldrop.contracts.models import EndpointRef, EnginePlan, ImageChoice, NormalizedRequest
+from modeldrop.contracts.models import CreateOutcome, EnginePlan, ImageChoice, NormalizedRequest
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import DeploySettings
 from modeldrop.pipeline.lambda_support import handler, logger
@@ -16,11 +17,13 @@ class Event(BaseModel):
     image: ImageChoice
     plan: EnginePlan
     served_uri: str | None = None
+    quota_waits: int = 0
+    quota_wait_until: str | None = None
 
 
 @logger.inject_lambda_context
 @handler(Event)
-def lambda_handler(event: Event, context: Any) -> EndpointRef:
+def lambda_handler(event: Event, context: Any) -> CreateOutcome:
     settings = DeploySettings.from_env()
     table = settings.table()
     clients = steps.CreateClients(
@@ -38,4 +41,7 @@ def lambda_handler(event: Event, context: Any) -> EndpointRef:
         settings.sagemaker_role_arn,
         settings.stack_tag,
         served_uri=event.served_uri,
+        quota_waits=event.quota_waits,
+        quota_wait_until=event.quota_wait_until,
+        region=settings.aws_region,
     )

@@ -1,4 +1,4 @@
-"""PollEndpoint: InService, Failed (EndpointFailed) or past the deadline (DeployDeadlineExceeded)."""
+"""PollEndpoint: InService, Failed (EndpointFailed; InsufficientCapacity for no capacity) or past the deadline."""
 
 from typing import Any
 
@@ -14,9 +14,16 @@ class Event(BaseModel):
     deployment_id: str
     endpoint: EndpointRef
     polls: int = 0
+    capacity_wait_seconds: int = 1800
 
 
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EndpointPoll:
-    return steps.poll(boto3.client("sagemaker"), event.endpoint, event.polls)
+    return steps.poll(
+        boto3.client("sagemaker"),
+        event.endpoint,
+        event.polls,
+        logs=boto3.client("logs"),
+        capacity_wait_seconds=event.capacity_wait_seconds,
+    )

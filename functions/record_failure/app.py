@@ -15,6 +15,7 @@ class Event(BaseModel):
     deployment_id: str
     resource_name: str
     failure: dict[str, Any]
+    phase: str = "endpoint"
 
 
 @logger.inject_lambda_context
@@ -23,5 +24,11 @@ def lambda_handler(event: Event, context: Any) -> FailureRecord:
     settings = RecordSettings.from_env()
     table = settings.table()
     return steps.record_failure(
-        boto3.client("sagemaker"), boto3.client("logs"), table, event.deployment_id, event.resource_name, event.failure
+        boto3.client("sagemaker"),
+        boto3.client("logs"),
+        table,
+        event.deployment_id,
+        event.resource_name,
+        event.failure,
+        event.phase,
     )

@@ -1,11 +1,12 @@
-"""Teardown: delete endpoint -> endpoint config -> model (already gone counts as deleted)."""
+"""Teardown, one pass of the state machine's loop: the endpoint first; its config, model and served copy once
+it is gone."""
 
 from typing import Any
 
 import boto3
 from pydantic import BaseModel
 
-from modeldrop.contracts.models import TeardownResult
+from modeldrop.contracts.models import TeardownProgress
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
@@ -16,19 +17,25 @@ class Event(BaseModel):
     deployment_id: str
     resource_name: str
     artifact_uri: str | None = None  # its bucket holds the served copy to delete
+    attempt: int = 0
+    deadline_at: str | None = None
+    final: bool = True  # False: releasing a failed attempt before the next instance type (the copy stays)
+    sagemaker: bool = True  # False: nothing was created in SageMaker; only the served copy goes
 
 
 @logger.inject_lambda_context
 @handler(Event)
-def lambda_handler(event: Event, context: Any) -> TeardownResult:
+def lambda_handler(event: Event, context: Any) -> TeardownProgress:
     settings = RecordSettings.from_env()
-    table = settings.table()
-    bucket = parse_s3_uri(event.artifact_uri).bucket if event.artifact_uri else None
-    return steps.teardown(
+    return steps.teardown_pass(
         boto3.client("sagemaker"),
-        table,
+        boto3.client("s3"),
+        settings.table(),
         event.deployment_id,
         event.resource_name,
-        s3=boto3.client("s3"),
-        artifact_bucket=bucket,
+        attempt=event.attempt,
+        deadline_at=event.deadline_at,
+        artifact_bucket=parse_s3_uri(event.artifact_uri).bucket if event.artifact_uri else None,
+        final=event.final,
+        sagemaker=event.sagemaker,
     )

@@ -69,3 +69,13 @@ def read_recent(logs: Any, endpoint_name: str, limit: int = 300) -> list[str] | 
             return None
         raise
     return [str(e.get("message", "")) for e in events.get("events", [])]
+
+
+def group_exists(logs: Any, endpoint_name: str) -> bool:
+    """Whether the endpoint's log group exists: SageMaker creates it when an instance starts the container.
+    Unknown (access denied, throttled) counts as existing: it must never make a live start look stuck."""
+    try:
+        logs.describe_log_streams(logGroupName=log_group_for(endpoint_name), limit=1)
+    except ClientError as exc:
+        return exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException"
+    return True

@@ -9,7 +9,13 @@ from typing import Any, Literal
 from modeldrop.aws.registry import cost_so_far
 
 SOURCE = "modeldrop"
-DetailType = Literal["Deployment Succeeded", "Deployment Failed", "Deployment Expired", "Deployment Torn Down"]
+DetailType = Literal[
+    "Deployment Succeeded",
+    "Deployment Failed",
+    "Deployment Expired",
+    "Deployment Torn Down",
+    "Deployment Attempt Failed",
+]
 
 
 def publish(events: Any, bus_name: str, detail_type: DetailType, detail: dict[str, Any]) -> None:

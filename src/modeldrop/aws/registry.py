@@ -14,7 +14,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.contracts import clock
 
-TERMINAL = {"succeeded", "failed", "expired", "torn_down"}
+TERMINAL = {"succeeded", "failed", "expired", "torn_down", "aborted", "timed_out"}
 
 
 def _now() -> str:
@@ -64,7 +64,12 @@ def _put_if(
 
 
 def record_step(
-    table: Any, deployment_id: str, step: str, result: dict[str, Any], status: str | None = None, **fields: Any
+    table: Any,
+    deployment_id: str,
+    step: str,
+    result: dict[str, Any] | list[Any],
+    status: str | None = None,
+    **fields: Any,
 ) -> dict[str, Any]:
     """Store one step's result (and any top-level fields) in one write; returns the updated record."""
     names = {"#s": step}
@@ -118,7 +123,7 @@ def cost_so_far(item: Mapping[str, Any]) -> float | None:
 # to register claims the version in an item of its own (never listed as a deployment).
 CLAIM_PREFIX = "artifact#"
 # A holder in one of these states has no endpoint (or never will): its claim may be taken over.
-RELEASED = {"failed", "expired", "torn_down", "aborted"}
+RELEASED = {"failed", "expired", "torn_down", "aborted", "timed_out"}
 
 
 def is_claim(item: Mapping[str, Any]) -> bool:

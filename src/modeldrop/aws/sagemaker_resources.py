@@ -55,13 +55,18 @@ def create_all(
     startup_timeout: int,
     download_timeout: int,
     tags: list[dict[str, str]],
+    config_name: str | None = None,
+    model_name: str | None = None,
 ) -> list[str]:
-    """Create model, endpoint config and endpoint, all named ``name`` and tagged alike.
+    """Create model, endpoint config and endpoint (named ``name``; the config and model too unless
+    given their own names), all tagged alike.
 
     Idempotent for one deployment: a retried step (after a throttle or a Lambda timeout) adopts what
     an earlier attempt created under this deployment's tags instead of failing on the name or
     creating a second set. Returns what it adopted.
     """
+    config_name = config_name or name
+    model_name = model_name or name
     if compressed:
         container: dict[str, Any] = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
     else:
@@ -74,7 +79,7 @@ def create_all(
         }
     variant = {
         "VariantName": "AllTraffic",
-        "ModelName": name,
+        "ModelName": model_name,
         "InitialInstanceCount": 1,
         "InstanceType": instance_type,
         "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
@@ -84,39 +89,44 @@ def create_all(
     steps = (
         (
             "model",
-            lambda: sm.create_model(ModelName=name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags),
-            lambda: sm.describe_model(ModelName=name)["ModelArn"],
+            model_name,
+            lambda: sm.create_model(
+                ModelName=model_name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags
+            ),
+            lambda: sm.describe_model(ModelName=model_name)["ModelArn"],
         ),
         (
             "endpoint-config",
-            lambda: sm.create_endpoint_config(EndpointConfigName=name, ProductionVariants=[variant], Tags=tags),
-            lambda: sm.describe_endpoint_config(EndpointConfigName=name)["EndpointConfigArn"],
+            config_name,
+            lambda: sm.create_endpoint_config(EndpointConfigName=config_name, ProductionVariants=[variant], Tags=tags),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=config_name)["EndpointConfigArn"],
         ),
         (
             "endpoint",
-            lambda: sm.create_endpoint(EndpointName=name, EndpointConfigName=name, Tags=tags),
+            name,
+            lambda: sm.create_endpoint(EndpointName=name, EndpointConfigName=config_name, Tags=tags),
             lambda: sm.describe_endpoint(EndpointName=name)["EndpointArn"],
         ),
     )
     adopted: list[str] = []
-    for kind, create, arn_of in steps:
+    for kind, label, create, arn_of in steps:
         try:
             create()
         except ClientError as exc:
             if not _already_exists(exc):
-                _raise_domain(exc, f"creating {kind}/{name}")
+                _raise_domain(exc, f"creating {kind}/{label}")
                 raise
             try:
                 theirs = list_tags(sm, arn_of())
             except ClientError as describe_exc:
-                _raise_domain(describe_exc, f"describing {kind}/{name}")
+                _raise_domain(describe_exc, f"describing {kind}/{label}")
                 raise
             if any(theirs.get(key) != ours[key] for key in (MANAGED_BY_TAG, DEPLOYMENT_TAG)):
                 raise ResourceNameTaken(
-                    f"{kind}/{name} already exists and belongs to another deployment "
+                    f"{kind}/{label} already exists and belongs to another deployment "
                     f"({theirs.get(DEPLOYMENT_TAG) or 'not managed by modeldrop'})",
                 ) from None
-            adopted.append(f"{kind}/{name}")
+            adopted.append(f"{kind}/{label}")
     return adopted
 
 
@@ -137,9 +147,10 @@ def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
 
 
 def delete_all(
-    sm: Any, endpoint: str, config: str, model: str, owner: str | None = None
+    sm: Any, endpoint: str | None, config: str, model: str, owner: str | None = None
 ) -> tuple[list[str], list[str], list[str], list[str]]:
-    """Delete endpoint -> endpoint config -> model. Returns (deleted, already_gone, failed, not_ours).
+    """Delete endpoint -> endpoint config -> model (no endpoint: only the other two). Returns
+    (deleted, already_gone, failed, not_ours).
 
     With ``owner`` (a deployment id) a resource tagged for another deployment, or not tagged by
     modeldrop at all, is left alone: a name clash must never delete someone else's endpoint.
@@ -169,6 +180,8 @@ def delete_all(
         ),
     )
     for kind, name, call, arn_of in steps:
+        if name is None:
+            continue
         label = f"{kind}/{name}"
         try:
             if owner is not None and list_tags(sm, arn_of()).get(DEPLOYMENT_TAG) != owner:

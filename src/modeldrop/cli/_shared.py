@@ -114,3 +114,33 @@ def session_for(region: str | None) -> Any:
     if session.region_name is None:
         fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     return session
+
+
+def instance_choice(text: str | None) -> dict[str, Any]:
+    """--instance-type: one type, a comma list tried in order (capacity fallback), or 'auto'."""
+    if not text:
+        return {}
+    from modeldrop.contracts.instance_types import instance_type_problem
+
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if items == ["auto"]:
+        return {"instance_types": "auto"}
+    for item in items:
+        problem = instance_type_problem(item)
+        if problem:
+            fail(f"--instance-type {item}: {problem[0]}", problem[1])
+    if len(items) == 1:
+        return {"instance_type": items[0]}
+    return {"instance_type": items[0], "instance_types": items}
+
+
+def minutes(option: str, text: str | None) -> float | None:
+    """'30m', '2h', '45' (minutes) -> minutes."""
+    if text is None:
+        return None
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([mhd]?)\s*", text)
+    if m is None:
+        fail(f"{option} {text!r} is not a duration", "use e.g. 30m, 2h or 45 (minutes)")
+    return float(m[1]) * {"": 1.0, "m": 1.0, "h": 60.0, "d": 1440.0}[m[2]]

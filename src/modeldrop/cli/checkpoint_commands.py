@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode
+from modeldrop.cli._shared import app, aws_errors, console, fail, instance_choice, json_mode
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
@@ -121,7 +121,13 @@ def plan_cmd(
     source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
     engine: Annotated[str, typer.Option(help="vllm | sglang | lmi")] = "vllm",
     region: Annotated[str | None, typer.Option(help="the endpoint's region (default: AWS_REGION)")] = None,
-    instance_type: Annotated[str, typer.Option(help="SageMaker instance type")] = "ml.g6.2xlarge",
+    instance_type: Annotated[
+        str,
+        typer.Option(help="SageMaker instance type; a comma list (tried in order) or 'auto' shows the fallback list"),
+    ] = "ml.g6.2xlarge",
+    max_hourly_price: Annotated[
+        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
+    ] = None,
     max_model_len: Annotated[int | None, typer.Option(min=256)] = None,
     max_num_seqs: Annotated[int | None, typer.Option(min=1)] = None,
     env: Annotated[
@@ -140,7 +146,12 @@ def plan_cmd(
 
     if engine not in ("vllm", "sglang", "lmi"):
         fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
-    problem = instance_type_problem(instance_type)
+    choice = instance_choice(instance_type)
+    listed = choice.get("instance_types")
+    first = choice.get("instance_type") or "ml.g6.2xlarge"
+    if listed is None and max_hourly_price is not None:
+        listed = [first]
+    problem = instance_type_problem(first)
     if problem:
         fail(f"--instance-type: {problem[0]}", problem[1])
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
@@ -159,12 +170,14 @@ def plan_cmd(
         source,
         engine,  # type: ignore[arg-type]
         region,
-        instance_type,
+        first,
         os.environ,
         max_model_len=max_model_len,
         max_num_seqs=max_num_seqs,
         passthrough=passthrough,
         force=force,
+        instance_types=["auto"] if listed == "auto" else listed,
+        max_hourly_price=max_hourly_price,
     )
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -201,6 +214,21 @@ def _plan_summary(report: Any) -> None:
         console.print(mem)
         colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
         console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
+    if report.candidates:
+        tries = Table(title="instance types a deployment would try, in order")
+        for col in ("#", "instance type", "verdict", "$/h", "note"):
+            tries.add_column(col, overflow="fold")
+        n = 0
+        for c in report.candidates:
+            n += c.usable
+            tries.add_row(
+                str(n) if c.usable else "-",
+                c.instance_type,
+                c.verdict if c.usable else f"{c.verdict} (skipped)",
+                f"{c.hourly_price:.2f}" if c.hourly_price is not None else "-",
+                c.reason[:120],
+            )
+        console.print(tries)
     for f in report.findings:
         if f.severity != "info":
             console.print(

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, console, err, fail, json_mode
+from modeldrop.cli._shared import app, console, err, fail, instance_choice, json_mode, minutes
 from modeldrop.cli.eval_commands import eval_table
 from modeldrop.local.hosting import FAULTS
 
@@ -29,10 +29,26 @@ def run_local_cmd(
         str,
         typer.Option(help="a failure to play out through the real state machine: " + ", ".join(FAULTS)),
     ] = "none",
+    instance_type: Annotated[
+        str | None,
+        typer.Option(help="a type, a comma list tried in order when one has no capacity, or 'auto'"),
+    ] = None,
+    quota_wait: Annotated[
+        str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
+    ] = None,
+    max_hourly_price: Annotated[
+        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
+    request: dict[str, Any] = instance_choice(instance_type)
+    waited = minutes("--quota-wait", quota_wait)
+    if waited is not None:
+        request["quota_wait_minutes"] = waited
+    if max_hourly_price is not None:
+        request["max_hourly_price"] = max_hourly_price
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS
@@ -64,7 +80,9 @@ def run_local_cmd(
 
     with interrupts.handled():
         try:
-            result = run_local(artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine)
+            result = run_local(
+                artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine, request=request
+            )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))
         except KeyboardInterrupt as exc:

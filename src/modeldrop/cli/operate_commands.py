@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode, session_for
+from modeldrop.cli._shared import app, aws_errors, console, fail, instance_choice, json_mode, minutes, session_for
 from modeldrop.contracts.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
@@ -42,7 +42,16 @@ def deploy_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     engine: Annotated[str | None, typer.Option(help="vllm | sglang | lmi (stack default otherwise)")] = None,
-    instance_type: Annotated[str | None, typer.Option(help="e.g. ml.g6.2xlarge (stack default otherwise)")] = None,
+    instance_type: Annotated[
+        str | None,
+        typer.Option(help="e.g. ml.g6.2xlarge (stack default otherwise); a comma list tried in order, or 'auto'"),
+    ] = None,
+    quota_wait: Annotated[
+        str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
+    ] = None,
+    max_hourly_price: Annotated[
+        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
+    ] = None,
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
@@ -62,9 +71,11 @@ def deploy_cmd(
         fields: dict[str, Any] = {
             "artifact_uri": artifact,
             "engine": engine,
-            "instance_type": instance_type,
+            **instance_choice(instance_type),
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
+            "quota_wait_minutes": minutes("--quota-wait", quota_wait),
+            "max_hourly_price": max_hourly_price,
         }
         try:
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})
@@ -185,6 +196,22 @@ def status_cmd(
     for label, url in data["links"].items():
         table.add_row(label.replace("_", " "), url)
     console.print(table)
+    attempts = steps_done.get("attempts") or []
+    if attempts:
+        tries = Table(title="instance types tried before this one (capacity fallback)")
+        for col in ("#", "instance type", "error", "minutes", "cost at most", "ended at"):
+            tries.add_column(col, overflow="fold")
+        for a in attempts:
+            cost_at_most = a.get("cost_usd_at_most")
+            tries.add_row(
+                str(a.get("attempt")),
+                str(a.get("instance_type")),
+                str(a.get("error")),
+                f"{a.get('minutes', 0):.1f}",
+                "-" if cost_at_most is None else f"${cost_at_most:.2f}",
+                str(a.get("ended_at", "-")),
+            )
+        console.print(tries)
 
 
 @app.command("extend")

@@ -91,6 +91,31 @@ class EndpointFailed(ModeldropError):
     )
 
 
+class InsufficientCapacity(ModeldropError):
+    """The endpoint got no instance of its type (InsufficientInstanceCapacity, or a capacity wait that
+    will not end): the next instance type of the request's list is tried."""
+
+    failure_class = "capacity"
+    default_hint = "another instance type, another region, or a SageMaker capacity reservation"
+
+
+class CapacityUnavailable(ModeldropError):
+    """Every instance type of the request's list was tried; none had capacity (or quota)."""
+
+    failure_class = "capacity"
+    default_hint = (
+        "try another region, reserve capacity (SageMaker training plans / capacity reservations), request a "
+        "quota increase for another type, or add types to instance_types (or use instance_types: auto)"
+    )
+
+
+class StepContractViolated(ModeldropError):
+    """A step was handed a payload that does not match its model: a modeldrop bug, not the request's."""
+
+    failure_class = "internal"
+    default_hint = "this is a modeldrop bug: report it with the execution's history; the request itself may be fine"
+
+
 class DeployDeadlineExceeded(ModeldropError):
     failure_class = "endpoint"
     default_hint = "raise the DeployDeadlineSeconds parameter or check the endpoint's logs"
@@ -117,9 +142,12 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     QuotaExceeded,
     SageMakerThrottled,
     EndpointFailed,
+    InsufficientCapacity,
+    CapacityUnavailable,
     DeployDeadlineExceeded,
     EvalFailed,
     TeardownIncomplete,
+    StepContractViolated,
 )
 
 FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DOMAIN_ERRORS}

@@ -46,6 +46,26 @@ class DeploymentRequest(_Strict):
     instance_type: Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)] | None = Field(
         None, description="e.g. ml.g6.2xlarge; stack default if omitted"
     )
+    instance_types: list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]] | Literal["auto"] | None = Field(
+        None,
+        description=(
+            "Instance types to try in order when one has no capacity (or no quota); 'auto' = instance_type "
+            "(or the stack default) first, then every catalog type whose memory plan fits, cheapest first"
+        ),
+    )
+    max_hourly_price: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="USD per instance-hour: types priced above it are never tried"
+    )
+    quota_wait_minutes: Annotated[float, Field(ge=0, le=24 * 60)] = Field(
+        0, description="How long to wait for a type at its endpoint quota before moving on (0: do not wait)"
+    )
+    capacity_wait_minutes: Annotated[float, Field(ge=5, le=240)] = Field(
+        30,
+        description=(
+            "An endpoint still Creating with no instance (never modified, no log group) after this long is a "
+            "capacity failure"
+        ),
+    )
     ttl_hours: Annotated[float, Field(gt=0, le=24 * 14)] | None = Field(
         None, description="Hours until the reaper deletes the endpoint; stack default if omitted"
     )
@@ -91,6 +111,20 @@ class DeploymentRequest(_Strict):
                 raise ValueError(f"{problem[0]}; {problem[1]}")
         return value
 
+    @field_validator("instance_types")
+    @classmethod
+    def _instance_types(cls, value: list[str] | str | None) -> list[str] | str | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("instance_types needs at least one type (or 'auto')")
+            if len(set(value)) != len(value):
+                raise ValueError("instance_types names a type twice")
+            for item in value:
+                problem = instance_type_problem(item)
+                if problem:
+                    raise ValueError(f"{problem[0]}; {problem[1]}")
+        return value
+
     @field_validator("eval_set_uri")
     @classmethod
     def _eval_set(cls, value: str | None) -> str | None:
@@ -118,6 +152,10 @@ class NormalizedRequest(_Strict):
     source: str
     resource_name: str
     deploy_deadline_seconds: int
+    instance_types: list[str] | None = None  # None: only instance_type; ["auto"] expands after validation
+    max_hourly_price: float | None = None
+    quota_wait_seconds: int = 0
+    capacity_wait_seconds: int = 1800
 
 
 _SLUG = re.compile(r"[^a-z0-9-]+")
@@ -183,6 +221,16 @@ class ImageChoice(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
+class Candidate(BaseModel):
+    """One instance type of the preference list, with the memory plan's verdict on it."""
+
+    instance_type: str
+    verdict: str  # fits | tight | oom | unknown | over-price
+    hourly_price: float | None = None
+    usable: bool = True
+    reason: str = ""
+
+
 class EnginePlan(BaseModel):
     env: dict[str, str]
     instance_type: str
@@ -193,6 +241,8 @@ class EnginePlan(BaseModel):
     memory: dict[str, Any] = Field(default_factory=dict)
     eval_max_tokens_ceiling: int | None = None
     warnings: list[str] = Field(default_factory=list)
+    attempt: int = 0  # index into `candidates` of the type this plan is for
+    candidates: list[Candidate] = Field(default_factory=list)
 
 
 class EndpointRef(BaseModel):
@@ -200,6 +250,42 @@ class EndpointRef(BaseModel):
     endpoint_config_name: str
     model_name: str
     deadline_at: str
+    instance_type: str | None = None
+    attempt: int = 0
+    created_at: str | None = None
+
+
+class CreateOutcome(BaseModel):
+    """CreateEndpoint's answer: created, or the type is at its quota (wait `wait_seconds`, or move on)."""
+
+    status: Literal["created", "quota-busy"]
+    endpoint: EndpointRef | None = None
+    wait_seconds: int = 0
+    quota_waits: int = 0
+    quota_wait_until: str | None = None
+    reason: str = ""
+
+
+class AttemptStep(BaseModel):
+    """NextAttempt's answer: the index of the next instance type to try."""
+
+    attempt: int
+    instance_type: str
+    failed: dict[str, Any]
+
+
+class TeardownProgress(BaseModel):
+    """One pass of the teardown loop: done, or wait and look again (until `deadline_at`)."""
+
+    done: bool
+    gave_up: bool = False
+    deadline_at: str
+    wait_seconds: int = 15
+    deleted: list[str] = Field(default_factory=list)
+    already_gone: list[str] = Field(default_factory=list)
+    left_behind: list[str] = Field(default_factory=list)
+    not_ours: list[str] = Field(default_factory=list)
+    endpoint_status: str | None = None
 
 
 class EndpointPoll(BaseModel):
@@ -230,6 +316,7 @@ class FailureRecord(BaseModel):
     log_excerpt: list[str] = Field(default_factory=list)
     diagnosis: str | None = None
     hint: str | None = None
+    phase: str = "endpoint"  # "prepare": failed before any SageMaker resource existed
 
 
 class TeardownResult(BaseModel):

@@ -31,7 +31,7 @@ import urllib.error
 import urllib.request
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +51,9 @@ CAPACITY = (
 FAULTS: dict[str, str] = {
     "none": "no fault",
     "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
-    "capacity": "no instance starts: the endpoint goes Failed with InsufficientInstanceCapacity",
+    "capacity": "the first instance type tried has no capacity (Failed: InsufficientInstanceCapacity); others do",
+    "quota-busy": "the type's endpoint quota is 1, held by another team's endpoint deleted after 10 virtual min",
+    "abort": "the execution is stopped (StopExecution) while the endpoint is Creating",
     "slow-start": "the engine is still loading when the startup health check times out: Failed",
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
@@ -138,6 +140,9 @@ class LocalHosting:
         self._start_lock = threading.Lock()
         self.closed = False
         self._delete_throttles = 0
+        self._capacity_type: str | None = None  # the capacity fault's type: the first one created
+        self.release_at: dict[str, datetime] = {}  # endpoints another team deletes at a virtual time
+        self._ticking = False
 
     def plan(self, fault: str) -> None:
         """The next created endpoint gets this fault instead of the hosting's default."""
@@ -145,7 +150,28 @@ class LocalHosting:
             raise ValueError(f"unknown fault {fault!r}")
         self.planned.append(fault)
 
+    def hold(self, name: str, seconds: float) -> None:
+        """NAME (created next, by someone else) is InService with no process, and deleted by its owner
+        SECONDS of virtual time from now."""
+        self.release_at[name] = clock.utcnow() + timedelta(seconds=seconds)
+
     # ---- called from the moto SageMaker backend --------------------------------------------
+    def tick(self, backend: Any) -> None:
+        """Whatever is due on the virtual clock: another team's endpoint is deleted."""
+        if self._ticking or not self.release_at:
+            return
+        now = clock.utcnow()
+        self._ticking = True
+        try:
+            for name in [n for n, due in self.release_at.items() if now >= due and n in backend.endpoints]:
+                self.release_at.pop(name)
+                endpoint = backend.endpoints.pop(name)
+                backend.endpoint_configs.pop(endpoint.endpoint_config_name, None)
+                backend._models.pop(name, None)
+                self.on_delete(name)
+        finally:
+            self._ticking = False
+
     def throttle_delete(self, name: str) -> bool:
         """teardown-throttle: the first TEARDOWN_THROTTLES DeleteEndpoint calls are throttled."""
         if self.fault != "teardown-throttle" or self._delete_throttles >= TEARDOWN_THROTTLES:
@@ -164,9 +190,20 @@ class LocalHosting:
         model = backend._models[variant["ModelName"]]
         container = model.primary_container or {}
         fault = self.planned.popleft() if self.planned else self.fault
+        instance_type = variant.get("InstanceType", "ml.g6.2xlarge")
+        if fault == "capacity":
+            # Capacity is missing for the first type tried only: a fallback type gets an instance.
+            self._capacity_type = self._capacity_type or instance_type
+            if instance_type != self._capacity_type:
+                fault = "none"
+        if name in self.release_at:  # another team's endpoint: up, serving nothing of ours
+            self.endpoints[name] = HostedEndpoint(
+                name, instance_type, 0, clock.utcnow(), time.monotonic(), "none", {}, status="InService"
+            )
+            return
         hosted = HostedEndpoint(
             name=name,
-            instance_type=variant.get("InstanceType", "ml.g6.2xlarge"),
+            instance_type=instance_type,
             startup_timeout=int(variant.get("ContainerStartupHealthCheckTimeoutInSeconds") or 480),
             created_virtual=clock.utcnow(),
             created_real=time.monotonic(),

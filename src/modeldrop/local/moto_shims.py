@@ -8,10 +8,13 @@ One place, used by the tests and by `modeldrop run-local`:
 - SageMaker, as strict as the API reference: instance types from botocore's own service model
   (moto's list has no GPU types), no second model / endpoint config / endpoint of one name,
   ModelDataUrl only as a .tar.gz and an uncompressed model only as an S3 prefix; the local
-  hosting runs a server per endpoint and decides its status (and may throttle a create).
+  hosting runs a server per endpoint and decides its status (and may throttle a create);
+  CreateEndpoint past the account's "ml.X for endpoint usage" quota is ResourceLimitExceeded, and a
+  deleted endpoint is Deleting (listed, described, its name taken) until it is described once more.
 - Step Functions, as strict as the service: no `$eval` in a JSONata definition (a function Step
   Functions does not provide), and a Wait state's JSONata Seconds must be a whole number.
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
+- Step Functions emits no "Execution Status Change" events in moto; put them on the default bus.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
 """
 
@@ -53,6 +56,8 @@ class Hosting(Protocol):
 
     def throttle_delete(self, name: str) -> bool: ...
 
+    def tick(self, backend: Any) -> None: ...
+
 
 def set_dispatcher(dispatcher: Dispatcher | None) -> None:
     global _dispatcher
@@ -63,6 +68,10 @@ def set_endpoint_quotas(quotas: dict[str, float]) -> None:
     """The local account's 'ml.X for endpoint usage' quotas (instance type -> instances)."""
     _endpoint_quotas.clear()
     _endpoint_quotas.update(quotas)
+
+
+def set_endpoint_quota(instance_type: str, value: float) -> None:
+    _endpoint_quotas[instance_type] = value
 
 
 def local_quota_code(instance_type: str) -> str:
@@ -87,6 +96,7 @@ def install() -> None:
         _patch_events()
         _patch_service_quotas()
         _patch_stepfunctions()
+        _patch_execution_events()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
         for name in ("moto.stepfunctions", "moto.stepfunctions.parser"):
@@ -147,6 +157,9 @@ def _patch_sagemaker() -> None:
     class Throttled(SagemakerClientError):
         code = "ThrottlingException"
 
+    class ResourceLimitExceeded(SagemakerClientError):
+        code = "ResourceLimitExceeded"
+
     def validate_instance_type(self: Any, instance_type: str) -> None:
         if instance_type not in hosting_instance_types():
             raise ValidationError(
@@ -161,6 +174,8 @@ def _patch_sagemaker() -> None:
     original_create_config = sm.SageMakerModelBackend.create_endpoint_config
     original_create = sm.SageMakerModelBackend.create_endpoint
     original_describe = sm.SageMakerModelBackend.describe_endpoint
+    original_delete = sm.SageMakerModelBackend.delete_endpoint
+    original_list = sm.SageMakerModelBackend.list_endpoints
 
     def refuse_existing(self: Any, kind: str, resource: str, name: str) -> None:
         # moto silently overwrites; SageMaker refuses.
@@ -185,17 +200,32 @@ def _patch_sagemaker() -> None:
         return original_create_config(self, endpoint_config_name, *a, **kw)
 
     def create_endpoint(self: Any, endpoint_name: str, endpoint_config_name: str, tags: Any) -> Any:
+        if _hosting is not None:
+            _hosting.tick(self)
         if endpoint_name in self.endpoints:
             refuse_existing(self, "endpoint", "endpoint", endpoint_name)
         if _hosting is not None and _hosting.throttle_create(endpoint_name, model_attempts.get(endpoint_name, 0)):
             raise Throttled("Rate exceeded")
+        over = quota_problem(self, endpoint_config_name)
+        if over:
+            raise ResourceLimitExceeded(over)
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
         if _hosting is not None:
             endpoint.endpoint_status = "Creating"
             _hosting.on_create(endpoint_name, self)
         return endpoint
 
+    deleting: dict[str, int] = {}
+
     def describe_endpoint(self: Any, endpoint_name: str) -> Any:
+        if _hosting is not None:
+            _hosting.tick(self)
+        if endpoint_name in deleting:
+            deleting[endpoint_name] += 1
+            if deleting[endpoint_name] > 1:  # seen Deleting once: now it is gone
+                deleting.pop(endpoint_name)
+                original_delete(self, endpoint_name)
+            return original_describe(self, endpoint_name)
         endpoint = self.endpoints.get(endpoint_name)
         if endpoint is not None and _hosting is not None:
             status, reason = _hosting.status(endpoint_name)
@@ -203,20 +233,62 @@ def _patch_sagemaker() -> None:
             endpoint.failure_reason = reason
         return original_describe(self, endpoint_name)
 
-    original_delete = sm.SageMakerModelBackend.delete_endpoint
-
     def delete_endpoint(self: Any, endpoint_name: str) -> None:
         if _hosting is not None and _hosting.throttle_delete(endpoint_name):
             raise Throttled("Rate exceeded")
-        original_delete(self, endpoint_name)
-        if _hosting is not None:
+        endpoint = self.endpoints.get(endpoint_name)
+        if endpoint is None or _hosting is None:
+            original_delete(self, endpoint_name)  # moto's own not-found error, or no hosting to emulate
+            return
+        if endpoint_name not in deleting:
+            deleting[endpoint_name] = 0
+            endpoint.endpoint_status = "Deleting"
+            endpoint.failure_reason = None
             _hosting.on_delete(endpoint_name)
+
+    def list_endpoints(self: Any, *a: Any, **kw: Any) -> Any:
+        if _hosting is not None:
+            _hosting.tick(self)
+        return original_list(self, *a, **kw)
 
     sm.SageMakerModelBackend.create_model = create_model
     sm.SageMakerModelBackend.create_endpoint_config = create_endpoint_config
     sm.SageMakerModelBackend.create_endpoint = create_endpoint
     sm.SageMakerModelBackend.describe_endpoint = describe_endpoint
     sm.SageMakerModelBackend.delete_endpoint = delete_endpoint
+    sm.SageMakerModelBackend.list_endpoints = list_endpoints
+
+
+# Endpoints in these states hold their instances against the quota (as endpoint_quota counts them).
+_HOLDING = ("InService", "Creating", "Updating", "SystemUpdating", "RollingBack")
+
+
+def quota_problem(backend: Any, config_name: str) -> str | None:
+    """SageMaker's ResourceLimitExceeded message when CONFIG's instances would pass the local quota."""
+    config = backend.endpoint_configs.get(config_name)
+    if config is None:
+        return None
+    for variant in config.production_variants:
+        instance_type = variant.get("InstanceType")
+        limit = _endpoint_quotas.get(instance_type)
+        if limit is None:
+            continue
+        delta = int(variant.get("InitialInstanceCount") or 1)
+        used = 0
+        for endpoint in backend.endpoints.values():
+            if endpoint.endpoint_status not in _HOLDING:
+                continue
+            other = backend.endpoint_configs.get(endpoint.endpoint_config_name)
+            for v in other.production_variants if other else []:
+                if v.get("InstanceType") == instance_type:
+                    used += int(v.get("InitialInstanceCount") or 1)
+        if used + delta > limit:
+            return (
+                f"The account-level service limit '{instance_type} for endpoint usage' is {limit:g} Instances, with "
+                f"current utilization of {used} Instances and a request delta of {delta} Instances. Please use AWS "
+                "Service Quotas to request an increase for this quota."
+            )
+    return None
 
 
 def model_data_problem(container: dict[str, Any]) -> str | None:
@@ -319,6 +391,42 @@ def _patch_stepfunctions() -> None:
         return int(value)
 
     seconds.SecondsJSONata._get_wait_seconds = whole_seconds
+
+
+def _patch_execution_events() -> None:
+    from moto.events.models import events_backends
+    from moto.stepfunctions.parser.backend import execution as sfn_execution
+
+    original = sfn_execution.BaseExecutionWorkerCommunication.terminated
+
+    def terminated(self: Any) -> None:
+        original(self)
+        ex = self.execution
+        detail = {
+            "executionArn": ex.exec_arn,
+            "stateMachineArn": ex.state_machine.arn,
+            "name": ex.name,
+            "status": ex.exec_status.value if ex.exec_status else "UNKNOWN",
+            "startDate": int(ex.start_date.timestamp() * 1000),
+            "stopDate": int(ex.stop_date.timestamp() * 1000) if ex.stop_date else None,
+            "error": getattr(ex, "error", None),
+            "cause": getattr(ex, "cause", None),
+        }
+        try:
+            events_backends[ex.account_id][ex.region_name].put_events(
+                [
+                    {
+                        "Source": "aws.states",
+                        "DetailType": "Step Functions Execution Status Change",
+                        "Detail": json.dumps(detail, default=str),
+                        "Resources": [ex.exec_arn],
+                    }
+                ]
+            )
+        except Exception:  # an event that cannot be delivered must not break the execution's end
+            logging.getLogger(__name__).exception("could not emit the execution status change")
+
+    sfn_execution.BaseExecutionWorkerCommunication.terminated = terminated
 
 
 def _patch_events() -> None:

@@ -64,8 +64,13 @@ def run_local(
     on_state: Callable[[StateRun], None] | None = None,
     engine: str = "reference",
     deploy_engine: str | None = None,
+    request: dict[str, Any] | None = None,
 ) -> RunResult:
-    """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine."""
+    """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
+
+    Without REQUEST fields the archive is dropped into the bucket and the S3 starter starts the
+    deployment; with them (instance types, quota wait, ...) it is uploaded under direct/ and started
+    with that request, as a pipeline calling StartExecution would."""
     from moto import mock_aws
 
     from modeldrop.contracts import clock
@@ -87,8 +92,12 @@ def run_local(
                 stack.inject[function] = [error]
             if fault == "reupload":
                 stack.after["ValidateFunction"] = lambda event: _overwrite(stack, event["artifact_uri"])
+            if fault == "abort":
+                stack.after["CreateEndpointFunction"] = lambda event: _stop_running(stack)
+            if fault == "quota-busy":
+                _occupy_quota(stack, (request or {}).get("instance_type") or _first_type(stack, request))
             try:
-                result = _deploy(stack, artifact, Path(tmp), on_state)
+                result = _deploy(stack, artifact, Path(tmp), on_state, request)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
             except BaseException:
                 with interrupts.deferred():
@@ -110,12 +119,25 @@ def run_local(
     return result
 
 
-def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable[[StateRun], None] | None) -> RunResult:
+def _deploy(
+    stack: Any,
+    artifact: Path | None,
+    workdir: Path,
+    on_state: Callable[[StateRun], None] | None,
+    request: dict[str, Any] | None = None,
+) -> RunResult:
     from modeldrop.contracts.models import deployment_id_for
 
-    key = f"local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/model.tar.gz"
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
     stack.client("s3").upload_file(str(_artifact_file(artifact, workdir)), stack.bucket, key)
     sfn = stack.client("stepfunctions")
+    if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
+        sfn.start_execution(
+            stateMachineArn=stack.state_machine_arn,
+            name=f"local-{stamp}",
+            input=json.dumps({"artifact_uri": f"s3://{stack.bucket}/{key}", **request}),
+        )
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
         return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
@@ -132,27 +154,34 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         )
     except TimeoutError as exc:
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
+    stack.settle()  # what the execution's end set off (the ExecutionEnded rule) has finished
     deployment_id = deployment_id_for(desc["name"])
     cleanup: list[str] = []
     if desc["status"] == "SUCCEEDED":
         # The emulator ends with this run: delete the live endpoint the way `modeldrop teardown` does,
         # so that the leftover check below is a real one for a success too.
         item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
-        done = stack.invoke_function(
-            "TeardownFunction",
-            {
-                "deployment_id": deployment_id,
-                "resource_name": item.get("endpoint_name", ""),
-                "artifact_uri": item.get("artifact_uri"),
-            },
-        )
-        cleanup = list(done.get("deleted", []))
+        created = registry.decoded(item)["steps"].get("create_endpoint") or {}
+        for _ in range(20):  # the state machine's own teardown loop, without its waits
+            done = stack.invoke_function(
+                "TeardownFunction",
+                {
+                    "deployment_id": deployment_id,
+                    "resource_name": item.get("endpoint_name", ""),
+                    "artifact_uri": item.get("artifact_uri"),
+                    "attempt": int(created.get("attempt") or 0),
+                },
+            )
+            cleanup += list(done.get("deleted", []))
+            if done.get("done"):
+                break
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
     record = registry.decoded(item)
     output = json.loads(desc["output"]) if desc.get("output") else None
+    status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
     return RunResult(
-        status="succeeded" if desc["status"] == "SUCCEEDED" else "failed",
-        error=desc.get("error"),
+        status=status,
+        error=desc.get("error") or ("ExecutionAborted" if status == "aborted" else None),
         cause=cause_message(desc.get("cause")),
         deployment_id=deployment_id,
         execution_name=desc["name"],
@@ -164,6 +193,50 @@ def _deploy(stack: Any, artifact: Path | None, workdir: Path, on_state: Callable
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
     )
+
+
+def _stop_running(stack: Any) -> None:
+    """The abort fault: StopExecution while the endpoint is Creating (once)."""
+    sfn = stack.client("stepfunctions")
+    stack.after.pop("CreateEndpointFunction", None)
+    for execution in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
+        sfn.stop_execution(executionArn=execution["executionArn"], error="Aborted", cause="run-local --fault abort")
+
+
+QUOTA_HOLD_SECONDS = 600
+OTHER_TEAM = "other-team-endpoint"
+
+
+def _first_type(stack: Any, request: dict[str, Any] | None) -> str:
+    types = (request or {}).get("instance_types")
+    if isinstance(types, list) and types:
+        return str(types[0])
+    return str(stack.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge")
+
+
+def _occupy_quota(stack: Any, instance_type: str) -> None:
+    """The quota-busy fault: the type's quota is 1, and another team's endpoint holds it for 10 virtual min."""
+    from modeldrop.local import moto_shims
+
+    moto_shims.set_endpoint_quota(instance_type, 1)
+    sm = stack.client("sagemaker")
+    stack.hosting.hold(OTHER_TEAM, QUOTA_HOLD_SECONDS)
+    role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
+    sm.create_model(
+        ModelName=OTHER_TEAM, PrimaryContainer={"Image": "other-team/serving:latest"}, ExecutionRoleArn=role
+    )
+    sm.create_endpoint_config(
+        EndpointConfigName=OTHER_TEAM,
+        ProductionVariants=[
+            {
+                "VariantName": "AllTraffic",
+                "ModelName": OTHER_TEAM,
+                "InstanceType": instance_type,
+                "InitialInstanceCount": 1,
+            }
+        ],
+    )
+    sm.create_endpoint(EndpointName=OTHER_TEAM, EndpointConfigName=OTHER_TEAM)
 
 
 def _overwrite(stack: Any, artifact_uri: str) -> None:

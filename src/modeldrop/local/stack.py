@@ -218,6 +218,16 @@ class EmulatedStack:
                 thread.join(timeout=max(deadline - time.monotonic(), 0.0))
         self.hosting.stop_all()
 
+    def settle(self, join_seconds: float = 30.0) -> None:
+        """Wait for moto's execution threads: an ended execution's status-change event is delivered
+        (and its rule's function run) on the execution's own thread, just after the status is set."""
+        from moto.stepfunctions.parser.utils import TMP_THREADS
+
+        deadline = time.monotonic() + join_seconds
+        for thread in list(TMP_THREADS):
+            if thread.is_alive() and thread is not threading.current_thread():
+                thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+
     def close(self) -> None:
         """Stop every endpoint process and the local runtime endpoint."""
         if self.runtime is not None:
@@ -255,10 +265,19 @@ class EmulatedStack:
             time.sleep(0.02)
 
     def leftover_resources(self) -> list[str]:
+        """What this stack's deployments left in the emulated account (names under its prefix; another
+        team's endpoint, as --fault quota-busy creates, is not ours to count)."""
         sm = self.client("sagemaker")
-        left = [f"endpoint/{e['EndpointName']}" for e in sm.list_endpoints()["Endpoints"]]
-        left += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
-        left += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
+        ours = f"{self.parameters.get('ResourcePrefix', 'modeldrop')}-"
+        for endpoint in sm.list_endpoints()["Endpoints"]:
+            if endpoint["EndpointStatus"] == "Deleting":  # on its way: look again, as a user would
+                with contextlib.suppress(Exception):
+                    sm.describe_endpoint(EndpointName=endpoint["EndpointName"])
+                    sm.describe_endpoint(EndpointName=endpoint["EndpointName"])
+        names = [f"endpoint/{e['EndpointName']}" for e in sm.list_endpoints()["Endpoints"]]
+        names += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
+        names += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
+        left = [n for n in names if n.split("/", 1)[1].startswith(ours)]
         left += [f"process/{name}" for name in self.hosting.running()]
         # The served copies of artifacts are the deployment's too (any version, delete markers included).
         from modeldrop.aws.served_copy import SERVED_PREFIX

@@ -39,6 +39,7 @@ class _WithTable(_EnvSettings):
 
 class RegistrySettings(_WithTable):
     event_bus_name: str
+    aws_region: str
 
 
 class DefaultsSettings(_EnvSettings):

@@ -1,7 +1,8 @@
 """What every handler shares: Powertools objects, input parsing, and the error contract.
 
 Handlers raise domain errors (modeldrop.contracts.errors) unchanged so Step Functions routes on their class
-names; a malformed event becomes RequestInvalid with the field that is wrong.
+names. A malformed event is a wiring bug between two steps (the user's request is parsed, and refused
+as RequestInvalid, by NormalizeRequest alone): StepContractViolated, class internal, with the field.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, TypeVar
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from pydantic import BaseModel, ValidationError
 
-from modeldrop.contracts.errors import RequestInvalid, describe_validation
+from modeldrop.contracts.errors import StepContractViolated, describe_validation
 
 logger = Logger()
 tracer = Tracer()
@@ -26,7 +27,10 @@ def parse(model: type[In], event: Any) -> In:
     try:
         return model.model_validate(event)
     except ValidationError as exc:
-        raise RequestInvalid(describe_validation(exc)) from None
+        raise StepContractViolated(
+            f"internal error: {model.__module__.removeprefix('modeldrop_fn_')} was given a malformed payload: "
+            f"{describe_validation(exc)}"
+        ) from None
 
 
 def handler(

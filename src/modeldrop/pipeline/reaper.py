@@ -225,17 +225,16 @@ def _remove_orphans(
         ),
         ("model", sm.list_models, "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
     )
-    in_use: set[str] | None = None  # configs behind live endpoints, described only if a candidate needs it
+    in_use: set[str] | None = None  # configs and models behind live endpoints, described only if needed
     for kind, lister, key, name_key, arn_key, delete in kinds:
         for res in _paginate(lister, key):
             name = res[name_key]
             if name in live or not _managed(name, resource_prefix):
                 continue
-            if kind == "endpoint-config":
-                if in_use is None:
-                    in_use = _configs_in_use(sm, live, resource_prefix)
-                if name in in_use:
-                    continue
+            if in_use is None:
+                in_use = _in_use(sm, live, resource_prefix)
+            if name in in_use:
+                continue
             tags = list_tags(sm, res[arn_key])
             if tags.get(MANAGED_BY_TAG) != stack_tag:
                 continue
@@ -243,8 +242,8 @@ def _remove_orphans(
             item = registry.get(table, deployment_id) if deployment_id else None
             created = res.get("CreationTime")
             old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
-            if item is not None and item.get("status") not in registry.TERMINAL:
-                continue  # a deployment in flight owns it
+            if item is not None and item.get("status") not in registry.TERMINAL and not _dead(item, now):
+                continue  # a deployment in flight owns it (one stuck past its deadline does not)
             if item is None and not old_enough:
                 continue
             try:
@@ -254,13 +253,18 @@ def _remove_orphans(
                 result.errors.append(f"{kind}/{name}: {exc}")
 
 
-def _configs_in_use(sm: Any, live: set[str], resource_prefix: str) -> set[str]:
+def _in_use(sm: Any, live: set[str], resource_prefix: str) -> set[str]:
+    """Names of the configs behind live endpoints and of their models (a fallback attempt's config
+    and model are named apart from the endpoint)."""
     in_use: set[str] = set()
     for name in live:
         if not _managed(name, resource_prefix):
             continue
         try:
-            in_use.add(sm.describe_endpoint(EndpointName=name)["EndpointConfigName"])
+            config = sm.describe_endpoint(EndpointName=name)["EndpointConfigName"]
+            in_use.add(config)
+            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants", [])
+            in_use.update(str(v["ModelName"]) for v in variants if v.get("ModelName"))
         except ClientError:
             continue
     return in_use

@@ -3,19 +3,28 @@
 from __future__ import annotations
 
 import json
+import random
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from modeldrop.aws import endpoint_logs, registry
 from modeldrop.aws.artifact_version import artifact_identity
 from modeldrop.aws.endpoint_quota import check_endpoint_quota
 from modeldrop.aws.events_bus import lifecycle_detail, publish
-from modeldrop.aws.sagemaker_resources import create_all, delete_all, describe_endpoint, tags_for
+from modeldrop.aws.sagemaker_resources import (
+    DEPLOYMENT_TAG,
+    create_all,
+    delete_all,
+    describe_endpoint,
+    list_tags,
+    tags_for,
+)
 from modeldrop.aws.secret_refs import check_refs, parse_refs, refuse_collisions
 from modeldrop.aws.secret_refs import resolve as resolve_secrets
 from modeldrop.aws.served_copy import copy_pinned, delete_served
@@ -23,12 +32,18 @@ from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import (
+    CapacityUnavailable,
     CheckpointRefused,
     DeployDeadlineExceeded,
     DuplicateDeployment,
     EndpointFailed,
     EvalFailed,
+    InsufficientCapacity,
+    PlanRefused,
+    QuotaExceeded,
     RequestInvalid,
+    SageMakerThrottled,
+    StepContractViolated,
     TeardownIncomplete,
     cause_message,
     classify,
@@ -36,6 +51,8 @@ from modeldrop.contracts.errors import (
 )
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.models import (
+    AttemptStep,
+    CreateOutcome,
     DeploymentRequest,
     EndpointPoll,
     EndpointRef,
@@ -44,6 +61,7 @@ from modeldrop.contracts.models import (
     FailureRecord,
     ImageChoice,
     NormalizedRequest,
+    TeardownProgress,
     TeardownResult,
     ValidationSummary,
     deployment_id_for,
@@ -55,6 +73,7 @@ from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.serving.image import resolve_image
+from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
 from modeldrop.serving.plan import max_tokens_ceiling, plan_serving, shape_from
 
@@ -66,7 +85,9 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
     deployment_id = deployment_id_for(execution_name)
     check_refs(request.secrets, defaults.secrets_prefix, engine_keys=set(request.engine_env))
-    problem = instance_type_problem(request.instance_type or defaults.default_instance_type)
+    types = _requested_types(request)
+    first = request.instance_type or (types[0] if types and types != [AUTO] else defaults.default_instance_type)
+    problem = instance_type_problem(first)
     if problem:  # the stack's default is checked too: nothing may be created for a type that cannot serve
         raise RequestInvalid(*problem)
     return NormalizedRequest(
@@ -74,7 +95,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         execution_name=execution_name,
         artifact_uri=request.artifact_uri,
         engine=request.engine or defaults.default_engine,
-        instance_type=request.instance_type or defaults.default_instance_type,
+        instance_type=first,
         ttl_hours=request.ttl_hours or defaults.default_ttl_hours,
         eval_set_uri=request.eval_set_uri,
         max_model_len=request.max_model_len,
@@ -86,7 +107,27 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         source=request.source,
         resource_name=resource_name_for(defaults.resource_prefix, deployment_id),
         deploy_deadline_seconds=defaults.deploy_deadline_seconds,
+        instance_types=types,
+        max_hourly_price=request.max_hourly_price,
+        quota_wait_seconds=round(request.quota_wait_minutes * 60),
+        capacity_wait_seconds=round(request.capacity_wait_minutes * 60),
     )
+
+
+def _requested_types(request: DeploymentRequest) -> list[str] | None:
+    """instance_types as a list (["auto"] kept for after validation); instance_type alone is None.
+    An instance_type given with a list is tried first."""
+    if request.instance_types is None:
+        return None
+    if request.instance_types == AUTO:
+        return [AUTO]
+    types = list(request.instance_types)
+    if request.instance_type and request.instance_type not in types:
+        types.insert(0, request.instance_type)
+    elif request.instance_type:
+        types.remove(request.instance_type)
+        types.insert(0, request.instance_type)
+    return types
 
 
 def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
@@ -182,11 +223,13 @@ def resolve(
     return choice
 
 
-def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice) -> EnginePlan:
-    plan = plan_serving(
+def plan_for_type(
+    req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice, instance_type: str
+) -> EnginePlan:
+    return plan_serving(
         image.engine,
         shape_from(validation),
-        req.instance_type,
+        instance_type,
         image.region,
         max_num_seqs=req.max_num_seqs,
         max_model_len=req.max_model_len,
@@ -194,10 +237,55 @@ def build_plan(table: Any, req: NormalizedRequest, validation: ValidationSummary
         passthrough=req.engine_env,
         force=req.force_plan,
     )
+
+
+def build_plan(
+    table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice, attempt: int = 0
+) -> EnginePlan:
+    """The plan for the ATTEMPT-th usable type of the preference list, re-planned for that type (its
+    GPU count sets tensor parallelism, its memory the KV budget)."""
+    listed = candidates(
+        req.instance_type,
+        req.instance_types,
+        lambda t: plan_for_type(req, validation, image, t),
+        image.region,
+        req.max_hourly_price,
+        force=req.force_plan,
+    )
+    tried = usable(listed)
+    if not tried:
+        first = listed[0]
+        if first.verdict == "oom":
+            plan_for_type(req, validation, image, first.instance_type)  # raises its PlanRefused, alternatives included
+        raise PlanRefused(
+            "no instance type of the request can be tried: "
+            + "; ".join(f"{c.instance_type}: {c.reason or c.verdict}" for c in listed),
+            "raise max_hourly_price, add types to instance_types, or lower max_num_seqs / max_model_len",
+        )
+    if attempt >= len(tried):
+        raise StepContractViolated(f"internal error: attempt {attempt} but only {len(tried)} usable instance types")
+    plan = plan_for_type(req, validation, image, tried[attempt].instance_type)
+    plan.attempt, plan.candidates = attempt, listed
     # The references were checked at the door; only now are the engine's own keys known.
     refuse_collisions(req.secrets, plan.env)
-    registry.record_step(table, req.deployment_id, "build_env", plan.model_dump(mode="json"), status="planned")
+    registry.record_step(
+        table,
+        req.deployment_id,
+        "build_env" if attempt == 0 else f"build_env_{attempt + 1}",
+        plan.model_dump(mode="json"),
+        status="planned",
+        instance_type=plan.instance_type,
+    )
     return plan
+
+
+def attempt_name(resource_name: str, attempt: int) -> str:
+    """The endpoint keeps its name across attempts; each attempt's config and model get their own
+    (a config is immutable, and the env is re-planned per type)."""
+    if attempt == 0:
+        return resource_name
+    suffix = f"-a{attempt + 1}"
+    return resource_name[: 63 - len(suffix)] + suffix
 
 
 @dataclass
@@ -217,38 +305,54 @@ def create(
     role_arn: str,
     stack_tag: str,
     served_uri: str | None = None,
-) -> EndpointRef:
+    quota_waits: int = 0,
+    quota_wait_until: str | None = None,
+    region: str | None = None,
+) -> CreateOutcome:
+    """Create this attempt's model, config and endpoint -- or, when its type is at the account's
+    quota, say so: the state machine waits (quota_wait_seconds) or moves on to the next type.
+    SageMaker's own ResourceLimitExceeded on create is the same answer, so waiters need no lock."""
     now = clock.utcnow()
     expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
     name = req.resource_name
+    part = attempt_name(name, plan.attempt)
     model_data = served_uri or req.artifact_uri  # the immutable copy of the validated version
     uri = parse_s3_uri(model_data)
     sm = clients.sagemaker
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
-    quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type)
-    # Secret values exist only in this call and the model's container env.
-    env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
-    adopted = create_all(
-        sm,
-        name,
-        image.image_uri,
-        model_data,
-        compressed=not uri.is_prefix,
-        env=env,
-        role_arn=role_arn,
-        instance_type=plan.instance_type,
-        startup_timeout=plan.startup_timeout_seconds,
-        download_timeout=plan.download_timeout_seconds,
-        tags=tags_for(stack_tag, req.deployment_id, expires_at),
-    )
+    try:
+        quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type)
+        # Secret values exist only in this call and the model's container env.
+        env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
+        adopted = create_all(
+            sm,
+            name,
+            image.image_uri,
+            model_data,
+            compressed=not uri.is_prefix,
+            env=env,
+            role_arn=role_arn,
+            instance_type=plan.instance_type,
+            startup_timeout=plan.startup_timeout_seconds,
+            download_timeout=plan.download_timeout_seconds,
+            tags=tags_for(stack_tag, req.deployment_id, expires_at),
+            config_name=part,
+            model_name=part,
+        )
+    except QuotaExceeded as exc:
+        return quota_busy(table, req, plan, exc, quota_waits, quota_wait_until, now)
     deadline = deploy_deadline(plan, req.deploy_deadline_seconds)
     ref = EndpointRef(
         endpoint_name=name,
-        endpoint_config_name=name,
-        model_name=name,
+        endpoint_config_name=part,
+        model_name=part,
         deadline_at=clock.iso(now + timedelta(seconds=deadline["seconds"])),
+        instance_type=plan.instance_type,
+        attempt=plan.attempt,
+        created_at=clock.iso(now),
     )
+    price = hourly_price(plan.instance_type, region or image.region)
     registry.record_step(
         table,
         req.deployment_id,
@@ -258,12 +362,57 @@ def create(
             "quota": asdict(quota) if quota else None,
             "adopted": adopted,
             "deadline": deadline,
+            "quota_waits": quota_waits,
         },
         status="creating",
         expires_at=expires_at,
         started_at=clock.iso(now),
+        instance_type=plan.instance_type,
+        hourly_price=str(price) if price is not None else None,
     )
-    return ref
+    return CreateOutcome(status="created", endpoint=ref, quota_waits=quota_waits)
+
+
+# Re-checks of a type at quota: exponential from 30 s to 5 min, full jitter, so that waiters spread out.
+QUOTA_WAIT_BASE_SECONDS = 30
+QUOTA_WAIT_CAP_SECONDS = 300
+
+
+def quota_busy(
+    table: Any,
+    req: NormalizedRequest,
+    plan: EnginePlan,
+    exc: QuotaExceeded,
+    quota_waits: int,
+    quota_wait_until: str | None,
+    now: Any,
+    rng: random.Random | None = None,
+) -> CreateOutcome:
+    until = quota_wait_until or clock.iso(now + timedelta(seconds=req.quota_wait_seconds))
+    left = (clock.parse_iso(until) - now).total_seconds()
+    ceiling = min(QUOTA_WAIT_CAP_SECONDS, QUOTA_WAIT_BASE_SECONDS * 2 ** min(quota_waits, 8))
+    wait = max(5, round((rng or random).uniform(ceiling / 2, ceiling)))
+    wait = int(min(wait, left)) if left >= 5 else 0
+    registry.record_step(
+        table,
+        req.deployment_id,
+        "quota_wait",
+        {
+            "instance_type": plan.instance_type,
+            "waits": quota_waits,
+            "until": until,
+            "next_check_seconds": wait,
+            "reason": exc.message,
+        },
+        status="waiting-for-quota" if wait else None,
+    )
+    return CreateOutcome(
+        status="quota-busy",
+        wait_seconds=wait,
+        quota_waits=quota_waits + 1 if wait else quota_waits,
+        quota_wait_until=until,
+        reason=f"{exc.message} -- fix: {exc.hint}",
+    )
 
 
 # Instance provisioning before the container's own clocks start (the source lab saw 4.6-38 min of
@@ -283,7 +432,9 @@ def deploy_deadline(plan: EnginePlan, cap_seconds: int) -> dict[str, Any]:
     }
 
 
-def poll(sm: Any, ref: EndpointRef, polls: int) -> EndpointPoll:
+def poll(
+    sm: Any, ref: EndpointRef, polls: int, logs: Any | None = None, capacity_wait_seconds: int = 1800
+) -> EndpointPoll:
     desc = describe_endpoint(sm, ref.endpoint_name)
     if desc is None:
         raise EndpointFailed(
@@ -291,14 +442,44 @@ def poll(sm: Any, ref: EndpointRef, polls: int) -> EndpointPoll:
             "check whether someone deleted it; redeploy",
         )
     status = str(desc.get("EndpointStatus"))
+    where = f"endpoint {ref.endpoint_name} on {ref.instance_type or 'its instance type'}"
     if status == "Failed":
         reason = desc.get("FailureReason") or "(no FailureReason given)"
+        if is_capacity_failure(
+            reason, lambda: logs is not None and not endpoint_logs.group_exists(logs, ref.endpoint_name)
+        ):
+            raise InsufficientCapacity(f"{where} Failed: {reason}")
         raise EndpointFailed(f"endpoint {ref.endpoint_name} Failed: {reason}", hint_for_failure(reason))
+    if status == "Creating" and logs is not None:
+        stuck = capacity_wait_stuck(desc, capacity_wait_seconds)
+        if stuck is not None and not endpoint_logs.group_exists(logs, ref.endpoint_name):
+            raise InsufficientCapacity(
+                f"{where} has had no instance for {stuck / 60:.0f} min (never modified since it was created, "
+                f"no log group {endpoint_logs.log_group_for(ref.endpoint_name)}): a capacity wait that will not end"
+            )
     if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
         raise DeployDeadlineExceeded(
             f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
         )
     return EndpointPoll(status=status, polls=polls + 1)
+
+
+def is_capacity_failure(reason: str, never_ran: Callable[[], bool]) -> bool:
+    """InsufficientInstanceCapacity, or SageMaker's unhelpful 'Request to service failed' for an
+    endpoint whose container never ran (no log group): nothing was provisioned, another type may be."""
+    lowered = reason.lower()
+    if "insufficientinstancecapacity" in lowered or "insufficient capacity" in lowered:
+        return True
+    return "request to service failed" in lowered and never_ran()
+
+
+def capacity_wait_stuck(desc: Mapping[str, Any], capacity_wait_seconds: int) -> float | None:
+    """Seconds Creating without a single modification, when that is past the capacity wait; else None."""
+    created, modified = desc.get("CreationTime"), desc.get("LastModifiedTime")
+    if not isinstance(created, datetime) or created != modified:
+        return None
+    elapsed = (clock.utcnow() - (created if created.tzinfo else created.replace(tzinfo=UTC))).total_seconds()
+    return elapsed if elapsed >= capacity_wait_seconds else None
 
 
 def hint_for_failure(reason: str) -> str:
@@ -366,11 +547,18 @@ def smoke_eval(
 
 
 def record_failure(
-    sm: Any, logs: Any, table: Any, deployment_id: str, resource_name: str, failure: Mapping[str, Any]
+    sm: Any,
+    logs: Any,
+    table: Any,
+    deployment_id: str,
+    resource_name: str,
+    failure: Mapping[str, Any],
+    phase: str = "endpoint",
 ) -> FailureRecord:
+    """Record what failed. Before any SageMaker resource exists (phase "prepare") nothing is described."""
     error = str(failure.get("Error") or "States.Runtime")
     cause = cause_message(str(failure.get("Cause") or "")) or ""
-    desc = describe_endpoint(sm, resource_name)
+    desc = describe_endpoint(sm, resource_name) if phase == "endpoint" else None
     endpoint_reason = desc.get("FailureReason") if desc else None
     diagnosis = None
     if desc is not None:
@@ -387,6 +575,7 @@ def record_failure(
         log_excerpt=diagnosis.excerpt if diagnosis else [],
         diagnosis=diagnosis.diagnosis if diagnosis else None,
         hint=diagnosis.hint if diagnosis and diagnosis.hint else None,
+        phase=phase,
     )
     registry.record_step(
         table,
@@ -410,10 +599,20 @@ def teardown(
     s3: Any | None = None,
     artifact_bucket: str | None = None,
 ) -> TeardownResult:
-    """Delete what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME, nothing
-    else, and (given S3) the served copy of its artifact once the endpoint is gone."""
+    """Delete at once what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME,
+    nothing else, and (given S3) the served copy once the endpoint is gone (the CLI and the local run;
+    the state machine uses teardown_pass in a wait loop)."""
     owner = owner if owner is not None else deployment_id
-    deleted, gone, failed, not_ours = delete_all(sm, resource_name, resource_name, resource_name, owner=owner)
+    config = model = resource_name
+    try:  # a fallback attempt's config and model are named apart from the endpoint
+        desc = describe_endpoint(sm, resource_name)
+        if desc is not None:
+            config = str(desc.get("EndpointConfigName") or resource_name)
+            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or [{}]
+            model = str(variants[0].get("ModelName") or config)
+    except ClientError:
+        pass  # the names then default to the endpoint's, and the deletes below say what is wrong
+    deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
     if s3 is not None and artifact_bucket and owner and not failed:
         deleted += delete_served(s3, artifact_bucket, owner)
     result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
@@ -424,6 +623,131 @@ def teardown(
     if failed:
         raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
     return result
+
+
+# The teardown loop's own deadline, and how often it looks again.
+TEARDOWN_DEADLINE_SECONDS = 1800
+TEARDOWN_RECHECK_SECONDS = 15
+
+
+def teardown_pass(
+    sm: Any,
+    s3: Any | None,
+    table: Any | None,
+    deployment_id: str,
+    resource_name: str,
+    attempt: int = 0,
+    deadline_at: str | None = None,
+    artifact_bucket: str | None = None,
+    final: bool = True,
+    sagemaker: bool = True,
+) -> TeardownProgress:
+    """One pass of the state machine's teardown loop. The endpoint goes first; its config and model
+    (and, when FINAL, the served copy) only once it is gone -- a live endpoint is never stranded
+    without them. A refused or throttled DeleteEndpoint is retried on the next pass; past the
+    deadline the deployment is left to the reaper, which retries on its next run."""
+    now = clock.utcnow()
+    deadline = deadline_at or clock.iso(now + timedelta(seconds=TEARDOWN_DEADLINE_SECONDS))
+    progress = TeardownProgress(done=False, deadline_at=deadline, wait_seconds=TEARDOWN_RECHECK_SECONDS)
+    part = attempt_name(resource_name, attempt)
+    endpoint_gone = True
+    if sagemaker:
+        endpoint_gone = _endpoint_pass(sm, deployment_id, resource_name, progress)
+    if endpoint_gone:
+        if sagemaker:
+            deleted, gone, failed, not_ours = delete_all(sm, None, part, part, owner=deployment_id)
+            progress.deleted += deleted
+            progress.already_gone += gone
+            progress.left_behind += failed
+            progress.not_ours += not_ours
+        if final and s3 is not None and artifact_bucket and not progress.left_behind:
+            progress.deleted += delete_served(s3, artifact_bucket, deployment_id)
+        progress.done = not progress.left_behind
+    if not progress.done and now >= clock.parse_iso(deadline):
+        progress.gave_up = True
+    if table is not None and (progress.done or progress.gave_up) and final:
+        fields: dict[str, Any] = {"ended_at": clock.iso(now)}
+        if progress.gave_up:
+            fields["reaper_retry"] = True  # the reaper treats the record as released and retries
+        registry.record_step(table, deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
+    return progress
+
+
+def _endpoint_pass(sm: Any, deployment_id: str, name: str, progress: TeardownProgress) -> bool:
+    """Ask for the endpoint's deletion (again) unless it is already Deleting; True once it is gone."""
+    try:
+        desc = describe_endpoint(sm, name)
+    except SageMakerThrottled as exc:
+        progress.left_behind.append(f"endpoint/{name}: {exc.message}")
+        return False
+    if desc is None:
+        progress.already_gone.append(f"endpoint/{name}")
+        return True
+    status = str(desc.get("EndpointStatus"))
+    progress.endpoint_status = status
+    if list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG) != deployment_id:
+        progress.not_ours.append(f"endpoint/{name}")
+        return True  # someone else's endpoint under our name: never deleted, and it holds nothing of ours
+    if status == "Deleting":
+        return False
+    try:
+        sm.delete_endpoint(EndpointName=name)
+        progress.deleted.append(f"endpoint/{name}")
+    except ClientError as exc:
+        message = exc.response.get("Error", {}).get("Message", str(exc))
+        progress.left_behind.append(f"endpoint/{name} ({status}): {message}")
+    return False
+
+
+def next_attempt(
+    table: Any,
+    events: Any,
+    bus: str,
+    req: NormalizedRequest,
+    plan: EnginePlan,
+    failure: Mapping[str, Any],
+    endpoint: EndpointRef | None,
+    region: str,
+) -> AttemptStep:
+    """Record the failed attempt (type, reason, minutes, cost) and name the next usable type; when the
+    list is used up, fail with every type tried."""
+    now = clock.utcnow()
+    error = str(failure.get("Error") or "InsufficientCapacity")
+    reason = cause_message(str(failure.get("Cause") or "")) or error
+    started = clock.parse_iso(endpoint.created_at) if endpoint and endpoint.created_at else now
+    minutes = round((now - started).total_seconds() / 60, 1)
+    price = hourly_price(plan.instance_type, region)
+    failed = {
+        "attempt": plan.attempt + 1,
+        "instance_type": plan.instance_type,
+        "error": error,
+        "reason": reason[:1000],
+        "minutes": minutes,
+        "hourly_price": price,
+        # An endpoint that never got an instance bills nothing; this is the most it could have cost.
+        "cost_usd_at_most": round(minutes / 60 * price, 4) if price is not None else None,
+        "ended_at": clock.iso(now),
+    }
+    item = registry.get(table, req.deployment_id) or {}
+    attempts = list((registry.decoded(item).get("steps") or {}).get("attempts") or []) if item else []
+    attempts.append(failed)
+    tried = usable(plan.candidates)
+    following = plan.attempt + 1
+    has_next = following < len(tried)
+    registry.record_step(table, req.deployment_id, "attempts", attempts)
+    detail = {
+        "deploymentId": req.deployment_id,
+        "attempt": failed,
+        "nextInstanceType": tried[following].instance_type if has_next else None,
+    }
+    publish(events, bus, "Deployment Attempt Failed", detail)
+    if not has_next:
+        if all(a["error"] == "QuotaExceeded" for a in attempts):
+            reasons = "; ".join(f"{a['instance_type']}: {a['reason']}" for a in attempts)
+            raise QuotaExceeded(f"every instance type tried is at its endpoint quota: {reasons}", "")
+        listing = "; ".join(f"{a['instance_type']}: {a['error']} after {a['minutes']} min" for a in attempts)
+        raise CapacityUnavailable(f"no capacity on any instance type tried: {listing}")
+    return AttemptStep(attempt=following, instance_type=tried[following].instance_type, failed=failed)
 
 
 def finalize(
@@ -437,3 +761,62 @@ def finalize(
     detail = lifecycle_detail(item, outcome)
     publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
     return detail
+
+
+ENDED_STATUSES = {"ABORTED": "aborted", "TIMED_OUT": "timed_out", "FAILED": "failed"}
+
+
+def on_execution_ended(
+    sm: Any,
+    s3: Any | None,
+    table: Any,
+    events: Any,
+    bus: str,
+    detail: Mapping[str, Any],
+    resource_prefix: str,
+) -> dict[str, Any]:
+    """The state machine's own status change (EventBridge): an execution that was stopped, timed out
+    or failed without its teardown still owns an endpoint -- delete it now, not at its TTL, and mark
+    the record. Idempotent: an execution that tore down its own resources costs three describes."""
+    status = str(detail.get("status", ""))
+    name = str(detail.get("name", ""))
+    if status not in ENDED_STATUSES or not name:
+        return {"status": "ignored", "reason": f"execution {name or '?'} is {status or 'of unknown status'}"}
+    deployment_id = deployment_id_for(name)
+    record = registry.get(table, deployment_id)
+    if record is None:
+        return {"status": "ignored", "reason": f"no record of {deployment_id}: nothing was created"}
+    steps_done = registry.decoded(record)["steps"]
+    if (steps_done.get("smoke_eval") or {}).get("passed") and status == "FAILED":
+        # Only its bookkeeping failed (DeploymentUnrecorded): a healthy endpoint is kept until its TTL.
+        return {"status": "kept", "reason": f"{deployment_id} passed its smoke eval; its TTL applies"}
+    resource_name = str(record.get("endpoint_name") or resource_name_for(resource_prefix, deployment_id))
+    attempt = int((steps_done.get("create_endpoint") or {}).get("attempt") or 0)
+    bucket = parse_s3_uri(str(record["artifact_uri"])).bucket if record.get("artifact_uri") else None
+    # Endpoint, then this attempt's config and model: a Deleting endpoint no longer needs them.
+    deleted, gone, failed, _not_ours = delete_all(
+        sm, resource_name, attempt_name(resource_name, attempt), attempt_name(resource_name, attempt), deployment_id
+    )
+    if s3 is not None and bucket and not failed:
+        deleted += delete_served(s3, bucket, deployment_id)
+    outcome = ENDED_STATUSES[status]
+    fields: dict[str, Any] = {"ended_at": clock.iso(clock.utcnow())}
+    if failed:
+        fields["reaper_retry"] = True
+    marked = record.get("status") not in registry.TERMINAL
+    item = registry.record_step(
+        table,
+        deployment_id,
+        "execution_ended",
+        {"status": status, "deleted": deleted, "already_gone": gone, "left_behind": failed},
+        status=outcome if marked else None,
+        **fields,
+    )
+    if marked:
+        publish(
+            events,
+            bus,
+            "Deployment Failed",
+            {**lifecycle_detail(item, outcome), "executionStatus": status, "deleted": deleted},
+        )
+    return {"status": outcome, "deleted": deleted, "left_behind": failed, "marked": marked}

@@ -8,9 +8,10 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
-from modeldrop.contracts.models import Engine, EnginePlan, Finding, ValidationSummary
+from modeldrop.contracts.models import Candidate, Engine, EnginePlan, Finding, ValidationSummary
 from modeldrop.serving.engine_env import MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.image import resolve_image
+from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.memory_plan import (
     ModelShape,
     hourly_price,
@@ -204,6 +205,8 @@ class PlanReport(BaseModel):
     timeouts: dict[str, int] = Field(default_factory=dict)
     hourly_price: float | None = None
     findings: list[Finding] = Field(default_factory=list)
+    # The instance types a deployment would try, in order, each with its verdict and price.
+    candidates: list[Candidate] = Field(default_factory=list)
 
 
 def plan_report(
@@ -217,8 +220,11 @@ def plan_report(
     max_num_seqs: int | None = None,
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
+    instance_types: list[str] | None = None,
+    max_hourly_price: float | None = None,
 ) -> PlanReport:
-    """The serving plan for a validated checkpoint, refusals included, with every number kept."""
+    """The serving plan for a validated checkpoint, refusals included, with every number kept; with
+    INSTANCE_TYPES (a list, or ["auto"]) also the preference list a deployment would try."""
     report = PlanReport(
         deployable=False,
         source=source,
@@ -235,18 +241,33 @@ def plan_report(
         image = resolve_image(engine, region, image_env, validation.model_type)
         report.image, report.image_source = image.image_uri, image.source
         report.findings += [Finding(code="IMAGE_WARNING", severity="warning", message=w) for w in image.warnings]
+        shape = shape_from(validation)
+
+        def plan_for(candidate: str, forced: bool = force) -> EnginePlan:
+            return plan_serving(
+                engine,
+                shape,
+                candidate,
+                region,
+                max_num_seqs=max_num_seqs,
+                max_model_len=max_model_len,
+                max_position_embeddings=validation.max_position_embeddings,
+                passthrough=passthrough,
+                force=forced,
+            )
+
+        if instance_types is not None:
+            report.candidates = candidates(instance_type, instance_types, plan_for, region, max_hourly_price, force)
+            tried = [c for c in report.candidates if c.usable]
+            if tried:  # the plan shown is the one a deployment would start with
+                report.instance_type = tried[0].instance_type
+                report.hourly_price = hourly_price(report.instance_type, region)
+            elif report.candidates[0].verdict == "over-price":
+                first = report.candidates[0]
+                report.refused = {"error": "PlanRefused", "message": first.reason, "hint": "raise --max-hourly-price"}
+                return report
         # Computed even when it predicts OOM, so a refusal still shows its numbers.
-        plan = plan_serving(
-            engine,
-            shape_from(validation),
-            instance_type,
-            region,
-            max_num_seqs=max_num_seqs,
-            max_model_len=max_model_len,
-            max_position_embeddings=validation.max_position_embeddings,
-            passthrough=passthrough,
-            force=True,
-        )
+        plan = plan_for(report.instance_type, True)
     except (ImageUnresolvable, PlanRefused) as exc:
         report.refused = {"error": type(exc).__name__, "message": exc.message, "hint": exc.hint}
         return report

@@ -1,0 +1,29 @@
+"""ExecutionEnded: an execution stopped, timed out or failed -> delete what it still owns, mark the record."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import ReaperSettings
+from modeldrop.pipeline.lambda_support import handler, logger
+
+
+class Event(BaseModel):
+    detail: dict[str, Any]
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
+    settings = ReaperSettings.from_env()
+    return steps.on_execution_ended(
+        boto3.client("sagemaker"),
+        boto3.client("s3"),
+        settings.table(),
+        boto3.client("events"),
+        settings.event_bus_name,
+        event.detail,
+        settings.resource_prefix,
+    )

@@ -1,0 +1,34 @@
+"""NextAttempt: record a capacity (or quota) failure of one instance type; name the next type to try."""
+
+from typing import Any
+
+import boto3
+from pydantic import BaseModel
+
+from modeldrop.contracts.models import AttemptStep, EndpointRef, EnginePlan, NormalizedRequest
+from modeldrop.pipeline import steps
+from modeldrop.pipeline.config import RegistrySettings
+from modeldrop.pipeline.lambda_support import handler, logger
+
+
+class Event(BaseModel):
+    request: NormalizedRequest
+    plan: EnginePlan
+    failure: dict[str, Any]
+    endpoint: EndpointRef | None = None
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> AttemptStep:
+    settings = RegistrySettings.from_env()
+    return steps.next_attempt(
+        settings.table(),
+        boto3.client("events"),
+        settings.event_bus_name,
+        event.request,
+        event.plan,
+        event.failure,
+        event.endpoint,
+        settings.aws_region,
+    )

@@ -1,0 +1,244 @@
+"""Capacity fallback, quota waits, phase routing, the teardown loop and the execution-ended rule --
+through the real ASL and handlers (and, for the issue's command lines, run-local as a user runs it)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, subscribe
+
+from modeldrop.contracts.models import deployment_id_for
+
+MODELDROP = [sys.executable, "-m", "modeldrop"]
+
+
+def _cli(*args: str) -> tuple[int, dict[str, Any]]:
+    run = subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    assert "Traceback" not in run.stderr, run.stderr
+    return run.returncode, json.loads(run.stdout)
+
+
+def _start(stack: Any, archive: bytes, name: str, **request: Any) -> str:
+    key = f"direct/{name}/model.tar.gz"
+    stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=archive)
+    sfn = stack.client("stepfunctions")
+    return str(
+        sfn.start_execution(
+            stateMachineArn=stack.state_machine_arn,
+            name=name,
+            input=json.dumps({"artifact_uri": f"s3://{stack.bucket}/{key}", **request}),
+        )["executionArn"]
+    )
+
+
+def _record(stack: Any, name: str) -> dict[str, Any]:
+    from modeldrop.aws import registry
+
+    item = stack.table().get_item(Key={"deployment_id": deployment_id_for(name)})["Item"]
+    return registry.decoded(item)
+
+
+def _states(stack: Any, arn: str) -> list[str]:
+    events = stack.client("stepfunctions").get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    return [e["stateEnteredEventDetails"]["name"] for e in events if e["type"].endswith("StateEntered")]
+
+
+# ---- the issue's command lines -------------------------------------------------------------------
+
+
+def test_run_local_capacity_falls_back_to_the_next_type() -> None:
+    code, data = _cli("run-local", "--fault", "capacity", "--instance-type", "ml.g6.2xlarge,ml.g6e.2xlarge", "--json")
+    assert code == 0, data
+    record = data["record"]
+    [failed] = record["steps"]["attempts"]
+    assert failed["instance_type"] == "ml.g6.2xlarge" and failed["error"] == "InsufficientCapacity"
+    assert failed["minutes"] >= 0 and failed["cost_usd_at_most"] is not None and failed["hourly_price"] == 1.22
+    assert record["instance_type"] == "ml.g6e.2xlarge" and data["output"]["instance_type"] == "ml.g6e.2xlarge"
+    assert record["steps"]["create_endpoint"]["endpoint_config_name"].endswith("-a2")
+    assert data["leftover_resources"] == []
+
+
+def test_run_local_capacity_with_one_type_fails_naming_capacity() -> None:
+    code, data = _cli("run-local", "--fault", "capacity", "--json")
+    assert code == 1 and data["error"] == "CapacityUnavailable", data
+    assert "ml.g6.2xlarge" in data["cause"] and data["leftover_resources"] == []
+
+
+def test_run_local_quota_busy_waits_or_fails_fast() -> None:
+    code, data = _cli("run-local", "--fault", "quota-busy", "--quota-wait", "30m", "--json")
+    assert code == 0, data
+    waits = [s["name"] for s in data["states"]].count("WaitForQuota")
+    assert waits >= 2 and data["record"]["steps"]["quota_wait"]["instance_type"] == "ml.g6.2xlarge"
+    assert data["leftover_resources"] == []
+    code, data = _cli("run-local", "--fault", "quota-busy", "--json")
+    assert code == 1 and data["error"] == "QuotaExceeded", data
+    assert "other-team-endpoint" in data["cause"] and "request-service-quota-increase" in data["cause"]
+    assert data["leftover_resources"] == []
+
+
+def test_run_local_abort_is_recorded_and_leaves_nothing() -> None:
+    code, data = _cli("run-local", "--fault", "abort", "--json")
+    assert code == 1 and data["status"] == "aborted", data
+    assert data["record"]["status"] == "aborted"
+    ended = data["record"]["steps"]["execution_ended"]
+    assert ended["status"] == "ABORTED" and any(d.startswith("endpoint/") for d in ended["deleted"])
+    assert data["leftover_resources"] == []
+
+
+# ---- fallback rules through the ASL --------------------------------------------------------------
+
+
+def test_no_fallback_for_an_engine_oom(make_stack: Any, archive: bytes) -> None:
+    stack = make_stack(fault="oom")
+    arn = _start(stack, archive, "oom-list", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"])
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "EndpointFailed"
+    assert "NextAttempt" not in _states(stack, arn)
+    assert "attempts" not in _record(stack, "oom-list")["steps"]
+    assert [i.function for i in stack.invocations].count("CreateEndpointFunction") == 1
+    assert stack.leftover_resources() == []
+
+
+def test_no_fallback_for_a_failed_eval(make_stack: Any, archive: bytes) -> None:
+    stack = make_stack(fault="truncate")
+    arn = _start(stack, archive, "eval-list", instance_types="auto")
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "EvalFailed"
+    assert "NextAttempt" not in _states(stack, arn) and stack.leftover_resources() == []
+
+
+def test_fallback_re_plans_the_env_for_each_type_and_announces_the_attempt(make_stack: Any, archive: bytes) -> None:
+    stack = make_stack(fault="capacity")
+    sqs, url = subscribe(stack)
+    arn = _start(stack, archive, "replan", instance_types=["ml.g6.2xlarge", "ml.g6.12xlarge"])
+    desc = stack.wait(arn)
+    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
+    record = _record(stack, "replan")
+    first, second = record["steps"]["build_env"], record["steps"]["build_env_2"]
+    assert first["instance_type"] == "ml.g6.2xlarge" and second["instance_type"] == "ml.g6.12xlarge"
+    # Four GPUs: tensor parallelism 4 and a per-GPU memory plan, planned again for the new type.
+    assert first["env"]["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "1" and second["env"]["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "4"
+    assert second["memory"]["tensor_parallel"] == 4
+    sm = stack.client("sagemaker")
+    config = sm.describe_endpoint_config(EndpointConfigName=record["steps"]["create_endpoint"]["endpoint_config_name"])
+    model = sm.describe_model(ModelName=config["ProductionVariants"][0]["ModelName"])
+    assert config["ProductionVariants"][0]["InstanceType"] == "ml.g6.12xlarge"
+    assert model["PrimaryContainer"]["Environment"]["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "4"
+    # The first attempt's config and model went with its endpoint.
+    names = [c["EndpointConfigName"] for c in sm.list_endpoint_configs()["EndpointConfigs"]]
+    assert names == [config["EndpointConfigName"]]
+    messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+    kinds = [json.loads(m["Body"])["detail-type"] for m in messages]
+    assert "Deployment Attempt Failed" in kinds and "Deployment Succeeded" in kinds
+
+
+def test_two_artifacts_for_a_quota_of_one(make_stack: Any, archive: bytes, checkpoint: Path) -> None:
+    from modeldrop.local import moto_shims
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+
+    stack = make_stack()
+    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
+    (checkpoint / "notes.txt").write_text("a second training run")
+    other = tar_gz_bytes(checkpoint)
+    first = _start(stack, archive, "first-run")
+    second = _start(stack, other, "second-run")
+    outcomes = sorted([stack.wait(first)["status"], stack.wait(second)["status"]])
+    assert outcomes == ["FAILED", "SUCCEEDED"], outcomes
+    failed = (
+        first if stack.client("stepfunctions").describe_execution(executionArn=first)["status"] == "FAILED" else second
+    )
+    desc = stack.client("stepfunctions").describe_execution(executionArn=failed)
+    assert desc["error"] == "QuotaExceeded" and "ml.g6.2xlarge" in desc["cause"]
+    endpoints = [e["EndpointName"] for e in stack.client("sagemaker").list_endpoints()["Endpoints"]]
+    assert len(endpoints) == 1  # the winner's; the loser left nothing
+
+
+def test_dynamodb_throttled_once_at_every_step_still_deploys(stack: Any, archive: bytes, monkeypatch: Any) -> None:
+    """Every record write is refused once with ProvisionedThroughputExceededException: the SDK's
+    standard retry mode (AWS_RETRY_MODE in every function) absorbs it and nothing fails."""
+    from moto.dynamodb.exceptions import DynamodbException
+    from moto.dynamodb.models import DynamoDBBackend
+
+    original = DynamoDBBackend.update_item
+    refused: list[str] = []
+
+    def throttled_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = json.dumps([str(a) for a in args] + sorted(f"{k}={v}" for k, v in kwargs.items()), default=str)
+        if call not in refused:
+            refused.append(call)
+            raise DynamodbException(
+                "ProvisionedThroughputExceededException", "The level of configured provisioned throughput was exceeded"
+            )
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(DynamoDBBackend, "update_item", throttled_once)
+    desc = stack.wait(_start(stack, archive, "ddb-throttled"))
+    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
+    record = _record(stack, "ddb-throttled")
+    assert record["status"] == "succeeded" and len(refused) >= 6
+    assert {"validate", "build_env", "create_endpoint", "smoke_eval", "result"} <= set(record["steps"])
+
+
+# ---- phases ------------------------------------------------------------------------------------
+
+
+def test_a_refused_checkpoint_never_calls_sagemaker(stack: Any, checkpoint: Path) -> None:
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+
+    (checkpoint / "config.json").write_text("{}")
+    arn = _start(stack, tar_gz_bytes(checkpoint), "refused")
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "CheckpointRefused"
+    states = _states(stack, arn)
+    assert "DiscardServedCopy" in states and "Teardown" not in states
+    record = _record(stack, "refused")
+    assert record["steps"]["failure"]["phase"] == "prepare" and record["steps"]["failure"]["log_group"] is None
+    assert stack.leftover_resources() == []
+
+
+def test_a_malformed_payload_between_steps_is_an_internal_error(stack: Any) -> None:
+    from modeldrop.contracts.errors import classify
+
+    result = stack.dispatch(stack.functions["PollEndpointFunction"].name, {"deployment_id": "x", "endpoint": {}})
+    payload, errored = json.loads(result[0]), result[1]
+    assert errored and payload["errorType"] == "StepContractViolated"
+    assert "poll_endpoint" in payload["errorMessage"] and "endpoint" in payload["errorMessage"]
+    assert "correct the request" not in payload["errorMessage"] and classify("StepContractViolated") == "internal"
+
+
+def test_teardown_waits_for_the_endpoint_before_its_config_and_model(make_stack: Any, archive: bytes) -> None:
+    stack = make_stack(fault="oom")
+    arn = _start(stack, archive, "ordered")
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "EndpointFailed"
+    states = _states(stack, arn)
+    # Deleting is seen at least once: the loop waited, and only then deleted the config and model.
+    assert states.count("Teardown") >= 2 and "WaitForTeardown" in states
+    teardown = _record(stack, "ordered")["steps"]["teardown"]
+    assert teardown["done"] and {"endpoint-config", "model"} <= {d.split("/")[0] for d in teardown["deleted"]}
+    assert stack.leftover_resources() == []
+
+
+def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: bytes) -> None:
+    """StopExecution after CreateEndpoint: the rule on the state machine's status changes deletes the
+    endpoint, its config, model and served copy, and marks the record -- long before the TTL."""
+    sfn = stack.client("stepfunctions")
+
+    def stop(event: dict[str, Any]) -> None:
+        for ex in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
+            sfn.stop_execution(executionArn=ex["executionArn"])
+
+    stack.after["CreateEndpointFunction"] = stop
+    arn = _start(stack, archive, "stopped")
+    assert stack.wait(arn)["status"] == "ABORTED"
+    stack.settle()
+    record = _record(stack, "stopped")
+    assert record["status"] == "aborted" and record["steps"]["execution_ended"]["status"] == "ABORTED"
+    assert stack.leftover_resources() == []
+    # The event again (EventBridge delivers at least once): nothing more to do, the record stays.
+    again = stack.invoke_function("ExecutionEndedFunction", {"detail": {"status": "ABORTED", "name": "stopped"}})
+    assert again["deleted"] == [] and again["marked"] is False
