@@ -242,3 +242,75 @@ def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: byt
     # The event again (EventBridge delivers at least once): nothing more to do, the record stays.
     again = stack.invoke_function("ExecutionEndedFunction", {"detail": {"status": "ABORTED", "name": "stopped"}})
     assert again["deleted"] == [] and again["marked"] is False
+
+
+def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkeypatch: Any) -> None:
+    """Two deployments both passed the quota pre-check for the last slot (it cannot see the other's
+    create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
+    from modeldrop.aws import registry
+    from modeldrop.contracts.models import EnginePlan, ImageChoice
+    from modeldrop.local import moto_shims
+    from modeldrop.pipeline import steps
+    from modeldrop.pipeline.config import DefaultsSettings
+
+    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
+    monkeypatch.setattr(steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/sweep/model.tar.gz", Body=archive)
+    uri = f"s3://{stack.bucket}/direct/sweep/model.tar.gz"
+    clients = steps.CreateClients(
+        sagemaker=stack.client("sagemaker"),
+        quotas=stack.client("service-quotas"),
+        secretsmanager=stack.client("secretsmanager"),
+        ssm=stack.client("ssm"),
+    )
+    image = ImageChoice(
+        engine="vllm", image_uri="763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x", source="t", region="us-east-1"
+    )
+    plan = EnginePlan(
+        env={"SM_VLLM_MAX_NUM_SEQS": "32"},
+        instance_type="ml.g6.2xlarge",
+        max_num_seqs=32,
+        max_model_len=4096,
+        startup_timeout_seconds=600,
+        download_timeout_seconds=600,
+    )
+    role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
+    outcomes = []
+    for name in ("sweep-a", "sweep-b"):
+        req = steps.normalize({"artifact_uri": uri, "quota_wait_minutes": 60}, name, DefaultsSettings())
+        registry.register(stack.table(), req.deployment_id, name, req.model_dump(mode="json"), {})
+        outcomes.append((req, steps.create(clients, stack.table(), req, image, plan, role, "modeldrop-local", uri)))
+    (req_a, first), (req_b, second) = outcomes
+    assert first.status == "created"
+    assert second.status == "quota-busy" and second.wait_seconds > 0 and "current utilization of 1" in second.reason
+    # Still busy on its next check; once the first is gone, the waiter proceeds.
+    again = steps.create(
+        clients,
+        stack.table(),
+        req_b,
+        image,
+        plan,
+        role,
+        "modeldrop-local",
+        uri,
+        second.quota_waits,
+        second.quota_wait_until,
+    )
+    assert again.status == "quota-busy" and again.quota_waits == second.quota_waits + 1
+    sm = stack.client("sagemaker")
+    sm.delete_endpoint(EndpointName=req_a.resource_name)
+    sm.describe_endpoint(EndpointName=req_a.resource_name)  # Deleting: no longer holds an instance
+    last = steps.create(
+        clients,
+        stack.table(),
+        req_b,
+        image,
+        plan,
+        role,
+        "modeldrop-local",
+        uri,
+        again.quota_waits,
+        again.quota_wait_until,
+    )
+    listed = [(e["EndpointName"], e["EndpointStatus"]) for e in sm.list_endpoints()["Endpoints"]]
+    assert last.status == "created" and last.quota_waits == again.quota_waits, (last.reason, listed)

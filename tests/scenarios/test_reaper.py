@@ -6,6 +6,8 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from conftest import create_endpoint
 
 from modeldrop.aws.sagemaker_resources import tags_for
@@ -31,7 +33,11 @@ def test_reaper_deletes_expired_managed_and_nothing_else(stack: Any) -> None:
     _create(stack, "other-stack", tags_for("another-stack", "x", past))
     result = stack.invoke_function("ReaperFunction", {})
     assert result["expired"] == ["modeldrop-expired"]
-    left = set(stack.leftover_resources())
+    sm = stack.client("sagemaker")
+    endpoints = sm.list_endpoints()["Endpoints"]
+    left = {f"endpoint/{e['EndpointName']}" for e in endpoints if e["EndpointStatus"] != "Deleting"}
+    left |= {f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]}
+    left |= {f"model/{m['ModelName']}" for m in sm.list_models()["Models"]}
     assert not any("modeldrop-expired" in r for r in left)
     for name in ("modeldrop-fresh", "someone-elses", "other-stack"):
         assert {f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"} <= left
@@ -72,6 +78,9 @@ def test_reaper_removes_orphans_of_ended_deployments(stack: Any) -> None:
     tags = tags_for("modeldrop-local", "gone", clock.iso(clock.utcnow() + timedelta(hours=1)))
     _create(stack, "modeldrop-gone", tags)
     sm.delete_endpoint(EndpointName="modeldrop-gone")  # a teardown that stopped half way
+    assert sm.describe_endpoint(EndpointName="modeldrop-gone")["EndpointStatus"] == "Deleting"
+    with pytest.raises(sm.exceptions.ClientError):  # ... and, as SageMaker does, the endpoint is gone later
+        sm.describe_endpoint(EndpointName="modeldrop-gone")
     stack.table().put_item(Item={"deployment_id": "gone", "status": "failed", "steps": {}})
     result = stack.invoke_function("ReaperFunction", {})
     assert sorted(result["orphans_deleted"]) == ["endpoint-config/modeldrop-gone", "model/modeldrop-gone"]

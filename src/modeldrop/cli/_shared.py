@@ -42,8 +42,9 @@ def _root(
 
 
 # Piped output gets room for the tables instead of rich's 80-column default.
-console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, soft_wrap=True, width=None if sys.stderr.isatty() else 200)
+# Piped output gets COLUMNS (or 80), as a terminal would: nothing a user copies is cut at any width.
+console = Console(soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True)
 
 
 _json_errors = False
@@ -144,3 +145,17 @@ def minutes(option: str, text: str | None) -> float | None:
     if m is None:
         fail(f"{option} {text!r} is not a duration", "use e.g. 30m, 2h or 45 (minutes)")
     return float(m[1]) * {"": 1.0, "m": 1.0, "h": 60.0, "d": 1440.0}[m[2]]
+
+
+def fields(rows: list[tuple[str, str]], pad: int | None = None) -> None:
+    """KEY  VALUE lines, never cut: a value longer than the terminal (an image URI, a console link)
+    is printed whole and left to the terminal to wrap, so it can still be copied; a multi-line value
+    (an env) is indented under its key."""
+    from rich.markup import escape
+
+    width = pad or max((len(k) for k, _ in rows), default=0)
+    for key, value in rows:
+        lines = str(value).split("\n") or [""]
+        console.print(f"[bold]{escape(key):<{width}}[/]  {escape(lines[0])}", soft_wrap=True, highlight=False)
+        for line in lines[1:]:
+            console.print(" " * (width + 2) + escape(line), soft_wrap=True, highlight=False)

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, instance_choice, json_mode
+from modeldrop.cli._shared import app, aws_errors, console, fail, fields, instance_choice, json_mode
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
@@ -187,15 +187,19 @@ def plan_cmd(
 
 
 def _plan_summary(report: Any) -> None:
-    table = Table(show_header=False, box=None)
-    table.add_row("engine / region", f"{report.engine} / {report.region}")
-    table.add_row("image", str(report.image or "-") + (f"  ({report.image_source})" if report.image_source else ""))
     price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
-    table.add_row("instance", report.instance_type + price)
-    table.add_row("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-")
-    for key, value in report.timeouts.items():
-        table.add_row(key.replace("_", " "), str(value))
-    console.print(table)
+    rows = [
+        ("engine / region", f"{report.engine} / {report.region}"),
+        ("image", str(report.image or "-")),
+    ]
+    if report.image_source:
+        rows.append(("image source", str(report.image_source)))
+    rows += [
+        ("instance", report.instance_type + price),
+        ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
+    ]
+    rows += [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
+    fields(rows)
     memory = report.memory
     if memory.get("budget_gib") is not None:
         mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")

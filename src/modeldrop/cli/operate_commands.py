@@ -7,9 +7,20 @@ import os
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, instance_choice, json_mode, minutes, session_for
+from modeldrop.cli._shared import (
+    app,
+    aws_errors,
+    console,
+    fail,
+    fields,
+    instance_choice,
+    json_mode,
+    minutes,
+    session_for,
+)
 from modeldrop.contracts.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
@@ -137,21 +148,35 @@ def list_cmd(
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
         return
-    view = Table(title=f"deployments in {info.stack_name} ({info.region})")
-    for col in ("deployment", "status", "endpoint", "engine", "instance", "age", "expires in", "cost"):
-        view.add_column(col)
+    # Ids and endpoint names are what `status`, `teardown` and `eval` take: never cut. Secondary
+    # columns go first when the terminal is narrow; at the narrowest the endpoint gets its own line.
+    ids = max((len(r.deployment_id) for r in rows), default=10)
+    names = max((len(r.endpoint_name or "-") for r in rows), default=10)
+    width = console.width
+    with_endpoint = width >= ids + names + 40
+    secondary = width >= ids + names + 70
+    view = Table(title=f"deployments in {info.stack_name} ({info.region})", expand=False)
+    view.add_column("deployment", no_wrap=True, min_width=ids)
+    view.add_column("status", no_wrap=True)
+    if with_endpoint:
+        view.add_column("endpoint", no_wrap=True, min_width=names)
+    view.add_column("instance", overflow="fold")
+    if secondary:
+        for col in ("engine", "age", "expires in"):
+            view.add_column(col)
+    view.add_column("cost", overflow="fold")
     for r in rows:
         cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
-        view.add_row(
-            r.deployment_id,
-            r.status,
-            r.endpoint_name or "-",
-            r.engine or "-",
-            r.instance_type or "-",
-            _ago(r.age_hours),
-            _ago(r.expires_in_hours),
-            cost,
-        )
+        cells = [r.deployment_id, r.status]
+        if with_endpoint:
+            cells.append(r.endpoint_name or "-")
+        cells.append(r.instance_type or "-")
+        if secondary:
+            cells += [r.engine or "-", _ago(r.age_hours), _ago(r.expires_in_hours)]
+        cells.append(cost)
+        view.add_row(*cells)
+        if not with_endpoint and r.endpoint_name:
+            view.add_row(f"  endpoint {r.endpoint_name}", "", "", "")
     console.print(view)
 
 
@@ -175,27 +200,28 @@ def status_cmd(
     if as_json:
         print(json.dumps(data, default=str))
         return
-    table = Table(show_header=False, box=None)
-    for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region"):
-        table.add_row(key, str(item.get(key, "-")))
+    rows = [
+        (key, str(item.get(key) if item.get(key) is not None else "-"))
+        for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region")
+    ]
     price = item.get("hourly_price")
-    table.add_row("hourly price", f"${price}/h (catalog of {item.get('price_read_on')})" if price else "-")
-    table.add_row("started / ended", f"{item.get('started_at', '-')} / {item.get('ended_at', '-')}")
-    table.add_row("expires at", str(item.get("expires_at", "-")))
+    rows.append(("hourly price", f"${price}/h (catalog of {item.get('price_read_on')})" if price else "-"))
+    rows.append(("started / ended", f"{item.get('started_at') or '-'} / {item.get('ended_at') or '-'}"))
+    rows.append(("expires at", str(item.get("expires_at") or "-")))
     cost_usd = data["cost_usd"]
     cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
-    table.add_row("cost", cost)
+    rows.append(("cost", cost))
     if failure:
-        table.add_row("error", f"{failure.get('error')} (class {failure.get('failure_class')})")
-        table.add_row("FailureReason", str(item.get("failure_reason", "-")))
+        rows.append(("error", f"{failure.get('error')} (class {failure.get('failure_class')})"))
+        rows.append(("FailureReason", str(item.get("failure_reason") or "-")))
         if failure.get("diagnosis"):
-            table.add_row("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}")
+            rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
     evaluation = steps_done.get("smoke_eval")
     if evaluation:
-        table.add_row("eval", f"{evaluation.get('summary')} ({evaluation.get('report_markdown_uri')})")
-    for label, url in data["links"].items():
-        table.add_row(label.replace("_", " "), url)
-    console.print(table)
+        rows.append(("eval", str(evaluation.get("summary"))))
+        rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
+    rows += [(label.replace("_", " "), url) for label, url in data["links"].items()]
+    fields(rows)
     attempts = steps_done.get("attempts") or []
     if attempts:
         tries = Table(title="instance types tried before this one (capacity fallback)")
@@ -261,3 +287,36 @@ def teardown_cmd(
         from modeldrop.aws.registry import cost_so_far
 
         console.print(f"{record['deployment_id']} torn down; final cost ${cost_so_far(record) or 0:.2f}")
+
+
+@app.command("doctor")
+def doctor_cmd(
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    instance_type: Annotated[
+        str | None, typer.Option(help="the type whose quota to check (default: the stack's DefaultInstanceType)")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """What would make the first deploy fail, checked before it (read-only). Exit 0 all pass, 1 any fails.
+
+    The stack's outputs; the SageMaker execution role exists, trusts sagemaker.amazonaws.com and can
+    read the artifact bucket; the endpoint quota for the default instance type (0 on new accounts);
+    the default image in the region; the reaper's last run; the stack's alarms."""
+    json_mode(as_json)
+    from modeldrop.operate.doctor import run_checks
+
+    with aws_errors():
+        session = session_for(region)
+        checks = run_checks(session.client, stack, session.region_name, instance_type, dict(os.environ))
+    failed = any(c.status == "fail" for c in checks)
+    if as_json:
+        print(json.dumps({"ok": not failed, "checks": [c.model_dump() for c in checks]}))
+    else:
+        marks = {"ok": "[green]ok  [/]", "warn": "[yellow]warn[/]", "fail": "[red]FAIL[/]"}
+        for c in checks:
+            console.print(f"{marks[c.status]} {escape(c.name)}: {escape(c.detail)}")
+            if c.fix and c.status != "ok":
+                console.print(f"     fix: {escape(c.fix)}", soft_wrap=True)
+        console.print("[bold green]ready to deploy[/]" if not failed else "[bold red]the first deploy would fail[/]")
+    raise typer.Exit(1 if failed else 0)

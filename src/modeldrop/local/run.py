@@ -45,7 +45,7 @@ def _artifact_file(artifact: Path | None, workdir: Path) -> Path:
     import gzip
     import shutil
 
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes, write_checkpoint
+    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
 
     if artifact is not None and artifact.is_file() and artifact.name.endswith((".tar.gz", ".tgz")):
         return artifact
@@ -54,7 +54,7 @@ def _artifact_file(artifact: Path | None, workdir: Path) -> Path:
         with artifact.open("rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
             shutil.copyfileobj(src, dst, 1024 * 1024)
     else:
-        packed.write_bytes(tar_gz_bytes(artifact or write_checkpoint(workdir / "sample")))
+        write_tar_gz(artifact or write_checkpoint(workdir / "sample"), packed)
     return packed
 
 

@@ -134,3 +134,12 @@ def tar_gz_bytes(directory: Path) -> bytes:
         for path in sorted(directory.rglob("*")):
             tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
     return buffer.getvalue()
+
+
+def write_tar_gz(directory: Path, out: Path, compresslevel: int = 1) -> Path:
+    """DIRECTORY packed into OUT as it is read: a multi-GB checkpoint never sits in memory. Level 1:
+    safetensors weights barely compress, and packing is on the path of every local run."""
+    with tarfile.open(out, mode="w:gz", compresslevel=compresslevel) as tar:
+        for path in sorted(directory.rglob("*")):
+            tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
+    return out

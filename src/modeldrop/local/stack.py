@@ -321,7 +321,7 @@ LOCAL_PARAMETERS = {
 }
 
 # The emulated account may run this many instances of each type as endpoints.
-LOCAL_ENDPOINT_QUOTA = 2.0
+LOCAL_ENDPOINT_QUOTA = 8.0
 
 LOCAL_ENV = {
     "AWS_REGION": REGION,

@@ -665,12 +665,24 @@ def teardown_pass(
         progress.done = not progress.left_behind
     if not progress.done and now >= clock.parse_iso(deadline):
         progress.gave_up = True
-    if table is not None and (progress.done or progress.gave_up) and final:
-        fields: dict[str, Any] = {"ended_at": clock.iso(now)}
-        if progress.gave_up:
-            fields["reaper_retry"] = True  # the reaper treats the record as released and retries
-        registry.record_step(table, deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
+    if table is not None and final:
+        _record_teardown(table, deployment_id, progress, now)
     return progress
+
+
+def _record_teardown(table: Any, deployment_id: str, progress: TeardownProgress, now: datetime) -> None:
+    """The loop's passes as one teardown step: what every pass so far deleted, in order."""
+    item = registry.get(table, deployment_id)
+    earlier = (registry.decoded(item)["steps"].get("teardown") or {}) if item else {}
+    if earlier.get("deadline_at") == progress.deadline_at:
+        progress.deleted = [*earlier.get("deleted", []), *progress.deleted]
+        progress.already_gone = [g for g in progress.already_gone if g not in progress.deleted]
+    fields: dict[str, Any] = {}
+    if progress.done or progress.gave_up:
+        fields["ended_at"] = clock.iso(now)
+    if progress.gave_up:
+        fields["reaper_retry"] = True  # the reaper treats the record as released and retries
+    registry.record_step(table, deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
 
 
 def _endpoint_pass(sm: Any, deployment_id: str, name: str, progress: TeardownProgress) -> bool:

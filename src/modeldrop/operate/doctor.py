@@ -1,0 +1,278 @@
+"""`modeldrop doctor`: what would make the first deploy fail, checked before it (read-only).
+
+Each check is one line: passed or not, what was seen, and the fix. The source lab's first deploys
+failed on exactly these: an execution role that trusted only Bedrock (SageMaker could not assume
+it), a quota of 0 for the default instance type on a new account, and an image not in the region.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any, Literal
+
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import BaseModel
+
+from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
+from modeldrop.contracts import clock
+from modeldrop.contracts.errors import ImageUnresolvable
+from modeldrop.serving.image import resolve_image
+
+SAGEMAKER = "sagemaker.amazonaws.com"
+REQUIRED_OUTPUTS = ("StateMachineArn", "DeploymentsTableName", "ArtifactBucketName", "EventBusName")
+
+
+class Check(BaseModel):
+    name: str
+    status: Literal["ok", "fail", "warn"]
+    detail: str
+    fix: str = ""
+
+
+class StackView(BaseModel):
+    """What doctor reads from the stack: its parameters, outputs and a few physical names."""
+
+    stack_name: str
+    region: str
+    parameters: dict[str, str]
+    outputs: dict[str, str]
+    resources: dict[str, str]  # logical id -> physical id
+
+
+def read_stack(cfn: Any, stack_name: str, region: str) -> StackView:
+    stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
+    resources: dict[str, str] = {}
+    kwargs: dict[str, Any] = {"StackName": stack_name}
+    while True:
+        page = cfn.list_stack_resources(**kwargs)
+        for res in page.get("StackResourceSummaries", []):
+            resources[res["LogicalResourceId"]] = res.get("PhysicalResourceId", "")
+        if not page.get("NextToken"):
+            break
+        kwargs["NextToken"] = page["NextToken"]
+    return StackView(
+        stack_name=stack_name,
+        region=region,
+        parameters={p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])},
+        outputs={o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])},
+        resources=resources,
+    )
+
+
+def check_outputs(view: StackView) -> Check:
+    missing = [k for k in REQUIRED_OUTPUTS if k not in view.outputs]
+    if missing:
+        return Check(
+            name="stack outputs",
+            status="fail",
+            detail=f"{view.stack_name} lacks {', '.join(missing)}",
+            fix="is this a modeldrop stack? redeploy it with `sam deploy`",
+        )
+    return Check(name="stack outputs", status="ok", detail=f"{view.stack_name}: {len(view.outputs)} outputs")
+
+
+def _trusted_services(document: Any) -> set[str]:
+    if isinstance(document, str):
+        document = json.loads(urllib.parse.unquote(document))
+    services: set[str] = set()
+    statements = document.get("Statement", [])
+    for statement in statements if isinstance(statements, list) else [statements]:
+        actions = statement.get("Action", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        if statement.get("Effect") != "Allow" or not any(a in ("sts:AssumeRole", "sts:*", "*") for a in actions):
+            continue
+        principal = statement.get("Principal", {})
+        service = principal.get("Service", []) if isinstance(principal, dict) else []
+        services.update([service] if isinstance(service, str) else service)
+    return services
+
+
+def check_role_trust(iam: Any, role_arn: str) -> Check:
+    name = role_arn.rsplit("/", 1)[-1]
+    try:
+        role = iam.get_role(RoleName=name)["Role"]
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        if code == "NoSuchEntity":
+            return Check(
+                name="SageMaker execution role",
+                status="fail",
+                detail=f"{role_arn} does not exist",
+                fix="create a role that trusts sagemaker.amazonaws.com and redeploy with SageMakerExecutionRoleArn",
+            )
+        return Check(name="SageMaker execution role", status="warn", detail=f"could not read {name}: {code}")
+    trusted = _trusted_services(role.get("AssumeRolePolicyDocument", {}))
+    if SAGEMAKER not in trusted:
+        seen = ", ".join(sorted(trusted)) or "no service"
+        return Check(
+            name="SageMaker execution role",
+            status="fail",
+            detail=f"{name} trusts {seen}, not {SAGEMAKER}: SageMaker cannot assume it",
+            fix=(
+                f"aws iam update-assume-role-policy --role-name {name} --policy-document "
+                '\'{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":'
+                '"sagemaker.amazonaws.com"},"Action":"sts:AssumeRole"}]}\''
+            ),
+        )
+    return Check(name="SageMaker execution role", status="ok", detail=f"{name} trusts {SAGEMAKER}")
+
+
+def check_role_reads_bucket(iam: Any, role_arn: str, bucket: str | None) -> Check:
+    if not bucket:
+        return Check(name="role reads the artifact bucket", status="warn", detail="the stack names no artifact bucket")
+    try:
+        results = iam.simulate_principal_policy(
+            PolicySourceArn=role_arn,
+            ActionNames=["s3:GetObject", "s3:ListBucket"],
+            ResourceArns=[f"arn:aws:s3:::{bucket}/*", f"arn:aws:s3:::{bucket}"],
+        )["EvaluationResults"]
+    except (ClientError, BotoCoreError, NotImplementedError) as exc:
+        return Check(
+            name="role reads the artifact bucket",
+            status="warn",
+            detail=f"could not simulate the role's policy ({type(exc).__name__})",
+            fix=f"make sure {role_arn.rsplit('/', 1)[-1]} may s3:GetObject and s3:ListBucket on {bucket}",
+        )
+    denied = sorted({r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"})
+    if denied:
+        return Check(
+            name="role reads the artifact bucket",
+            status="fail",
+            detail=f"the role may not {', '.join(denied)} on {bucket}",
+            fix=f"attach a policy allowing s3:GetObject on arn:aws:s3:::{bucket}/* and s3:ListBucket on the bucket",
+        )
+    return Check(
+        name="role reads the artifact bucket", status="ok", detail=f"s3:GetObject and s3:ListBucket on {bucket}"
+    )
+
+
+def check_quota(quotas: Any, sm: Any, instance_type: str) -> Check:
+    name = f"endpoint quota for {instance_type}"
+    try:
+        found = find_quota(quotas, instance_type)
+    except ClientError as exc:
+        return Check(name=name, status="warn", detail=f"Service Quotas not readable: {exc.response['Error']['Code']}")
+    if found is None:
+        return Check(name=name, status="warn", detail=f"Service Quotas lists no '{instance_type} for endpoint usage'")
+    code, value = found
+    in_use, using = instances_in_use(sm, instance_type)
+    increase = (
+        f"aws service-quotas request-service-quota-increase --service-code sagemaker --quota-code {code} "
+        f"--desired-value {max(1, in_use + 1)}"
+    )
+    if value < 1:
+        return Check(
+            name=name, status="fail", detail=f"the quota is {value:g} ({code}): no endpoint can start", fix=increase
+        )
+    if in_use >= value:
+        return Check(
+            name=name,
+            status="warn",
+            detail=f"all {value:g} in use ({', '.join(using)}): a deployment would wait or fail with QuotaExceeded",
+            fix=increase + ", or use quota_wait_minutes / instance_types",
+        )
+    return Check(name=name, status="ok", detail=f"{value:g} ({code}), {in_use} in use")
+
+
+def check_image(engine: str, region: str, env: dict[str, str]) -> Check:
+    try:
+        choice = resolve_image(engine, region, env, None)  # type: ignore[arg-type]
+    except ImageUnresolvable as exc:
+        return Check(name=f"{engine} image in {region}", status="fail", detail=exc.message, fix=exc.hint)
+    return Check(name=f"{engine} image in {region}", status="ok", detail=choice.image_uri)
+
+
+def check_reaper(logs: Any, function_name: str | None, period_minutes: int, now: datetime | None = None) -> Check:
+    if not function_name:
+        return Check(name="reaper", status="warn", detail="the stack has no ReaperFunction resource")
+    group = f"/aws/lambda/{function_name}"
+    try:
+        streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True, limit=1)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ResourceNotFoundException":
+            return Check(
+                name="reaper",
+                status="fail",
+                detail=f"{function_name} has never run (no log group {group})",
+                fix="check the stack's reaper schedule rule is enabled",
+            )
+        return Check(name="reaper", status="warn", detail=f"could not read {group}: {exc.response['Error']['Code']}")
+    last_ms = max((s.get("lastEventTimestamp") or 0 for s in streams.get("logStreams", [])), default=0)
+    if not last_ms:
+        return Check(name="reaper", status="fail", detail=f"{function_name} has never logged a run")
+    now = now or clock.utcnow()
+    minutes_ago = (now.timestamp() * 1000 - last_ms) / 60000
+    if minutes_ago > 3 * period_minutes:
+        return Check(
+            name="reaper",
+            status="fail",
+            detail=f"last ran {minutes_ago:.0f} min ago, every {period_minutes} min expected",
+            fix="check the reaper's schedule rule and its errors in CloudWatch",
+        )
+    return Check(name="reaper", status="ok", detail=f"last ran {minutes_ago:.0f} min ago")
+
+
+def check_alarms(cloudwatch: Any, names: list[str]) -> Check:
+    if not names:
+        return Check(name="alarms", status="warn", detail="the stack lists no alarms")
+    alarms = cloudwatch.describe_alarms(AlarmNames=names).get("MetricAlarms", [])
+    firing = [a["AlarmName"] for a in alarms if a.get("StateValue") == "ALARM"]
+    if firing:
+        return Check(
+            name="alarms",
+            status="fail",
+            detail=f"in ALARM: {', '.join(firing)}",
+            fix="`modeldrop list` and the dashboard say which deployment; the reaper's logs say why",
+        )
+    return Check(name="alarms", status="ok", detail=f"{len(alarms)} alarms, none firing")
+
+
+def run_checks(
+    client: Callable[[str], Any],
+    stack_name: str,
+    region: str,
+    instance_type: str | None = None,
+    env: dict[str, str] | None = None,
+) -> list[Check]:
+    """Every check, in the order a first deploy meets them; CLIENT(service) gives a boto3 client."""
+    try:
+        view = read_stack(client("cloudformation"), stack_name, region)
+    except ClientError as exc:
+        return [
+            Check(
+                name="stack",
+                status="fail",
+                detail=f"{stack_name} in {region}: {exc.response['Error'].get('Message', exc)}",
+                fix="pass --stack NAME / --region; `sam deploy` prints the name",
+            )
+        ]
+    checks = [check_outputs(view)]
+    role = view.parameters.get("SageMakerExecutionRoleArn", "")
+    if role:
+        iam = client("iam")
+        checks.append(check_role_trust(iam, role))
+        checks.append(check_role_reads_bucket(iam, role, view.outputs.get("ArtifactBucketName")))
+    else:
+        checks.append(Check(name="SageMaker execution role", status="fail", detail="the stack has no role parameter"))
+    default_type = instance_type or view.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge"
+    checks.append(check_quota(client("service-quotas"), client("sagemaker"), default_type))
+    engine = view.parameters.get("DefaultEngine") or "vllm"
+    image_env = {
+        key: view.parameters.get(param, "")
+        for key, param in (
+            ("VLLM_IMAGE_URI", "VllmImageUri"),
+            ("SGLANG_IMAGE_URI", "SglangImageUri"),
+            ("LMI_IMAGE_URI", "LmiImageUri"),
+            ("LMI_VERSION", "LmiVersion"),
+        )
+        if view.parameters.get(param)
+    }
+    checks.append(check_image(engine, region, {**image_env, **(env or {})}))
+    period = int(view.parameters.get("ReaperPeriodMinutes") or 15)
+    checks.append(check_reaper(client("logs"), view.resources.get("ReaperFunction"), period))
+    alarms = [v for k, v in view.resources.items() if k.endswith("Alarm")]
+    checks.append(check_alarms(client("cloudwatch"), alarms))
+    return checks

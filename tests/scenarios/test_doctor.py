@@ -1,0 +1,127 @@
+"""`modeldrop doctor` against the emulator: moto IAM, Service Quotas, CloudFormation, Logs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import boto3
+import pytest
+from typer.testing import CliRunner
+
+from modeldrop.cli import app
+
+REGION = "us-east-1"
+BUCKET = "team-artifacts-doctor"
+
+
+def _trust(service: str) -> str:
+    statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+@pytest.fixture
+def account() -> Iterator[Any]:
+    from moto import mock_aws
+
+    from modeldrop.local import moto_shims
+
+    moto_shims.install()
+    with mock_aws():
+        moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 2.0})
+        boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
+        yield lambda service: boto3.client(service, region_name=REGION)
+    moto_shims.set_endpoint_quotas({})
+
+
+def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
+    iam = client("iam")
+    arn = iam.create_role(RoleName="team-sagemaker", AssumeRolePolicyDocument=_trust(role_service))["Role"]["Arn"]
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    iam.put_role_policy(RoleName="team-sagemaker", PolicyName="read", PolicyDocument=json.dumps(policy))
+    outputs = {
+        "StateMachineArn": "arn:sm",
+        "DeploymentsTableName": "t",
+        "ArtifactBucketName": BUCKET,
+        "EventBusName": "b",
+    }
+    template = {
+        "Parameters": {"SageMakerExecutionRoleArn": {"Type": "String"}, "DefaultInstanceType": {"Type": "String"}},
+        "Resources": {"ReaperFunction": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    client("cloudformation").create_stack(
+        StackName="modeldrop",
+        TemplateBody=json.dumps(template),
+        Parameters=[
+            {"ParameterKey": "SageMakerExecutionRoleArn", "ParameterValue": arn},
+            {"ParameterKey": "DefaultInstanceType", "ParameterValue": "ml.g6.2xlarge"},
+        ],
+    )
+    if reaper_ran:
+        reaper = client("cloudformation").describe_stack_resource(
+            StackName="modeldrop", LogicalResourceId="ReaperFunction"
+        )
+        group = f"/aws/lambda/{reaper['StackResourceDetail']['PhysicalResourceId']}"
+        logs = client("logs")
+        logs.create_log_group(logGroupName=group)
+        logs.create_log_stream(logGroupName=group, logStreamName="s")
+        import time
+
+        logs.put_log_events(
+            logGroupName=group, logStreamName="s", logEvents=[{"timestamp": int(time.time() * 1000), "message": "ran"}]
+        )
+
+
+def _doctor(*extra: str) -> tuple[int, dict[str, Any]]:
+    result = CliRunner().invoke(app, ["doctor", "--stack", "modeldrop", "--region", REGION, "--json", *extra])
+    return result.exit_code, json.loads(result.output)
+
+
+def _by_name(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in data["checks"]}
+
+
+def test_a_healthy_account_passes(account: Any) -> None:
+    _stack(account, "sagemaker.amazonaws.com")
+    code, data = _doctor()
+    checks = _by_name(data)
+    assert code == 0 and data["ok"], data
+    assert checks["SageMaker execution role"]["status"] == "ok"
+    assert checks["endpoint quota for ml.g6.2xlarge"]["status"] == "ok"
+    assert checks["vllm image in us-east-1"]["detail"].startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:")
+    assert checks["reaper"]["status"] == "ok"
+
+
+def test_a_role_that_trusts_only_bedrock_fails_with_the_fix(account: Any) -> None:
+    _stack(account, "bedrock.amazonaws.com")
+    code, data = _doctor()
+    role = _by_name(data)["SageMaker execution role"]
+    assert code == 1 and role["status"] == "fail"
+    assert "bedrock.amazonaws.com" in role["detail"] and "update-assume-role-policy" in role["fix"]
+    assert "sagemaker.amazonaws.com" in role["fix"]
+
+
+def test_a_quota_of_zero_fails_with_the_increase_command(account: Any) -> None:
+    from modeldrop.local import moto_shims
+
+    _stack(account, "sagemaker.amazonaws.com")
+    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 0)
+    code, data = _doctor()
+    quota = _by_name(data)["endpoint quota for ml.g6.2xlarge"]
+    assert code == 1 and quota["status"] == "fail" and "is 0" in quota["detail"]
+    assert quota["fix"].startswith("aws service-quotas request-service-quota-increase --service-code sagemaker")
+
+
+def test_a_reaper_that_never_ran_and_a_missing_stack_fail(account: Any) -> None:
+    _stack(account, "sagemaker.amazonaws.com", reaper_ran=False)
+    code, data = _doctor()
+    assert code == 1 and _by_name(data)["reaper"]["status"] == "fail"
+    result = CliRunner().invoke(app, ["doctor", "--stack", "nope", "--region", REGION, "--json"])
+    assert result.exit_code == 1 and json.loads(result.output)["checks"][0]["name"] == "stack"
+
+
+def test_doctor_help_exists() -> None:
+    result = CliRunner().invoke(app, ["doctor", "--help"])
+    assert result.exit_code == 0 and "sagemaker.amazonaws.com" in result.output and "quota" in result.output
