@@ -414,8 +414,7 @@ def definition() -> dict[str, Any]:
     s["ReleaseGaveUp"] = {
         "Type": "Pass",
         "Comment": (
-            "The failed attempt's endpoint could not be deleted in time: no new one under its name; the reaper "
-            "retries."
+            "The failed attempt's endpoint could not be deleted in time: no new one under its name; the reaper retries."
         ),
         "Assign": {
             "failure": {

@@ -158,7 +158,7 @@ def _default_sigint() -> None:
         ("ValidateCheckpoint", signal.SIGINT),  # before any endpoint exists
         ("CreateEndpoint", signal.SIGTERM),  # the endpoint process is starting
         ("PollEndpoint", signal.SIGINT),  # the endpoint is loading (slow-start keeps it so)
-        ("(task failed)", signal.SIGINT),  # the run is already failing the slow start
+        ("failed: EndpointFailed", signal.SIGINT),  # the run is already failing the slow start
     ],
 )
 def test_ctrl_c_or_sigterm_at_a_known_point_stops_every_endpoint_process(after_line: str, sig: int) -> None:
@@ -334,3 +334,28 @@ def test_a_reupload_after_validation_does_not_reach_the_endpoint() -> None:
     assert data["status"] == "succeeded" and data["leftover_resources"] == []
     assert record["served_uri"].endswith(f"modeldrop-served/{data['deployment_id']}/model.tar.gz")
     assert record["artifact_version"] and record["served_uri"] in data["deleted_at_exit"]
+
+
+def test_plan_at_80_columns_under_a_pty_prints_the_whole_image_uri() -> None:
+    import pty
+    import re
+
+    fixture = str(ROOT / "tests" / "fixtures" / "gemma4-text-dense")
+    uri = json.loads(_run("plan", fixture, "--region", "us-east-1", "--json").stdout)["image"]
+    master, slave = pty.openpty()
+    env = {**os.environ, "COLUMNS": "80", "TERM": "xterm"}
+    proc = subprocess.Popen([*MODELDROP, "plan", fixture, "--region", "us-east-1"], stdout=slave, stderr=slave, env=env)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(master)
+    assert proc.wait(timeout=60) == 0
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace")).replace("\r", "")
+    assert uri in text and "…" not in text, text

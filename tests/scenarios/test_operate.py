@@ -43,7 +43,9 @@ def _cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 
 
-def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) -> None:
+def test_deploy_wait_list_status_extend_teardown(
+    deployed: Any, archive: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
     stack = deployed
     sqs, url = subscribe(stack, (ROOT / "events" / "modeldrop-events.rule.json").read_text())
     stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/7/weights.tar.gz", Body=archive)
@@ -66,6 +68,17 @@ def test_deploy_wait_list_status_extend_teardown(deployed: Any, archive: bytes) 
     assert status["deployment_id"] == deployment_id and status["price_read_on"]
     assert status["links"]["endpoint_logs"].endswith(f"$252Faws$252Fsagemaker$252FEndpoints$252F{endpoint}")
     assert status["links"]["execution"].endswith(f":execution:{STACK}-deployment:{run['execution_arn'].split(':')[-1]}")
+    # At 80 columns the ids, the endpoint name and both console links are printed whole.
+    from modeldrop.cli import _shared
+
+    monkeypatch.setattr(_shared.console, "width", 80)
+    narrow = _cli("list", *REGION).output
+    assert deployment_id in narrow and endpoint in narrow and "…" not in narrow, narrow
+    narrow = _cli("status", deployment_id, *REGION).output
+    assert deployment_id in narrow and endpoint in narrow and "None" not in narrow, narrow
+    for url in status["links"].values():
+        assert url in narrow, url
+    monkeypatch.undo()
 
     before = clock.utcnow().replace(microsecond=0) + timedelta(hours=6)
     extended = _cli("extend", deployment_id, "--ttl", "6h", *REGION)

@@ -7,7 +7,6 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-
 from conftest import create_endpoint
 
 from modeldrop.aws.sagemaker_resources import tags_for

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
@@ -147,3 +150,29 @@ def test_the_deadline_comes_from_the_plan_capped_by_the_stack() -> None:
         "capped": False,
     }
     assert deploy_deadline(plan, 1800)["seconds"] == 1800 and deploy_deadline(plan, 1800)["capped"]
+
+
+def test_a_multimodal_checkpoint_gets_one_image_per_prompt_where_the_engine_has_the_key() -> None:
+    """As the source project serves Gemma-4 multimodal; SGLang has no such flag, and a text model none."""
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
+    from modeldrop.serving.plan import plan_serving, shape_from
+
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    mm = validate_scan(scan_source(str(fixtures / "gemma4-mm-kvshared-base"))).summary()
+    text = validate_scan(scan_source(str(fixtures / "gemma4-text-dense"))).summary()
+    assert mm.modalities == ["image", "audio"] and text.modalities == []
+
+    def env(summary: Any, engine: Any, **kw: Any) -> dict[str, str]:
+        plan = plan_serving(
+            engine, shape_from(summary), "ml.g6.2xlarge", "us-east-1", modalities=summary.modalities, **kw
+        )
+        return plan.env
+
+    assert env(mm, "vllm")["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"image":1}'
+    assert env(mm, "lmi")["OPTION_LIMIT_MM_PER_PROMPT"] == '{"image":1}'
+    assert not any("LIMIT_MM" in k for k in env(mm, "sglang"))
+    assert not any("LIMIT_MM" in k for k in env(text, "vllm"))
+    # The user's own value wins.
+    own = env(mm, "vllm", passthrough={"SM_VLLM_LIMIT_MM_PER_PROMPT": '{"image":4}'})
+    assert own["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"image":4}'

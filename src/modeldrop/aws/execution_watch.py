@@ -21,6 +21,8 @@ class _Tracker:
         self.entered: dict[str, datetime] = {}
         self.states: list[StateRun] = []
         self.on_state = on_state
+        self.failed: str | None = None  # the current task's last error, until it succeeds
+        self.retries = 0
 
     def emit(self, state: StateRun) -> None:
         self.states.append(state)
@@ -31,13 +33,23 @@ class _Tracker:
         kind = event["type"]
         if kind.endswith("StateEntered"):
             self.entered[event["stateEnteredEventDetails"]["name"]] = event["timestamp"]
+            self.failed, self.retries = None, 0
+        elif kind == "TaskFailed":
+            self.failed = event.get("taskFailedEventDetails", {}).get("error", "?")
+            self.retries += 1
+        elif kind == "TaskSucceeded":
+            self.failed = None
         elif kind.endswith("StateExited"):
             name = event["stateExitedEventDetails"]["name"]
             seconds = (event["timestamp"] - self.entered.get(name, event["timestamp"])).total_seconds()
-            self.emit(StateRun(name=name, outcome="ok", seconds=round(seconds, 3)))
-        elif kind == "TaskFailed" and self.on_state:
-            details = event.get("taskFailedEventDetails", {})
-            self.on_state(StateRun(name="  (task failed)", outcome=details.get("error", "?"), seconds=0.0))
+            # A task that failed and exits without succeeding was caught: never "ok".
+            if self.failed:
+                outcome = f"failed: {self.failed}"
+            elif self.retries:
+                outcome = f"ok after {self.retries} {'retry' if self.retries == 1 else 'retries'}"
+            else:
+                outcome = "ok"
+            self.emit(StateRun(name=name, outcome=outcome, seconds=round(seconds, 3)))
 
     def close(self, desc: dict[str, Any]) -> None:
         # Fail states have no exit event: show where the execution ended.

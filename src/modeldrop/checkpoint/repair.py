@@ -276,11 +276,11 @@ def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairRes
             "pass the checkpoint this model was fine-tuned from, saved with the same tensor naming",
         )
     if not comparison.missing:
-        raise RequestInvalid(f"{source} lacks no tensor of {base}: nothing to repair")
+        raise RequestInvalid(f"{source} lacks no tensor of {base}: nothing to repair", "")
     if comparison.missing_bytes > MAX_RESTORED_BYTES:
-        raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory")
+        raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory", "")
     if RESTORED_SHARD in fine_scan.files:
-        raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before")
+        raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before", "")
     restored = _read_base_tensors(base, base_scan, comparison.missing, s3)
     extra = {
         RESTORED_SHARD: encode_safetensors(restored, {"format": "pt", "modeldrop": f"restored from {base}"}),

@@ -52,6 +52,8 @@ class ValidationReport(BaseModel):
     findings: list[Finding]
     base: BaseComparison | None = None
     requests: int = 0
+    # Media the model takes besides text (its config has a vision_config / audio_config).
+    modalities: list[str] = Field(default_factory=list)
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
         """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""
@@ -276,7 +278,18 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
     if comparison is not None:
         findings += base_findings(comparison, scan.source)
     total_bytes = sum(scan.files.values())
+    # A media encoder's config, or the token that stands for its input in the prompt.
+    media = {
+        "image": ("vision_config", "image_token_id", "image_token_index"),
+        "audio": ("audio_config", "audio_token_id"),
+    }
+    modalities = [
+        m
+        for m, (encoder, *tokens) in media.items()
+        if isinstance(config.get(encoder), dict) or any(config.get(t) is not None for t in tokens)
+    ]
     return ValidationReport(
+        modalities=modalities,
         deployable=not any(f.severity == "error" for f in findings),
         source=scan.source,
         format=scan.format,

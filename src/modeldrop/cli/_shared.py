@@ -159,3 +159,41 @@ def fields(rows: list[tuple[str, str]], pad: int | None = None) -> None:
         console.print(f"[bold]{escape(key):<{width}}[/]  {escape(lines[0])}", soft_wrap=True, highlight=False)
         for line in lines[1:]:
             console.print(" " * (width + 2) + escape(line), soft_wrap=True, highlight=False)
+
+
+def pairs(option: str, items: list[str] | None) -> dict[str, str]:
+    """Repeated KEY=VALUE options as a dict."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            fail(f"{option} {item!r} is not KEY=VALUE")
+        out[key] = value
+    return out
+
+
+def request_fields(
+    max_num_seqs: int | None,
+    max_model_len: int | None,
+    env: list[str] | None,
+    force: bool,
+    secrets: list[str] | None,
+    max_truncated: int | None,
+    max_errors: int | None,
+) -> dict[str, Any]:
+    """The plan's knobs as DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
+    out: dict[str, Any] = {}
+    if max_num_seqs is not None:
+        out["max_num_seqs"] = max_num_seqs
+    if max_model_len is not None:
+        out["max_model_len"] = max_model_len
+    if env:
+        out["engine_env"] = pairs("--env", env)
+    if force:
+        out["force_plan"] = True
+    if secrets:
+        out["secrets"] = pairs("--secret", secrets)
+    thresholds = {k: v for k, v in (("max_truncated", max_truncated), ("max_errors", max_errors)) if v is not None}
+    if thresholds:
+        out["eval_thresholds"] = thresholds
+    return out

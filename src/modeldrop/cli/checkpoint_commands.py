@@ -33,6 +33,14 @@ def validate_cmd(
             report = validate_scan(scan_source(source), scan_source(base) if base else None)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
+    codes = {f.code for f in report.findings}
+    if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
+        # Nothing of a model at all: one line, not ten findings about what is missing.
+        console.print(
+            escape(f"{printable(str(source))}: not a checkpoint (no config.json and no *.safetensors weights)"),
+            highlight=False,
+        )
+        raise typer.Exit(1)
     if as_json:
         print(report.model_dump_json(indent=2))
     else:

@@ -11,27 +11,39 @@ from rich.table import Table
 from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode, session_for
 
 
+def _num(value: Any) -> str:
+    return "-" if value is None else str(value)
+
+
 def eval_table(report: Any) -> None:
+    """One row per case; on a narrow terminal the secondary columns go, and each case's detail is
+    printed under the table rather than folded one word per line."""
+    wide = console.width >= 140
     table = Table(title=f"smoke eval on {report.endpoint_name} (max_model_len {report.max_model_len})")
-    for col in ("case", "outcome", "finish", "tokens", "max_tokens", "TTFT s", "latency s", "tok/s", "detail"):
-        table.add_column(col)
+    columns = ["case", "outcome", "finish", "tokens", "TTFT s"]
+    if wide:
+        columns[4:4] = ["max_tokens"]
+        columns += ["latency s", "tok/s", "detail"]
+    for col in columns:
+        table.add_column(col, no_wrap=col in ("case", "outcome"))
     for c in report.cases:
         colour = "green" if c.outcome == "pass" else "red"
-        table.add_row(
-            c.id,
-            f"[{colour}]{c.outcome}[/]",
-            c.finish_reason or "-",
-            str(c.completion_tokens if c.completion_tokens is not None else "-"),
-            f"{c.max_tokens if c.max_tokens is not None else '-'} ({c.max_tokens_source})",
-            str(c.ttft_s if c.ttft_s is not None else "-"),
-            str(c.latency_s if c.latency_s is not None else "-"),
-            str(c.tokens_per_s if c.tokens_per_s is not None else "-"),
-            c.detail,
-        )
+        cells = [c.id, f"[{colour}]{c.outcome}[/]", c.finish_reason or "-", _num(c.completion_tokens)]
+        if wide:
+            cells.append(f"{_num(c.max_tokens)} ({c.max_tokens_source})")
+        cells.append(_num(c.ttft_s))
+        if wide:
+            cells += [_num(c.latency_s), _num(c.tokens_per_s), c.detail]
+        table.add_row(*cells)
     console.print(table)
+    if not wide:
+        for c in report.cases:
+            if c.detail:
+                console.print(f"  {c.id}: {c.detail}", markup=False)
     console.print(
-        f"  p50/p90: TTFT {report.ttft_s.p50}/{report.ttft_s.p90} s, latency {report.latency_s.p50}/"
-        f"{report.latency_s.p90} s, {report.tokens_per_s.p50}/{report.tokens_per_s.p90} tokens/s"
+        f"  p50/p90: TTFT {_num(report.ttft_s.p50)}/{_num(report.ttft_s.p90)} s, latency "
+        f"{_num(report.latency_s.p50)}/{_num(report.latency_s.p90)} s, "
+        f"{_num(report.tokens_per_s.p50)}/{_num(report.tokens_per_s.p90)} tokens/s"
     )
     for fix in report.fixes:
         console.print(f"  fix: {fix}")

@@ -7,11 +7,32 @@ from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
-from modeldrop.cli._shared import app, console, err, fail, instance_choice, json_mode, minutes
+from modeldrop.cli._shared import (
+    app,
+    console,
+    err,
+    fail,
+    fields,
+    instance_choice,
+    json_mode,
+    minutes,
+    request_fields,
+)
 from modeldrop.cli.eval_commands import eval_table
 from modeldrop.local.hosting import FAULTS
+
+LOOP_STATES = {
+    "WaitForEndpoint",
+    "PollEndpoint",
+    "EndpointInService",
+    "WaitForQuota",
+    "CreateEndpoint",
+    "EndpointCreated",
+    "Teardown",
+    "TeardownDone",
+    "WaitForTeardown",
+}
 
 
 @app.command("run-local")
@@ -39,11 +60,25 @@ def run_local_cmd(
     max_hourly_price: Annotated[
         float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
     ] = None,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")
+    ] = None,
+    max_model_len: Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="deploy even when the memory plan predicts a CUDA OOM")] = False,
+    secret: Annotated[
+        list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")
+    ] = None,
+    max_truncated: Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")] = None,
+    max_errors: Annotated[int | None, typer.Option(min=0, help="eval cases that may error")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
+    request.update(request_fields(max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors))
     waited = minutes("--quota-wait", quota_wait)
     if waited is not None:
         request["quota_wait_minutes"] = waited
@@ -70,12 +105,25 @@ def run_local_cmd(
         "  S3 put -> EventBridge -> starter -> Step Functions (moto)",
     ]
 
+    last: dict[str, str] = {}
+    repeated: dict[str, int] = {}
+
     def show(state: Any) -> None:
         if as_json:
             return
         while banner:  # once the run is really under way
             console.print(banner.pop(0))
-        mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
+        # A wait loop (polling a Creating endpoint, a quota, a teardown) prints each state once, then
+        # one line saying how often it went round -- not sixty identical lines.
+        if state.name in LOOP_STATES and last.get(state.name) == state.outcome:
+            repeated[state.name] = repeated.get(state.name, 0) + 1
+            return
+        if repeated:
+            rounds = max(repeated.values())
+            console.print(f"  [dim]... {', '.join(repeated)} went round {rounds} more times[/]")
+            repeated.clear()
+        last[state.name] = state.outcome
+        mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{escape(state.outcome)}[/]"
         console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
 
     with interrupts.handled():
@@ -110,30 +158,40 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
 def _summary(result: Any) -> None:
     rec = result.record
     out = result.output or {}
-    table = Table(show_header=False, box=None)
-    table.add_row("deployment", str(result.deployment_id))
-    table.add_row("endpoint", str(rec.get("endpoint_name")))
-    table.add_row("image", str(out.get("image") or rec.get("image_uri")))
-    env = out.get("env") or (rec.get("steps", {}).get("build_env") or {}).get("env") or {}
-    table.add_row("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-")
-    memory = out.get("memory") or (rec.get("steps", {}).get("build_env") or {}).get("memory") or {}
+    rows: list[tuple[str, str]] = [
+        ("deployment", str(result.deployment_id)),
+        ("endpoint", str(rec.get("endpoint_name") or "-")),
+        ("instance", str(out.get("instance_type") or rec.get("instance_type") or "-")),
+        ("image", str(out.get("image") or rec.get("image_uri") or "-")),
+    ]
+    built = rec.get("steps", {}).get("build_env") or {}
+    env = out.get("env") or built.get("env") or {}
+    rows.append(("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"))
+    memory = out.get("memory") or built.get("memory") or {}
     if memory:
-        table.add_row(
-            "memory plan",
+        rows.append(
             (
+                "memory plan",
                 f"{memory.get('verdict')}: weights {memory.get('weights_gib')} GiB, "
                 f"KV {memory.get('kv_cache_gib')} GiB, headroom {memory.get('headroom_gib')} GiB "
-                f"on {memory.get('instance_type')}"
-            ),
+                f"on {memory.get('instance_type')}",
+            )
+        )
+    for attempt in rec.get("steps", {}).get("attempts") or []:
+        rows.append(
+            (
+                f"attempt {attempt.get('attempt')}",
+                f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
+            )
         )
     ev = result.eval or {}
     if ev:
-        table.add_row("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}")
-        table.add_row("eval report", str(ev.get("report_markdown_uri")))
+        rows.append(("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}"))
+        rows.append(("eval report", str(ev.get("report_markdown_uri"))))
     teardown = rec.get("steps", {}).get("teardown")
     if teardown:
-        table.add_row("deleted", ", ".join(teardown.get("deleted", [])) or "nothing was created")
-    console.print(table)
+        rows.append(("deleted", "\n".join(teardown.get("deleted", [])) or "nothing was created"))
+    fields(rows)
     if result.eval_report:
         from modeldrop.evaluation.smoke_eval import EvalReport
 

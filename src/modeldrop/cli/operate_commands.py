@@ -19,6 +19,7 @@ from modeldrop.cli._shared import (
     instance_choice,
     json_mode,
     minutes,
+    request_fields,
     session_for,
 )
 from modeldrop.contracts.errors import cause_message
@@ -66,7 +67,22 @@ def deploy_cmd(
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
-    wait: Annotated[bool, typer.Option("--wait", help="follow the execution and exit with its outcome")] = False,
+    max_num_seqs: Annotated[
+        int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")
+    ] = None,
+    max_model_len: Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")] = None,
+    env: Annotated[
+        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
+    ] = None,
+    force: Annotated[bool, typer.Option(help="deploy even when the memory plan predicts a CUDA OOM")] = False,
+    secret: Annotated[
+        list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")
+    ] = None,
+    max_truncated: Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")] = None,
+    max_errors: Annotated[int | None, typer.Option(min=0, help="eval cases that may error")] = None,
+    wait: Annotated[
+        bool, typer.Option("--wait/--no-wait", help="follow the execution and exit with its outcome (the default)")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
@@ -87,6 +103,7 @@ def deploy_cmd(
             "eval_set_uri": eval_set,
             "quota_wait_minutes": minutes("--quota-wait", quota_wait),
             "max_hourly_price": max_hourly_price,
+            **request_fields(max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors),
         }
         try:
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})

@@ -211,6 +211,7 @@ class ValidationSummary(BaseModel):
     # The pinned source version and the immutable copy of it that SageMaker is given.
     artifact_version: str | None = None
     served_uri: str | None = None
+    modalities: list[str] = Field(default_factory=list)
 
 
 class ImageChoice(BaseModel):

@@ -239,7 +239,10 @@ def evaluate_endpoint(
     """The smoke eval against any existing endpoint, with its max model length read from its container env."""
     found = endpoint_container_env(sm, endpoint_name)
     if found is None:
-        raise RequestInvalid(f"endpoint {endpoint_name} does not exist in this account and region")
+        raise RequestInvalid(
+            f"endpoint {endpoint_name} does not exist in this account and region",
+            "check the name (`modeldrop list`) and the region (--region)",
+        )
     status, env = found
     if status not in ("InService", "Updating"):
         raise RequestInvalid(f"endpoint {endpoint_name} is {status}, not InService", "wait for InService, then retry")

@@ -117,13 +117,15 @@ def parse_eval_set(text: str, source: str) -> list[EvalCase]:
                 f"{source} line {lineno}: {describe_validation(exc)}", "each line is a JSON object with id and messages"
             ) from None
         if case.id in seen:
-            raise RequestInvalid(f"{source} line {lineno}: case id {case.id!r} is used twice")
+            raise RequestInvalid(
+                f"{source} line {lineno}: case id {case.id!r} is used twice", "give every case its own id"
+            )
         if (case.checks.json_equals_reference or case.checks.min_similarity is not None) and case.reference is None:
             raise RequestInvalid(f"{source} line {lineno}: case {case.id!r} checks against a reference it lacks")
         seen.add(case.id)
         cases.append(case)
     if not cases:
-        raise RequestInvalid(f"{source} has no eval cases")
+        raise RequestInvalid(f"{source} has no eval cases", "one JSON object per line")
     return cases
 
 
@@ -141,11 +143,11 @@ def load_eval_set(source: str | None, s3: Any = None) -> list[EvalCase]:
         try:
             text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
         except Exception as exc:  # the eval set is user input: name it, whatever went wrong
-            raise RequestInvalid(f"cannot read eval set {source}: {exc}") from None
+            raise RequestInvalid(f"cannot read eval set {source}: {exc}", "") from None
     else:
         path = Path(source)
         if not path.is_file():
-            raise RequestInvalid(f"eval set {source}: no such file")
+            raise RequestInvalid(f"eval set {source}: no such file", "")
         text = path.read_text()
     return parse_eval_set(text, source)
 

@@ -236,6 +236,7 @@ def plan_for_type(
         max_position_embeddings=validation.max_position_embeddings,
         passthrough=req.engine_env,
         force=req.force_plan,
+        modalities=validation.modalities,
     )
 
 

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
 from modeldrop.contracts.models import Candidate, Engine, EnginePlan, Finding, ValidationSummary
-from modeldrop.serving.engine_env import MODEL_PATH, build_env, planned_keys
+from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.memory_plan import (
@@ -106,6 +106,7 @@ def plan_serving(
     max_position_embeddings: int | None = None,
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
+    modalities: Sequence[str] = (),
 ) -> EnginePlan:
     passthrough, max_num_seqs, max_model_len, fraction = _planned_from_raw_keys(
         engine, passthrough or {}, max_num_seqs, max_model_len
@@ -147,6 +148,12 @@ def plan_serving(
     }
     if engine != "lmi":  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
         settings["tensor_parallel_degree"] = tp
+    mm_key = KEYS[engine].get("limit_mm_per_prompt")
+    if "image" in modalities and mm_key and mm_key not in passthrough:
+        # As the source project serves Gemma-4 multimodal: one image per prompt bounds the encoder's
+        # memory; vLLM's default budgets for more. SGLang has no such key.
+        settings["limit_mm_per_prompt"] = {"image": 1}
+
     env = build_env(engine, settings, passthrough)
     download, startup = startup_timeouts(shape.weights_gib)
     if engine == "lmi":
@@ -254,6 +261,7 @@ def plan_report(
                 max_position_embeddings=validation.max_position_embeddings,
                 passthrough=passthrough,
                 force=forced,
+                modalities=validation.modalities,
             )
 
         if instance_types is not None:
