@@ -71,14 +71,14 @@ def test_deploy_wait_list_status_extend_teardown(
     # At 80 columns the ids, the endpoint name and both console links are printed whole.
     from modeldrop.cli import _shared
 
-    monkeypatch.setattr(_shared.console, "width", 80)
-    narrow = _cli("list", *REGION).output
-    assert deployment_id in narrow and endpoint in narrow and "…" not in narrow, narrow
-    narrow = _cli("status", deployment_id, *REGION).output
-    assert deployment_id in narrow and endpoint in narrow and "None" not in narrow, narrow
-    for url in status["links"].values():
-        assert url in narrow, url
-    monkeypatch.undo()
+    with monkeypatch.context() as narrow_terminal:
+        narrow_terminal.setattr(_shared.console, "width", 80)
+        narrow = _cli("list", *REGION).output
+        assert deployment_id in narrow and endpoint in narrow and "…" not in narrow, narrow
+        narrow = _cli("status", deployment_id, *REGION).output
+        assert deployment_id in narrow and endpoint in narrow and "None" not in narrow, narrow
+        for link in status["links"].values():
+            assert link in narrow, link
 
     before = clock.utcnow().replace(microsecond=0) + timedelta(hours=6)
     extended = _cli("extend", deployment_id, "--ttl", "6h", *REGION)

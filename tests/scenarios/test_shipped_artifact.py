@@ -204,7 +204,21 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
     _wait(stack, 1, functions)
     stack.hosting.plan("oom")
     s3.put_object(Bucket=stack.bucket, Key="shipped/oom/model.tar.gz", Body=archive)
-    outcomes = {d["name"]: d for d in _wait(stack, 2, functions)}
+    _wait(stack, 2, functions)
+    # And one whose first instance type has no capacity: the fallback steps run too.
+    stack.hosting.plan("capacity")
+    s3.put_object(Bucket=stack.bucket, Key="direct/shipped/fallback/model.tar.gz", Body=archive)
+    stack.client("stepfunctions").start_execution(
+        stateMachineArn=stack.state_machine_arn,
+        name="shipped-fallback",
+        input=json.dumps(
+            {
+                "artifact_uri": f"s3://{stack.bucket}/direct/shipped/fallback/model.tar.gz",
+                "instance_types": ["ml.g6.2xlarge", "ml.g6e.2xlarge"],
+            }
+        ),
+    )
+    outcomes = {d["name"]: d for d in _wait(stack, 3, functions)}
     reaper = functions.worker("ReaperFunction").invoke(
         json.loads((ROOT / "events" / "reaper-scheduled.json").read_text())
     )
@@ -212,7 +226,7 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
     assert functions.import_failures() == []
     assert "result" in reaper, reaper
     statuses = sorted((d["status"], d.get("error")) for d in outcomes.values())
-    assert statuses == [("FAILED", "EndpointFailed"), ("SUCCEEDED", None)], [
+    assert statuses == [("FAILED", "EndpointFailed"), ("SUCCEEDED", None), ("SUCCEEDED", None)], [
         (d["status"], d.get("error"), d.get("cause")) for d in outcomes.values()
     ]
     assert set(functions.workers) == built, f"never invoked: {built - set(functions.workers)}"
@@ -224,10 +238,10 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
         text=True,
     )
     assert probe.returncode == 0, probe.stderr
-    # Only the deployment that succeeded is still up (until its TTL): one endpoint, config, model,
-    # process, and the served copy of its artifact.
+    # Only the deployments that succeeded are still up (until their TTL): each an endpoint, config,
+    # model, process, and the served copy of its artifact.
     left = stack.leftover_resources()
     served = [r for r in left if r.startswith("s3://")]
-    names = {r.split("/", 1)[1] for r in left if not r.startswith("s3://")}
-    assert len(left) == 5 and len(names) == 1 and len(served) == 1, left
-    assert served[0].split("/")[-2] in next(iter(names)), left
+    endpoints = sorted(r.split("/", 1)[1] for r in left if r.startswith("endpoint/"))
+    assert len(left) == 10 and len(endpoints) == 2 and len(served) == 2, left
+    assert all(any(s.split("/")[-2] in e for e in endpoints) for s in served), left

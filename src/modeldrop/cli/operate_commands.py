@@ -166,34 +166,37 @@ def list_cmd(
         print(json.dumps([r.model_dump() for r in rows]))
         return
     # Ids and endpoint names are what `status`, `teardown` and `eval` take: never cut. Secondary
-    # columns go first when the terminal is narrow; at the narrowest the endpoint gets its own line.
+    # columns go first when the terminal is narrow; narrower still, each deployment is two plain lines.
     ids = max((len(r.deployment_id) for r in rows), default=10)
     names = max((len(r.endpoint_name or "-") for r in rows), default=10)
     width = console.width
-    with_endpoint = width >= ids + names + 40
-    secondary = width >= ids + names + 70
-    view = Table(title=f"deployments in {info.stack_name} ({info.region})", expand=False)
+    if width < ids + names + 45:
+        console.print(f"deployments in {info.stack_name} ({info.region})", highlight=False)
+        for r in rows:
+            cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
+            console.print(
+                f"{r.deployment_id}  {r.status}  {r.instance_type or '-'}  {cost}", highlight=False, markup=False
+            )
+            if r.endpoint_name:
+                console.print(f"  endpoint {r.endpoint_name}", highlight=False, markup=False)
+        return
+    secondary = width >= ids + names + 80
+    view = Table(title=f"deployments in {info.stack_name} ({info.region})")
     view.add_column("deployment", no_wrap=True, min_width=ids)
     view.add_column("status", no_wrap=True)
-    if with_endpoint:
-        view.add_column("endpoint", no_wrap=True, min_width=names)
-    view.add_column("instance", overflow="fold")
+    view.add_column("endpoint", no_wrap=True, min_width=names)
+    view.add_column("instance", no_wrap=True)
     if secondary:
         for col in ("engine", "age", "expires in"):
             view.add_column(col)
-    view.add_column("cost", overflow="fold")
+    view.add_column("cost", no_wrap=True)
     for r in rows:
         cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
-        cells = [r.deployment_id, r.status]
-        if with_endpoint:
-            cells.append(r.endpoint_name or "-")
-        cells.append(r.instance_type or "-")
+        cells = [r.deployment_id, r.status, r.endpoint_name or "-", r.instance_type or "-"]
         if secondary:
             cells += [r.engine or "-", _ago(r.age_hours), _ago(r.expires_in_hours)]
         cells.append(cost)
         view.add_row(*cells)
-        if not with_endpoint and r.endpoint_name:
-            view.add_row(f"  endpoint {r.endpoint_name}", "", "", "")
     console.print(view)
 
 

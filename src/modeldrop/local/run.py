@@ -162,6 +162,7 @@ def _deploy(
         # so that the leftover check below is a real one for a success too.
         item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
         created = registry.decoded(item)["steps"].get("create_endpoint") or {}
+        deadline = None
         for _ in range(20):  # the state machine's own teardown loop, without its waits
             done = stack.invoke_function(
                 "TeardownFunction",
@@ -170,9 +171,11 @@ def _deploy(
                     "resource_name": item.get("endpoint_name", ""),
                     "artifact_uri": item.get("artifact_uri"),
                     "attempt": int(created.get("attempt") or 0),
+                    "deadline_at": deadline,
                 },
             )
-            cleanup += list(done.get("deleted", []))
+            deadline = done.get("deadline_at")
+            cleanup = list(done.get("deleted", []))  # every pass so far, in order
             if done.get("done"):
                 break
     item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
