@@ -107,11 +107,17 @@ def aws_errors(domain_errors: bool = True) -> Iterator[None]:
         fail(f"AWS SDK: {exc}", error=type(exc).__name__)
 
 
-def session_for(region: str | None) -> Any:
+def session_for(region: str | None, profile: str | None = None) -> Any:
     import boto3
+    from botocore.exceptions import ProfileNotFound
 
     # AWS_REGION is what other SDKs and Lambda read; botocore reads only AWS_DEFAULT_REGION.
-    session = boto3.session.Session(region_name=region or os.environ.get("AWS_REGION") or None)
+    try:
+        session = boto3.session.Session(
+            profile_name=profile, region_name=region or os.environ.get("AWS_REGION") or None
+        )
+    except ProfileNotFound:
+        fail(f"no AWS profile named {profile!r}", "see `aws configure list-profiles`", error="NoProfile")
     if session.region_name is None:
         fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     return session

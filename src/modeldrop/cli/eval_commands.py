@@ -61,6 +61,7 @@ def eval_cmd(
     max_errors: Annotated[int, typer.Option(min=0)] = 0,
     markdown: Annotated[Path | None, typer.Option(help="also write the Markdown report here")] = None,
     region: Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")] = None,
+    profile: Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
@@ -73,7 +74,7 @@ def eval_cmd(
     if schema not in ("chat", "lmi"):
         fail(f"unknown --schema {schema!r}; choose chat or lmi")
     with aws_errors():
-        session = session_for(region)
+        session = session_for(region, profile)
         cases = load_eval_set(eval_set, session.client("s3") if eval_set else None)
         report = evaluate_endpoint(
             session.client("sagemaker"),

@@ -29,13 +29,14 @@ StackOpt = Annotated[
     str, typer.Option("--stack", envvar="MODELDROP_STACK", help="the SAM stack's name (env MODELDROP_STACK)")
 ]
 RegionOpt = Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")]
+ProfileOpt = Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")]
 
 
-def _connect(stack: str, region: str | None) -> tuple[Any, Any, Any]:
+def _connect(stack: str, region: str | None, profile: str | None = None) -> tuple[Any, Any, Any]:
     """(boto3 session, the stack's outputs, the deployments table)."""
     from modeldrop.operate.deployments import stack_info
 
-    session = session_for(region)
+    session = session_for(region, profile)
     info = stack_info(session.client("cloudformation"), stack, session.region_name)
     return session, info, session.resource("dynamodb").Table(info.table_name)
 
@@ -53,6 +54,7 @@ def deploy_cmd(
     artifact: Annotated[str, typer.Argument(help="s3://bucket/key.tar.gz or s3://bucket/prefix/")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    profile: ProfileOpt = None,
     engine: Annotated[str | None, typer.Option(help="vllm | sglang | lmi (stack default otherwise)")] = None,
     instance_type: Annotated[
         str | None,
@@ -109,7 +111,7 @@ def deploy_cmd(
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})
         except ValidationError as exc:
             fail(f"invalid deployment request: {describe_validation(exc)}")
-        session, info, _table = _connect(stack, region)
+        session, info, _table = _connect(stack, region, profile)
         sfn = session.client("stepfunctions")
         arn = start_deployment(sfn, info, request, name)
         if not as_json:
@@ -153,14 +155,17 @@ def deploy_cmd(
 
 @app.command("list")
 def list_cmd(
-    stack: StackOpt = "modeldrop", region: RegionOpt = None, as_json: Annotated[bool, typer.Option("--json")] = False
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
     json_mode(as_json)
     from modeldrop.operate.deployments import list_deployments, row_for
 
     with aws_errors():
-        _session, info, table = _connect(stack, region)
+        _session, info, table = _connect(stack, region, profile)
         rows = [row_for(item) for item in list_deployments(table)]
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
@@ -205,6 +210,7 @@ def status_cmd(
     deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
@@ -212,7 +218,7 @@ def status_cmd(
     from modeldrop.operate.deployments import deployment_status, find_deployment
 
     with aws_errors():
-        _session, info, deployments = _connect(stack, region)
+        _session, info, deployments = _connect(stack, region, profile)
         item = find_deployment(deployments, deployment)
     data = deployment_status(info, item)
     failure = data["failure"] or {}
@@ -266,6 +272,7 @@ def extend_cmd(
     ttl: Annotated[str, typer.Option(help="new time to live from now, e.g. 4h")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Move a live deployment's expiry: the endpoint's tag and the record together."""
@@ -274,7 +281,7 @@ def extend_cmd(
 
     with aws_errors():
         hours = parse_ttl(ttl)
-        session, info, table = _connect(stack, region)
+        session, info, table = _connect(stack, region, profile)
         item = extend(session.client("sagemaker"), table, info, deployment, hours)
     if as_json:
         print(json.dumps({k: item.get(k) for k in ("deployment_id", "endpoint_name", "expires_at")}))
@@ -287,6 +294,7 @@ def teardown_cmd(
     deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Delete a managed endpoint now (endpoint, config, model) and record it; refuses unmanaged ones."""
@@ -294,7 +302,7 @@ def teardown_cmd(
     from modeldrop.operate.deployments import teardown
 
     with aws_errors():
-        session, info, table = _connect(stack, region)
+        session, info, table = _connect(stack, region, profile)
         result = teardown(
             session.client("sagemaker"), table, session.client("events"), info, deployment, s3=session.client("s3")
         )
@@ -313,6 +321,7 @@ def teardown_cmd(
 def doctor_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
+    profile: ProfileOpt = None,
     instance_type: Annotated[
         str | None, typer.Option(help="the type whose quota to check (default: the stack's DefaultInstanceType)")
     ] = None,
@@ -327,7 +336,7 @@ def doctor_cmd(
     from modeldrop.operate.doctor import run_checks
 
     with aws_errors():
-        session = session_for(region)
+        session = session_for(region, profile)
         checks = run_checks(session.client, stack, session.region_name, instance_type, dict(os.environ))
     failed = any(c.status == "fail" for c in checks)
     if as_json:
