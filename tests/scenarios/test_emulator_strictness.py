@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -161,3 +163,22 @@ def test_the_committed_definition_passes_the_strict_checks() -> None:
     from modeldrop.local.moto_shims import definition_problems
 
     assert definition_problems((ROOT / "statemachine" / "deployment.asl.json").read_text()) == []
+
+
+def test_a_copy_of_a_multipart_upload_reads_back_as_s3_serves_it(stack: Any, tmp_path: Path) -> None:
+    """moto's CopyObject drops a composite checksum's type, and every GET of the served copy of an
+    artifact over 8 MB (uploaded in parts) then fails the SDK's checksum check: the shim keeps it."""
+    from boto3.s3.transfer import TransferConfig
+
+    from modeldrop.aws.served_copy import copy_pinned
+
+    big = tmp_path / "model.tar.gz"
+    big.write_bytes(os.urandom(20 * 1024 * 1024))
+    s3 = stack.client("s3")
+    s3.upload_file(
+        str(big), stack.bucket, "direct/big/model.tar.gz", Config=TransferConfig(multipart_threshold=8 << 20)
+    )
+    served = copy_pinned(s3, f"s3://{stack.bucket}/direct/big/model.tar.gz", None, "big")
+    key = served.split("/", 3)[3]
+    body = s3.get_object(Bucket=stack.bucket, Key=key, ChecksumMode="ENABLED")["Body"].read()
+    assert body == big.read_bytes()

@@ -16,6 +16,8 @@ One place, used by the tests and by `modeldrop run-local`:
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
 - Step Functions emits no "Execution Status Change" events in moto; put them on the default bus.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
+- S3: moto's CopyObject keeps a multipart object's composite checksum value but drops its type and
+  part count, so every GET of the copy fails the SDK's checksum validation; keep all three, as S3 does.
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -97,6 +99,7 @@ def install() -> None:
         _patch_service_quotas()
         _patch_stepfunctions()
         _patch_execution_events()
+        _patch_s3_copy_checksums()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
         for name in ("moto.stepfunctions", "moto.stepfunctions.parser"):
@@ -427,6 +430,23 @@ def _patch_execution_events() -> None:
             logging.getLogger(__name__).exception("could not emit the execution status change")
 
     sfn_execution.BaseExecutionWorkerCommunication.terminated = terminated
+
+
+def _patch_s3_copy_checksums() -> None:
+    from moto.s3.models import S3Backend
+
+    original = S3Backend.copy_object
+
+    def copy_object(self: Any, src_key: Any, dest_bucket_name: str, dest_key_name: str, *a: Any, **kw: Any) -> Any:
+        result = original(self, src_key, dest_bucket_name, dest_key_name, *a, **kw)
+        if getattr(src_key, "checksum_type", None):
+            copied = self.get_bucket(dest_bucket_name).keys.get(dest_key_name)
+            if copied is not None and copied.checksum_value == src_key.checksum_value:
+                copied.checksum_type = src_key.checksum_type
+                copied.checksum_parts = src_key.checksum_parts
+        return result
+
+    S3Backend.copy_object = copy_object
 
 
 def _patch_events() -> None:

@@ -130,7 +130,8 @@ def _deploy(
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
-    stack.client("s3").upload_file(str(_artifact_file(artifact, workdir)), stack.bucket, key)
+    packed = _artifact_file(artifact, workdir)
+    stack.client("s3").upload_file(str(packed), stack.bucket, key)
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
         sfn.start_execution(
@@ -142,7 +143,8 @@ def _deploy(
     if not executions:
         return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
     # Real time: the virtual clock makes waits instant, so only process starts and answers take long.
-    limit = 120 + stack.hosting.real_startup_grace
+    # The emulated S3 copies, validates, downloads and extracts the artifact at ~10 MB/s at worst.
+    limit = 120 + stack.hosting.real_startup_grace + packed.stat().st_size / 10e6
     try:
         desc, states = watch(
             sfn,
