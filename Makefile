@@ -10,6 +10,8 @@ SAM_VENV ?= .venv-sam
 LAMBDA_VENV ?= .venv-lambda
 SAM := env SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam
 BUILD_DIR ?= .aws-sam/build
+# Test files run in parallel, one file per worker (each builds its own emulated account).
+PYTEST_WORKERS ?= 2
 
 .PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 asl schema clean
 
@@ -54,7 +56,7 @@ sam-build: $(SAM_VENV)/.installed
 	$(SAM) build --build-dir $(BUILD_DIR)
 
 pytest: install sam-build $(LAMBDA_VENV)/.installed
-	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python $(PY) -m pytest -q
+	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The pure tier alone (seconds): the unit and contract tests, no emulated stack.
 test-fast: install
