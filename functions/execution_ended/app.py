@@ -5,7 +5,7 @@ from typing import Any
 import boto3
 from pydantic import BaseModel
 
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import ReaperSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -18,7 +18,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = ReaperSettings.from_env()
-    return steps.on_execution_ended(
+    return teardown.on_execution_ended(
         boto3.client("sagemaker"),
         boto3.client("s3"),
         settings.table(),

@@ -6,7 +6,7 @@ import boto3
 from pydantic import BaseModel
 
 from modeldrop.contracts.models import AttemptStep, EndpointRef, EnginePlan, NormalizedRequest
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import attempts
 from modeldrop.pipeline.config import RegistrySettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -22,7 +22,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> AttemptStep:
     settings = RegistrySettings.from_env()
-    return steps.next_attempt(
+    return attempts.next_attempt(
         settings.table(),
         boto3.client("events"),
         settings.event_bus_name,

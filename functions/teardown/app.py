@@ -8,7 +8,7 @@ from pydantic import BaseModel
 
 from modeldrop.contracts.models import TeardownProgress
 from modeldrop.contracts.s3uri import parse_s3_uri
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -27,7 +27,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> TeardownProgress:
     settings = RecordSettings.from_env()
-    return steps.teardown_pass(
+    return teardown.teardown_pass(
         boto3.client("sagemaker"),
         boto3.client("s3"),
         settings.table(),

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, InsufficientCapacity, QuotaExceeded
 from modeldrop.contracts.models import EndpointRef, EnginePlan, NormalizedRequest
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import attempts, steps
 from modeldrop.serving.instance_choice import candidates, usable
 from modeldrop.serving.memory_plan import ModelShape, hourly_price
 from modeldrop.serving.plan import plan_serving
@@ -61,7 +61,7 @@ def test_max_hourly_price_keeps_dear_types_out() -> None:
     ],
 )
 def test_what_counts_as_a_capacity_failure(reason: str, never_ran: bool, capacity: bool) -> None:
-    assert steps.is_capacity_failure(reason, lambda: never_ran) is capacity
+    assert attempts.is_capacity_failure(reason, lambda: never_ran) is capacity
 
 
 class _SageMaker:
@@ -156,7 +156,7 @@ def test_quota_waits_back_off_with_jitter_and_stop_at_the_deadline() -> None:
     until = None
     count = 0
     for _ in range(40):
-        out = steps.quota_busy(_Table(), _request(1800), PLAN, busy, count, until, now, rng)
+        out = attempts.quota_busy(_Table(), _request(1800), PLAN, busy, count, until, now, rng)
         until, count = out.quota_wait_until, out.quota_waits
         if not out.wait_seconds:
             break
@@ -165,4 +165,4 @@ def test_quota_waits_back_off_with_jitter_and_stop_at_the_deadline() -> None:
     assert waits[0] <= 30 and max(waits) <= 300 and len(set(waits)) > 1
     assert sum(waits) <= 1800 and out.wait_seconds == 0  # the deadline ends the waiting
     # No wait asked for: at quota means move on at once.
-    assert steps.quota_busy(_Table(), _request(0), PLAN, busy, 0, None, clock.utcnow()).wait_seconds == 0
+    assert attempts.quota_busy(_Table(), _request(0), PLAN, busy, 0, None, clock.utcnow()).wait_seconds == 0

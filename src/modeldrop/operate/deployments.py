@@ -29,7 +29,7 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
 from modeldrop.contracts.s3uri import parse_s3_uri
-from modeldrop.pipeline import steps
+from modeldrop.pipeline.teardown import teardown as teardown_now
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
 LIVE = {"succeeded"}
@@ -242,7 +242,7 @@ def teardown(
             assert desc is not None  # checked above: an endpoint or a record exists
             owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
         bucket = parse_s3_uri(str(item["artifact_uri"])).bucket if item and item.get("artifact_uri") else None
-        done = steps.teardown(sm, table if item else None, owner, name, s3=s3, artifact_bucket=bucket)
+        done = teardown_now(sm, table if item else None, owner, name, s3=s3, artifact_bucket=bucket)
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}

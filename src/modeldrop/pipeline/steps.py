@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
-from botocore.exceptions import ClientError
 from pydantic import BaseModel, ValidationError
 
 from modeldrop.aws import endpoint_logs, registry
@@ -18,21 +16,17 @@ from modeldrop.aws.artifact_version import artifact_identity
 from modeldrop.aws.endpoint_quota import check_endpoint_quota
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.sagemaker_resources import (
-    DEPLOYMENT_TAG,
     create_all,
-    delete_all,
     describe_endpoint,
-    list_tags,
     tags_for,
 )
 from modeldrop.aws.secret_refs import check_refs, parse_refs, refuse_collisions
 from modeldrop.aws.secret_refs import resolve as resolve_secrets
-from modeldrop.aws.served_copy import copy_pinned, delete_served
+from modeldrop.aws.served_copy import copy_pinned
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import (
-    CapacityUnavailable,
     CheckpointRefused,
     DeployDeadlineExceeded,
     DuplicateDeployment,
@@ -42,16 +36,13 @@ from modeldrop.contracts.errors import (
     PlanRefused,
     QuotaExceeded,
     RequestInvalid,
-    SageMakerThrottled,
     StepContractViolated,
-    TeardownIncomplete,
     cause_message,
     classify,
     describe_validation,
 )
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.models import (
-    AttemptStep,
     CreateOutcome,
     DeploymentRequest,
     EndpointPoll,
@@ -61,8 +52,6 @@ from modeldrop.contracts.models import (
     FailureRecord,
     ImageChoice,
     NormalizedRequest,
-    TeardownProgress,
-    TeardownResult,
     ValidationSummary,
     deployment_id_for,
     resource_name_for,
@@ -71,6 +60,7 @@ from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
+from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
@@ -280,15 +270,6 @@ def build_plan(
     return plan
 
 
-def attempt_name(resource_name: str, attempt: int) -> str:
-    """The endpoint keeps its name across attempts; each attempt's config and model get their own
-    (a config is immutable, and the env is re-planned per type)."""
-    if attempt == 0:
-        return resource_name
-    suffix = f"-a{attempt + 1}"
-    return resource_name[: 63 - len(suffix)] + suffix
-
-
 @dataclass
 class CreateClients:
     sagemaker: Any
@@ -374,48 +355,6 @@ def create(
     return CreateOutcome(status="created", endpoint=ref, quota_waits=quota_waits)
 
 
-# Re-checks of a type at quota: exponential from 30 s to 5 min, full jitter, so that waiters spread out.
-QUOTA_WAIT_BASE_SECONDS = 30
-QUOTA_WAIT_CAP_SECONDS = 300
-
-
-def quota_busy(
-    table: Any,
-    req: NormalizedRequest,
-    plan: EnginePlan,
-    exc: QuotaExceeded,
-    quota_waits: int,
-    quota_wait_until: str | None,
-    now: Any,
-    rng: random.Random | None = None,
-) -> CreateOutcome:
-    until = quota_wait_until or clock.iso(now + timedelta(seconds=req.quota_wait_seconds))
-    left = (clock.parse_iso(until) - now).total_seconds()
-    ceiling = min(QUOTA_WAIT_CAP_SECONDS, QUOTA_WAIT_BASE_SECONDS * 2 ** min(quota_waits, 8))
-    wait = max(5, round((rng or random).uniform(ceiling / 2, ceiling)))
-    wait = int(min(wait, left)) if left >= 5 else 0
-    registry.record_step(
-        table,
-        req.deployment_id,
-        "quota_wait",
-        {
-            "instance_type": plan.instance_type,
-            "waits": quota_waits,
-            "until": until,
-            "next_check_seconds": wait,
-            "reason": exc.message,
-        },
-        status="waiting-for-quota" if wait else None,
-    )
-    return CreateOutcome(
-        status="quota-busy",
-        wait_seconds=wait,
-        quota_waits=quota_waits + 1 if wait else quota_waits,
-        quota_wait_until=until,
-        reason=f"{exc.message} -- fix: {exc.hint}",
-    )
-
-
 # Instance provisioning before the container's own clocks start (the source lab saw 4.6-38 min of
 # capacity waits; a healthy start spends a few minutes here).
 PROVISIONING_MARGIN_SECONDS = 900
@@ -463,24 +402,6 @@ def poll(
             f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
         )
     return EndpointPoll(status=status, polls=polls + 1)
-
-
-def is_capacity_failure(reason: str, never_ran: Callable[[], bool]) -> bool:
-    """InsufficientInstanceCapacity, or SageMaker's unhelpful 'Request to service failed' for an
-    endpoint whose container never ran (no log group): nothing was provisioned, another type may be."""
-    lowered = reason.lower()
-    if "insufficientinstancecapacity" in lowered or "insufficient capacity" in lowered:
-        return True
-    return "request to service failed" in lowered and never_ran()
-
-
-def capacity_wait_stuck(desc: Mapping[str, Any], capacity_wait_seconds: int) -> float | None:
-    """Seconds Creating without a single modification, when that is past the capacity wait; else None."""
-    created, modified = desc.get("CreationTime"), desc.get("LastModifiedTime")
-    if not isinstance(created, datetime) or created != modified:
-        return None
-    elapsed = (clock.utcnow() - (created if created.tzinfo else created.replace(tzinfo=UTC))).total_seconds()
-    return elapsed if elapsed >= capacity_wait_seconds else None
 
 
 def hint_for_failure(reason: str) -> str:
@@ -591,178 +512,6 @@ def record_failure(
     return record
 
 
-def teardown(
-    sm: Any,
-    table: Any | None,
-    deployment_id: str,
-    resource_name: str,
-    owner: str | None = None,
-    s3: Any | None = None,
-    artifact_bucket: str | None = None,
-) -> TeardownResult:
-    """Delete at once what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME,
-    nothing else, and (given S3) the served copy once the endpoint is gone (the CLI and the local run;
-    the state machine uses teardown_pass in a wait loop)."""
-    owner = owner if owner is not None else deployment_id
-    config = model = resource_name
-    try:  # a fallback attempt's config and model are named apart from the endpoint
-        desc = describe_endpoint(sm, resource_name)
-        if desc is not None:
-            config = str(desc.get("EndpointConfigName") or resource_name)
-            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or [{}]
-            model = str(variants[0].get("ModelName") or config)
-    except ClientError:
-        pass  # the names then default to the endpoint's, and the deletes below say what is wrong
-    deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
-    if s3 is not None and artifact_bucket and owner and not failed:
-        deleted += delete_served(s3, artifact_bucket, owner)
-    result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
-    if table is not None:
-        registry.record_step(
-            table, deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow())
-        )
-    if failed:
-        raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
-    return result
-
-
-# The teardown loop's own deadline, and how often it looks again.
-TEARDOWN_DEADLINE_SECONDS = 1800
-TEARDOWN_RECHECK_SECONDS = 15
-
-
-def teardown_pass(
-    sm: Any,
-    s3: Any | None,
-    table: Any | None,
-    deployment_id: str,
-    resource_name: str,
-    attempt: int = 0,
-    deadline_at: str | None = None,
-    artifact_bucket: str | None = None,
-    final: bool = True,
-    sagemaker: bool = True,
-) -> TeardownProgress:
-    """One pass of the state machine's teardown loop. The endpoint goes first; its config and model
-    (and, when FINAL, the served copy) only once it is gone -- a live endpoint is never stranded
-    without them. A refused or throttled DeleteEndpoint is retried on the next pass; past the
-    deadline the deployment is left to the reaper, which retries on its next run."""
-    now = clock.utcnow()
-    deadline = deadline_at or clock.iso(now + timedelta(seconds=TEARDOWN_DEADLINE_SECONDS))
-    progress = TeardownProgress(done=False, deadline_at=deadline, wait_seconds=TEARDOWN_RECHECK_SECONDS)
-    part = attempt_name(resource_name, attempt)
-    endpoint_gone = True
-    if sagemaker:
-        endpoint_gone = _endpoint_pass(sm, deployment_id, resource_name, progress)
-    if endpoint_gone:
-        if sagemaker:
-            deleted, gone, failed, not_ours = delete_all(sm, None, part, part, owner=deployment_id)
-            progress.deleted += deleted
-            progress.already_gone += gone
-            progress.left_behind += failed
-            progress.not_ours += not_ours
-        if final and s3 is not None and artifact_bucket and not progress.left_behind:
-            progress.deleted += delete_served(s3, artifact_bucket, deployment_id)
-        progress.done = not progress.left_behind
-    if not progress.done and now >= clock.parse_iso(deadline):
-        progress.gave_up = True
-    if table is not None and final:
-        _record_teardown(table, deployment_id, progress, now)
-    return progress
-
-
-def _record_teardown(table: Any, deployment_id: str, progress: TeardownProgress, now: datetime) -> None:
-    """The loop's passes as one teardown step: what every pass so far deleted, in order."""
-    item = registry.get(table, deployment_id)
-    earlier = (registry.decoded(item)["steps"].get("teardown") or {}) if item else {}
-    if earlier.get("deadline_at") == progress.deadline_at:
-        progress.deleted = [*earlier.get("deleted", []), *progress.deleted]
-        progress.already_gone = [g for g in progress.already_gone if g not in progress.deleted]
-    fields: dict[str, Any] = {}
-    if progress.done or progress.gave_up:
-        fields["ended_at"] = clock.iso(now)
-    if progress.gave_up:
-        fields["reaper_retry"] = True  # the reaper treats the record as released and retries
-    registry.record_step(table, deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
-
-
-def _endpoint_pass(sm: Any, deployment_id: str, name: str, progress: TeardownProgress) -> bool:
-    """Ask for the endpoint's deletion (again) unless it is already Deleting; True once it is gone."""
-    try:
-        desc = describe_endpoint(sm, name)
-    except SageMakerThrottled as exc:
-        progress.left_behind.append(f"endpoint/{name}: {exc.message}")
-        return False
-    if desc is None:
-        progress.already_gone.append(f"endpoint/{name}")
-        return True
-    status = str(desc.get("EndpointStatus"))
-    progress.endpoint_status = status
-    if list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG) != deployment_id:
-        progress.not_ours.append(f"endpoint/{name}")
-        return True  # someone else's endpoint under our name: never deleted, and it holds nothing of ours
-    if status == "Deleting":
-        return False
-    try:
-        sm.delete_endpoint(EndpointName=name)
-        progress.deleted.append(f"endpoint/{name}")
-    except ClientError as exc:
-        message = exc.response.get("Error", {}).get("Message", str(exc))
-        progress.left_behind.append(f"endpoint/{name} ({status}): {message}")
-    return False
-
-
-def next_attempt(
-    table: Any,
-    events: Any,
-    bus: str,
-    req: NormalizedRequest,
-    plan: EnginePlan,
-    failure: Mapping[str, Any],
-    endpoint: EndpointRef | None,
-    region: str,
-) -> AttemptStep:
-    """Record the failed attempt (type, reason, minutes, cost) and name the next usable type; when the
-    list is used up, fail with every type tried."""
-    now = clock.utcnow()
-    error = str(failure.get("Error") or "InsufficientCapacity")
-    reason = cause_message(str(failure.get("Cause") or "")) or error
-    started = clock.parse_iso(endpoint.created_at) if endpoint and endpoint.created_at else now
-    minutes = round((now - started).total_seconds() / 60, 1)
-    price = hourly_price(plan.instance_type, region)
-    failed = {
-        "attempt": plan.attempt + 1,
-        "instance_type": plan.instance_type,
-        "error": error,
-        "reason": reason[:1000],
-        "minutes": minutes,
-        "hourly_price": price,
-        # An endpoint that never got an instance bills nothing; this is the most it could have cost.
-        "cost_usd_at_most": round(minutes / 60 * price, 4) if price is not None else None,
-        "ended_at": clock.iso(now),
-    }
-    item = registry.get(table, req.deployment_id) or {}
-    attempts = list((registry.decoded(item).get("steps") or {}).get("attempts") or []) if item else []
-    attempts.append(failed)
-    tried = usable(plan.candidates)
-    following = plan.attempt + 1
-    has_next = following < len(tried)
-    registry.record_step(table, req.deployment_id, "attempts", attempts)
-    detail = {
-        "deploymentId": req.deployment_id,
-        "attempt": failed,
-        "nextInstanceType": tried[following].instance_type if has_next else None,
-    }
-    publish(events, bus, "Deployment Attempt Failed", detail)
-    if not has_next:
-        if all(a["error"] == "QuotaExceeded" for a in attempts):
-            reasons = "; ".join(f"{a['instance_type']}: {a['reason']}" for a in attempts)
-            raise QuotaExceeded(f"every instance type tried is at its endpoint quota: {reasons}", "")
-        listing = "; ".join(f"{a['instance_type']}: {a['error']} after {a['minutes']} min" for a in attempts)
-        raise CapacityUnavailable(f"no capacity on any instance type tried: {listing}")
-    return AttemptStep(attempt=following, instance_type=tried[following].instance_type, failed=failed)
-
-
 def finalize(
     table: Any, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
 ) -> dict[str, Any]:
@@ -774,62 +523,3 @@ def finalize(
     detail = lifecycle_detail(item, outcome)
     publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
     return detail
-
-
-ENDED_STATUSES = {"ABORTED": "aborted", "TIMED_OUT": "timed_out", "FAILED": "failed"}
-
-
-def on_execution_ended(
-    sm: Any,
-    s3: Any | None,
-    table: Any,
-    events: Any,
-    bus: str,
-    detail: Mapping[str, Any],
-    resource_prefix: str,
-) -> dict[str, Any]:
-    """The state machine's own status change (EventBridge): an execution that was stopped, timed out
-    or failed without its teardown still owns an endpoint -- delete it now, not at its TTL, and mark
-    the record. Idempotent: an execution that tore down its own resources costs three describes."""
-    status = str(detail.get("status", ""))
-    name = str(detail.get("name", ""))
-    if status not in ENDED_STATUSES or not name:
-        return {"status": "ignored", "reason": f"execution {name or '?'} is {status or 'of unknown status'}"}
-    deployment_id = deployment_id_for(name)
-    record = registry.get(table, deployment_id)
-    if record is None:
-        return {"status": "ignored", "reason": f"no record of {deployment_id}: nothing was created"}
-    steps_done = registry.decoded(record)["steps"]
-    if (steps_done.get("smoke_eval") or {}).get("passed") and status == "FAILED":
-        # Only its bookkeeping failed (DeploymentUnrecorded): a healthy endpoint is kept until its TTL.
-        return {"status": "kept", "reason": f"{deployment_id} passed its smoke eval; its TTL applies"}
-    resource_name = str(record.get("endpoint_name") or resource_name_for(resource_prefix, deployment_id))
-    attempt = int((steps_done.get("create_endpoint") or {}).get("attempt") or 0)
-    bucket = parse_s3_uri(str(record["artifact_uri"])).bucket if record.get("artifact_uri") else None
-    # Endpoint, then this attempt's config and model: a Deleting endpoint no longer needs them.
-    deleted, gone, failed, _not_ours = delete_all(
-        sm, resource_name, attempt_name(resource_name, attempt), attempt_name(resource_name, attempt), deployment_id
-    )
-    if s3 is not None and bucket and not failed:
-        deleted += delete_served(s3, bucket, deployment_id)
-    outcome = ENDED_STATUSES[status]
-    fields: dict[str, Any] = {"ended_at": clock.iso(clock.utcnow())}
-    if failed:
-        fields["reaper_retry"] = True
-    marked = record.get("status") not in registry.TERMINAL
-    item = registry.record_step(
-        table,
-        deployment_id,
-        "execution_ended",
-        {"status": status, "deleted": deleted, "already_gone": gone, "left_behind": failed},
-        status=outcome if marked else None,
-        **fields,
-    )
-    if marked:
-        publish(
-            events,
-            bus,
-            "Deployment Failed",
-            {**lifecycle_detail(item, outcome), "executionStatus": status, "deleted": deleted},
-        )
-    return {"status": outcome, "deleted": deleted, "left_behind": failed, "marked": marked}
