@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 try:
     import typer
@@ -178,6 +178,25 @@ def pairs(option: str, items: list[str] | None) -> dict[str, str]:
     return out
 
 
+# The options `plan`, `deploy` and `run-local` share, declared once.
+InstanceTypesOpt = Annotated[
+    str | None, typer.Option(help="a type, a comma list tried in order when one has no capacity, or 'auto'")
+]
+QuotaWaitOpt = Annotated[
+    str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
+]
+MaxHourlyPriceOpt = Annotated[float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")]
+MaxNumSeqsOpt = Annotated[int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")]
+MaxModelLenOpt = Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")]
+EnvOpt = Annotated[
+    list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
+]
+ForceOpt = Annotated[bool, typer.Option(help="go ahead even when the memory plan predicts a CUDA OOM")]
+SecretOpt = Annotated[list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")]
+MaxTruncatedOpt = Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")]
+MaxErrorsOpt = Annotated[int | None, typer.Option(min=0, help="eval cases that may error")]
+
+
 def request_fields(
     max_num_seqs: int | None,
     max_model_len: int | None,
@@ -186,9 +205,16 @@ def request_fields(
     secrets: list[str] | None,
     max_truncated: int | None,
     max_errors: int | None,
+    quota_wait: str | None = None,
+    max_hourly_price: float | None = None,
 ) -> dict[str, Any]:
     """The plan's knobs as DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
     out: dict[str, Any] = {}
+    waited = minutes("--quota-wait", quota_wait)
+    if waited is not None:
+        out["quota_wait_minutes"] = waited
+    if max_hourly_price is not None:
+        out["max_hourly_price"] = max_hourly_price
     if max_num_seqs is not None:
         out["max_num_seqs"] = max_num_seqs
     if max_model_len is not None:

@@ -10,7 +10,21 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from modeldrop.cli._shared import app, aws_errors, console, fail, fields, instance_choice, json_mode
+from modeldrop.cli._shared import (
+    EnvOpt,
+    ForceOpt,
+    MaxHourlyPriceOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    app,
+    aws_errors,
+    console,
+    fail,
+    fields,
+    instance_choice,
+    json_mode,
+    pairs,
+)
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
@@ -133,15 +147,11 @@ def plan_cmd(
         str,
         typer.Option(help="SageMaker instance type; a comma list (tried in order) or 'auto' shows the fallback list"),
     ] = "ml.g6.2xlarge",
-    max_hourly_price: Annotated[
-        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
-    ] = None,
-    max_model_len: Annotated[int | None, typer.Option(min=256)] = None,
-    max_num_seqs: Annotated[int | None, typer.Option(min=1)] = None,
-    env: Annotated[
-        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="plan even when a CUDA OOM is predicted")] = False,
+    max_hourly_price: MaxHourlyPriceOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    env: EnvOpt = None,
+    force: ForceOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
@@ -149,28 +159,19 @@ def plan_cmd(
 
     from modeldrop.checkpoint.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
-    from modeldrop.contracts.instance_types import instance_type_problem
     from modeldrop.serving.plan import plan_report
 
     if engine not in ("vllm", "sglang", "lmi"):
         fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
-    choice = instance_choice(instance_type)
+    choice = instance_choice(instance_type)  # every type it names is checked there
     listed = choice.get("instance_types")
     first = choice.get("instance_type") or "ml.g6.2xlarge"
     if listed is None and max_hourly_price is not None:
         listed = [first]
-    problem = instance_type_problem(first)
-    if problem:
-        fail(f"--instance-type: {problem[0]}", problem[1])
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
-    passthrough: dict[str, str] = {}
-    for item in env or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            fail(f"--env {item!r} is not KEY=VALUE")
-        passthrough[key] = value
+    passthrough = pairs("--env", env)
     with aws_errors():
         validation = validate_scan(scan_source(source))
     report = plan_report(

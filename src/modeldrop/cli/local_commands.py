@@ -9,6 +9,16 @@ import typer
 from rich.markup import escape
 
 from modeldrop.cli._shared import (
+    EnvOpt,
+    ForceOpt,
+    InstanceTypesOpt,
+    MaxErrorsOpt,
+    MaxHourlyPriceOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    MaxTruncatedOpt,
+    QuotaWaitOpt,
+    SecretOpt,
     app,
     console,
     err,
@@ -16,7 +26,6 @@ from modeldrop.cli._shared import (
     fields,
     instance_choice,
     json_mode,
-    minutes,
     request_fields,
 )
 from modeldrop.cli.eval_commands import eval_table
@@ -50,40 +59,26 @@ def run_local_cmd(
         str,
         typer.Option(help="a failure to play out through the real state machine: " + ", ".join(FAULTS)),
     ] = "none",
-    instance_type: Annotated[
-        str | None,
-        typer.Option(help="a type, a comma list tried in order when one has no capacity, or 'auto'"),
-    ] = None,
-    quota_wait: Annotated[
-        str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
-    ] = None,
-    max_hourly_price: Annotated[
-        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
-    ] = None,
-    max_num_seqs: Annotated[
-        int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")
-    ] = None,
-    max_model_len: Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")] = None,
-    env: Annotated[
-        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="deploy even when the memory plan predicts a CUDA OOM")] = False,
-    secret: Annotated[
-        list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")
-    ] = None,
-    max_truncated: Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")] = None,
-    max_errors: Annotated[int | None, typer.Option(min=0, help="eval cases that may error")] = None,
+    instance_type: InstanceTypesOpt = None,
+    quota_wait: QuotaWaitOpt = None,
+    max_hourly_price: MaxHourlyPriceOpt = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    env: EnvOpt = None,
+    force: ForceOpt = False,
+    secret: SecretOpt = None,
+    max_truncated: MaxTruncatedOpt = None,
+    max_errors: MaxErrorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
-    request.update(request_fields(max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors))
-    waited = minutes("--quota-wait", quota_wait)
-    if waited is not None:
-        request["quota_wait_minutes"] = waited
-    if max_hourly_price is not None:
-        request["max_hourly_price"] = max_hourly_price
+    request.update(
+        request_fields(
+            max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors, quota_wait, max_hourly_price
+        )
+    )
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS

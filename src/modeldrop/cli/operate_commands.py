@@ -11,6 +11,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import (
+    EnvOpt,
+    ForceOpt,
+    MaxErrorsOpt,
+    MaxHourlyPriceOpt,
+    MaxModelLenOpt,
+    MaxNumSeqsOpt,
+    MaxTruncatedOpt,
+    QuotaWaitOpt,
+    SecretOpt,
     app,
     aws_errors,
     console,
@@ -18,7 +27,6 @@ from modeldrop.cli._shared import (
     fields,
     instance_choice,
     json_mode,
-    minutes,
     request_fields,
     session_for,
 )
@@ -60,28 +68,18 @@ def deploy_cmd(
         str | None,
         typer.Option(help="e.g. ml.g6.2xlarge (stack default otherwise); a comma list tried in order, or 'auto'"),
     ] = None,
-    quota_wait: Annotated[
-        str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
-    ] = None,
-    max_hourly_price: Annotated[
-        float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")
-    ] = None,
+    quota_wait: QuotaWaitOpt = None,
+    max_hourly_price: MaxHourlyPriceOpt = None,
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
-    max_num_seqs: Annotated[
-        int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")
-    ] = None,
-    max_model_len: Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")] = None,
-    env: Annotated[
-        list[str] | None, typer.Option(help="raw engine key KEY=VALUE (the engine's own prefix only); repeatable")
-    ] = None,
-    force: Annotated[bool, typer.Option(help="deploy even when the memory plan predicts a CUDA OOM")] = False,
-    secret: Annotated[
-        list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")
-    ] = None,
-    max_truncated: Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")] = None,
-    max_errors: Annotated[int | None, typer.Option(min=0, help="eval cases that may error")] = None,
+    max_num_seqs: MaxNumSeqsOpt = None,
+    max_model_len: MaxModelLenOpt = None,
+    env: EnvOpt = None,
+    force: ForceOpt = False,
+    secret: SecretOpt = None,
+    max_truncated: MaxTruncatedOpt = None,
+    max_errors: MaxErrorsOpt = None,
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="follow the execution and exit with its outcome (the default)")
     ] = True,
@@ -103,9 +101,9 @@ def deploy_cmd(
             **instance_choice(instance_type),
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
-            "quota_wait_minutes": minutes("--quota-wait", quota_wait),
-            "max_hourly_price": max_hourly_price,
-            **request_fields(max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors),
+            **request_fields(
+                max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors, quota_wait, max_hourly_price
+            ),
         }
         try:
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})
