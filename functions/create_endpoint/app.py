@@ -43,5 +43,4 @@ def lambda_handler(event: Event, context: Any) -> CreateOutcome:
         served_uri=event.served_uri,
         quota_waits=event.quota_waits,
         quota_wait_until=event.quota_wait_until,
-        region=settings.aws_region,
     )

@@ -7,7 +7,6 @@ import boto3
 from pydantic import BaseModel
 
 from modeldrop.contracts.models import TeardownProgress
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger
@@ -35,7 +34,7 @@ def lambda_handler(event: Event, context: Any) -> TeardownProgress:
         event.resource_name,
         attempt=event.attempt,
         deadline_at=event.deadline_at,
-        artifact_bucket=parse_s3_uri(event.artifact_uri).bucket if event.artifact_uri else None,
+        artifact_uri=event.artifact_uri,
         final=event.final,
         sagemaker=event.sagemaker,
     )

@@ -55,6 +55,11 @@ def test_max_hourly_price_keeps_dear_types_out() -> None:
     ("reason", "never_ran", "capacity"),
     [
         ("Unable to provision requested ML compute capacity due to InsufficientInstanceCapacity", False, True),
+        (
+            "Unable to provision requested ML compute capacity. Please retry using a different ML instance type.",
+            False,
+            True,
+        ),
         ("Request to service failed. If failure persists after retry, contact customer support.", True, True),
         ("Request to service failed. If failure persists after retry, contact customer support.", False, False),
         ("The primary container for production variant AllTraffic did not pass the ping health check.", True, False),

@@ -93,6 +93,13 @@ def _copy(s3: Any, source: dict[str, str], bucket: str, key: str) -> None:
         raise
 
 
+def delete_served_for(s3: Any, artifact_uri: str | None, deployment_id: str) -> list[str]:
+    """delete_served in the bucket the served copy of ARTIFACT_URI lives in (none: nothing to delete)."""
+    if not artifact_uri:
+        return []
+    return delete_served(s3, served_location(artifact_uri, deployment_id).bucket, deployment_id)
+
+
 def delete_served(s3: Any, bucket: str, deployment_id: str) -> list[str]:
     """Delete every version of the deployment's served copy; returns what was deleted."""
     prefix = f"{SERVED_PREFIX}{deployment_id}/"

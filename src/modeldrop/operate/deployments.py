@@ -28,7 +28,6 @@ from modeldrop.aws.sagemaker_resources import (
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
@@ -241,8 +240,17 @@ def teardown(
         else:
             assert desc is not None  # checked above: an endpoint or a record exists
             owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
-        bucket = parse_s3_uri(str(item["artifact_uri"])).bucket if item and item.get("artifact_uri") else None
-        done = teardown_now(sm, table if item else None, owner, name, s3=s3, artifact_bucket=bucket)
+        artifact = str(item["artifact_uri"]) if item and item.get("artifact_uri") else None
+        created = (registry.decoded(item)["steps"].get("create_endpoint") or {}) if item else {}
+        done = teardown_now(
+            sm,
+            table if item else None,
+            owner,
+            name,
+            s3=s3,
+            artifact_uri=artifact,
+            attempt=int(created.get("attempt") or 0),
+        )
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}

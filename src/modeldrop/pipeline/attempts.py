@@ -73,11 +73,19 @@ def quota_busy(
     )
 
 
+# What SageMaker's FailureReason says when no instance of the type could be had.
+CAPACITY_SIGNALS = (
+    "insufficientinstancecapacity",
+    "insufficient capacity",
+    "unable to provision requested ml compute capacity",
+)
+
+
 def is_capacity_failure(reason: str, never_ran: Callable[[], bool]) -> bool:
     """InsufficientInstanceCapacity, or SageMaker's unhelpful 'Request to service failed' for an
     endpoint whose container never ran (no log group): nothing was provisioned, another type may be."""
     lowered = reason.lower()
-    if "insufficientinstancecapacity" in lowered or "insufficient capacity" in lowered:
+    if any(signal in lowered for signal in CAPACITY_SIGNALS):
         return True
     return "request to service failed" in lowered and never_ran()
 

@@ -8,6 +8,7 @@ as RequestInvalid, by NormalizeRequest alone): StepContractViolated, class inter
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -28,9 +29,13 @@ def parse(model: type[In], event: Any) -> In:
         return model.model_validate(event)
     except ValidationError as exc:
         raise StepContractViolated(
-            f"internal error: {model.__module__.removeprefix('modeldrop_fn_')} was given a malformed payload: "
-            f"{describe_validation(exc)}"
+            f"internal error: {_function_name(model)} was given a malformed payload: {describe_validation(exc)}"
         ) from None
+
+
+def _function_name(model: type[BaseModel]) -> str:
+    # The deployed function's name; in the local stack the handler module is named after its directory.
+    return os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or model.__module__.removeprefix("modeldrop_fn_")
 
 
 def handler(

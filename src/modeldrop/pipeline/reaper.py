@@ -21,10 +21,9 @@ from modeldrop.aws.sagemaker_resources import (
     list_endpoints,
     list_tags,
 )
-from modeldrop.aws.served_copy import delete_served
+from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
-from modeldrop.contracts.s3uri import parse_s3_uri
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -144,7 +143,7 @@ def _reap_endpoint(
     else:
         _expire(sm, table, events, bus, desc, deployment_id if owned else None, result, dead)
         if owned and name in result.expired and s3 is not None and record and record.get("artifact_uri"):
-            delete_served(s3, parse_s3_uri(str(record["artifact_uri"])).bucket, str(deployment_id))
+            delete_served_for(s3, str(record["artifact_uri"]), str(deployment_id))
     if name not in result.expired and expires is not None and expires + overdue_after < now:
         result.overdue.append(name)
 

@@ -65,7 +65,7 @@ from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
-from modeldrop.serving.plan import max_tokens_ceiling, plan_serving, shape_from
+from modeldrop.serving.plan import max_tokens_ceiling, plan_checkpoint
 
 
 def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
@@ -216,17 +216,15 @@ def resolve(
 def plan_for_type(
     req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice, instance_type: str
 ) -> EnginePlan:
-    return plan_serving(
+    return plan_checkpoint(
         image.engine,
-        shape_from(validation),
+        validation,
         instance_type,
         image.region,
-        max_num_seqs=req.max_num_seqs,
-        max_model_len=req.max_model_len,
-        max_position_embeddings=validation.max_position_embeddings,
-        passthrough=req.engine_env,
-        force=req.force_plan,
-        modalities=validation.modalities,
+        req.max_num_seqs,
+        req.max_model_len,
+        req.engine_env,
+        req.force_plan,
     )
 
 
@@ -289,7 +287,6 @@ def create(
     served_uri: str | None = None,
     quota_waits: int = 0,
     quota_wait_until: str | None = None,
-    region: str | None = None,
 ) -> CreateOutcome:
     """Create this attempt's model, config and endpoint -- or, when its type is at the account's
     quota, say so: the state machine waits (quota_wait_seconds) or moves on to the next type.
@@ -334,7 +331,7 @@ def create(
         attempt=plan.attempt,
         created_at=clock.iso(now),
     )
-    price = hourly_price(plan.instance_type, region or image.region)
+    price = hourly_price(plan.instance_type, image.region)
     registry.record_step(
         table,
         req.deployment_id,
@@ -412,8 +409,6 @@ def hint_for_failure(reason: str) -> str:
             "the timeout will not help) or weights load slowly (raise ContainerStartupHealthCheckTimeoutInSeconds) "
             "-- the endpoint's CloudWatch logs tell which"
         )
-    if "insufficientinstancecapacity" in lowered or "capacity" in lowered:
-        return "no capacity for this instance type now: retry later, another region, or another instance type"
     if "resourcelimitexceeded" in lowered or "quota" in lowered:
         return "raise the 'ml.<type> for endpoint usage' Service Quota"
     return EndpointFailed.default_hint

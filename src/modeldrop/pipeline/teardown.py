@@ -13,11 +13,10 @@ from botocore.exceptions import ClientError
 from modeldrop.aws import registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, delete_all, describe_endpoint, list_tags
-from modeldrop.aws.served_copy import delete_served
+from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import SageMakerThrottled, TeardownIncomplete
 from modeldrop.contracts.models import TeardownProgress, TeardownResult, deployment_id_for, resource_name_for
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline.attempts import attempt_name
 
 
@@ -28,24 +27,14 @@ def teardown(
     resource_name: str,
     owner: str | None = None,
     s3: Any | None = None,
-    artifact_bucket: str | None = None,
+    artifact_uri: str | None = None,
+    attempt: int = 0,
 ) -> TeardownResult:
     """Delete at once what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME,
     nothing else, and (given S3) the served copy once the endpoint is gone (the CLI and the local run;
     the state machine uses teardown_pass in a wait loop)."""
     owner = owner if owner is not None else deployment_id
-    config = model = resource_name
-    try:  # a fallback attempt's config and model are named apart from the endpoint
-        desc = describe_endpoint(sm, resource_name)
-        if desc is not None:
-            config = str(desc.get("EndpointConfigName") or resource_name)
-            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or [{}]
-            model = str(variants[0].get("ModelName") or config)
-    except ClientError:
-        pass  # the names then default to the endpoint's, and the deletes below say what is wrong
-    deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
-    if s3 is not None and artifact_bucket and owner and not failed:
-        deleted += delete_served(s3, artifact_bucket, owner)
+    deleted, gone, failed, not_ours = delete_now(sm, s3, resource_name, attempt, owner, artifact_uri)
     result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
     if table is not None:
         registry.record_step(
@@ -54,6 +43,28 @@ def teardown(
     if failed:
         raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
     return result
+
+
+def delete_now(
+    sm: Any, s3: Any | None, resource_name: str, attempt: int, owner: str, artifact_uri: str | None
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """Endpoint, then its config and model (named by the live endpoint, else by ATTEMPT: a fallback
+    attempt's are named apart from the endpoint), then the served copy unless something was left.
+    Returns delete_all's (deleted, already_gone, failed, not_ours). A Deleting endpoint no longer
+    needs its config and model, so nothing waits here."""
+    config = model = attempt_name(resource_name, attempt)
+    try:
+        desc = describe_endpoint(sm, resource_name)
+        if desc is not None:
+            config = str(desc.get("EndpointConfigName") or config)
+            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or [{}]
+            model = str(variants[0].get("ModelName") or model)
+    except (ClientError, SageMakerThrottled):
+        pass  # the names stay the attempt's, and the deletes below say what is wrong
+    deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
+    if s3 is not None and not failed:
+        deleted += delete_served_for(s3, artifact_uri, owner)
+    return deleted, gone, failed, not_ours
 
 
 # The teardown loop's own deadline, and how often it looks again.
@@ -69,7 +80,7 @@ def teardown_pass(
     resource_name: str,
     attempt: int = 0,
     deadline_at: str | None = None,
-    artifact_bucket: str | None = None,
+    artifact_uri: str | None = None,
     final: bool = True,
     sagemaker: bool = True,
 ) -> TeardownProgress:
@@ -91,8 +102,8 @@ def teardown_pass(
             progress.already_gone += gone
             progress.left_behind += failed
             progress.not_ours += not_ours
-        if final and s3 is not None and artifact_bucket and not progress.left_behind:
-            progress.deleted += delete_served(s3, artifact_bucket, deployment_id)
+        if final and s3 is not None and not progress.left_behind:
+            progress.deleted += delete_served_for(s3, artifact_uri, deployment_id)
         progress.done = not progress.left_behind
     if not progress.done and now >= clock.parse_iso(deadline):
         progress.gave_up = True
@@ -171,13 +182,8 @@ def on_execution_ended(
         return {"status": "kept", "reason": f"{deployment_id} passed its smoke eval; its TTL applies"}
     resource_name = str(record.get("endpoint_name") or resource_name_for(resource_prefix, deployment_id))
     attempt = int((steps_done.get("create_endpoint") or {}).get("attempt") or 0)
-    bucket = parse_s3_uri(str(record["artifact_uri"])).bucket if record.get("artifact_uri") else None
-    # Endpoint, then this attempt's config and model: a Deleting endpoint no longer needs them.
-    deleted, gone, failed, _not_ours = delete_all(
-        sm, resource_name, attempt_name(resource_name, attempt), attempt_name(resource_name, attempt), deployment_id
-    )
-    if s3 is not None and bucket and not failed:
-        deleted += delete_served(s3, bucket, deployment_id)
+    artifact_uri = str(record["artifact_uri"]) if record.get("artifact_uri") else None
+    deleted, gone, failed, _not_ours = delete_now(sm, s3, resource_name, attempt, deployment_id, artifact_uri)
     outcome = ENDED_STATUSES[status]
     fields: dict[str, Any] = {"ended_at": clock.iso(clock.utcnow())}
     if failed:

@@ -46,6 +46,32 @@ def shape_from(validation: ValidationSummary) -> ModelShape:
     )
 
 
+def plan_checkpoint(
+    engine: Engine,
+    validation: ValidationSummary,
+    instance_type: str,
+    region: str,
+    max_num_seqs: int | None = None,
+    max_model_len: int | None = None,
+    passthrough: Mapping[str, str] | None = None,
+    force: bool = False,
+) -> EnginePlan:
+    """plan_serving with everything the validation report knows of the checkpoint (its shape, context
+    limit and media): what the BuildEngineEnv step and `modeldrop plan` both compute."""
+    return plan_serving(
+        engine,
+        shape_from(validation),
+        instance_type,
+        region,
+        max_num_seqs=max_num_seqs,
+        max_model_len=max_model_len,
+        max_position_embeddings=validation.max_position_embeddings,
+        passthrough=passthrough,
+        force=force,
+        modalities=validation.modalities,
+    )
+
+
 def clamp(value: float, low: int, high: int) -> int:
     return int(max(low, min(high, value)))
 
@@ -248,20 +274,10 @@ def plan_report(
         image = resolve_image(engine, region, image_env, validation.model_type)
         report.image, report.image_source = image.image_uri, image.source
         report.findings += [Finding(code="IMAGE_WARNING", severity="warning", message=w) for w in image.warnings]
-        shape = shape_from(validation)
 
         def plan_for(candidate: str, forced: bool = force) -> EnginePlan:
-            return plan_serving(
-                engine,
-                shape,
-                candidate,
-                region,
-                max_num_seqs=max_num_seqs,
-                max_model_len=max_model_len,
-                max_position_embeddings=validation.max_position_embeddings,
-                passthrough=passthrough,
-                force=forced,
-                modalities=validation.modalities,
+            return plan_checkpoint(
+                engine, validation, candidate, region, max_num_seqs, max_model_len, passthrough, forced
             )
 
         if instance_types is not None:
