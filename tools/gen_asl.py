@@ -53,6 +53,13 @@ FAIL_ERROR = (
     "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error = 'States.Timeout' ? 'StepTimedOut' : "
     "'StepFailed') : $failure.Error %}"
 )
+# A teardown step that fails outright: the record is marked failed, and the execution-ended rule and
+# the reaper delete what is left.
+TEARDOWN_FAILED = {
+    "ErrorEquals": ["States.ALL"],
+    "Next": "MarkFailed",
+    "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
+}
 FAIL_CAUSE = (
     "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error & ': ' & ($exists($failure.Cause) ? "
     "$failure.Cause : 'no cause was given')) : ($exists($failure.Cause) ? $failure.Cause : 'no cause was given') %}"
@@ -353,13 +360,7 @@ def definition() -> dict[str, Any]:
         "MarkFailed",
         comment="Nothing exists in SageMaker yet: only the validated copy (if any) is deleted.",
         assign={"teardown": "{% $states.result.Payload %}"},
-        catches=[
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Next": "MarkFailed",
-                "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
-            }
-        ],
+        catches=[TEARDOWN_FAILED],
     )
     s["Teardown"] = task(
         "Teardown",
@@ -379,13 +380,7 @@ def definition() -> dict[str, Any]:
             "teardown": "{% $states.result.Payload %}",
             "teardown_deadline": "{% $states.result.Payload.deadline_at %}",
         },
-        catches=[
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Next": "MarkFailed",
-                "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
-            }
-        ],
+        catches=[TEARDOWN_FAILED],
     )
     s["TeardownDone"] = {
         "Type": "Choice",

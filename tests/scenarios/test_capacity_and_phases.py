@@ -275,42 +275,27 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
         download_timeout_seconds=600,
     )
     role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
-    outcomes = []
+
+    def create(req: Any, quota_waits: int = 0, quota_wait_until: str | None = None) -> Any:
+        return steps.create(
+            clients, stack.table(), req, image, plan, role, "modeldrop-local", uri, quota_waits, quota_wait_until
+        )
+
+    requests = []
     for name in ("sweep-a", "sweep-b"):
         req = steps.normalize({"artifact_uri": uri, "quota_wait_minutes": 60}, name, DefaultsSettings())
         registry.register(stack.table(), req.deployment_id, name, req.model_dump(mode="json"), {})
-        outcomes.append((req, steps.create(clients, stack.table(), req, image, plan, role, "modeldrop-local", uri)))
-    (req_a, first), (req_b, second) = outcomes
+        requests.append(req)
+    req_a, req_b = requests
+    first, second = create(req_a), create(req_b)
     assert first.status == "created"
     assert second.status == "quota-busy" and second.wait_seconds > 0 and "current utilization of 1" in second.reason
     # Still busy on its next check; once the first is gone, the waiter proceeds.
-    again = steps.create(
-        clients,
-        stack.table(),
-        req_b,
-        image,
-        plan,
-        role,
-        "modeldrop-local",
-        uri,
-        second.quota_waits,
-        second.quota_wait_until,
-    )
+    again = create(req_b, second.quota_waits, second.quota_wait_until)
     assert again.status == "quota-busy" and again.quota_waits == second.quota_waits + 1
     sm = stack.client("sagemaker")
     sm.delete_endpoint(EndpointName=req_a.resource_name)
     sm.describe_endpoint(EndpointName=req_a.resource_name)  # Deleting: no longer holds an instance
-    last = steps.create(
-        clients,
-        stack.table(),
-        req_b,
-        image,
-        plan,
-        role,
-        "modeldrop-local",
-        uri,
-        again.quota_waits,
-        again.quota_wait_until,
-    )
+    last = create(req_b, again.quota_waits, again.quota_wait_until)
     listed = [(e["EndpointName"], e["EndpointStatus"]) for e in sm.list_endpoints()["Endpoints"]]
     assert last.status == "created" and last.quota_waits == again.quota_waits, (last.reason, listed)

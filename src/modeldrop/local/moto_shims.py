@@ -262,12 +262,11 @@ def _patch_sagemaker() -> None:
     sm.SageMakerModelBackend.list_endpoints = list_endpoints
 
 
-# Endpoints in these states hold their instances against the quota (as endpoint_quota counts them).
-_HOLDING = ("InService", "Creating", "Updating", "SystemUpdating", "RollingBack")
-
-
 def quota_problem(backend: Any, config_name: str) -> str | None:
-    """SageMaker's ResourceLimitExceeded message when CONFIG's instances would pass the local quota."""
+    """SageMaker's ResourceLimitExceeded message when CONFIG's instances would pass the local quota
+    (endpoints count in the states the pre-check counts them in)."""
+    from modeldrop.aws.endpoint_quota import COUNTED_STATUSES
+
     config = backend.endpoint_configs.get(config_name)
     if config is None:
         return None
@@ -279,7 +278,7 @@ def quota_problem(backend: Any, config_name: str) -> str | None:
         delta = int(variant.get("InitialInstanceCount") or 1)
         used = 0
         for endpoint in backend.endpoints.values():
-            if endpoint.endpoint_status not in _HOLDING:
+            if endpoint.endpoint_status not in COUNTED_STATUSES:
                 continue
             other = backend.endpoint_configs.get(endpoint.endpoint_config_name)
             for v in other.production_variants if other else []:

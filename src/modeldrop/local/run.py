@@ -95,7 +95,7 @@ def run_local(
             if fault == "abort":
                 stack.after["CreateEndpointFunction"] = lambda event: _stop_running(stack)
             if fault == "quota-busy":
-                _occupy_quota(stack, (request or {}).get("instance_type") or _first_type(stack, request))
+                _occupy_quota(stack, _first_type(stack, request))
             try:
                 result = _deploy(stack, artifact, Path(tmp), on_state, request)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
@@ -213,10 +213,15 @@ OTHER_TEAM = "other-team-endpoint"
 
 
 def _first_type(stack: Any, request: dict[str, Any] | None) -> str:
-    types = (request or {}).get("instance_types")
-    if isinstance(types, list) and types:
-        return str(types[0])
-    return str(stack.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge")
+    """The type a deployment of REQUEST tries first, as NormalizeRequest decides it."""
+    from modeldrop.pipeline.config import DefaultsSettings
+    from modeldrop.pipeline.steps import normalize
+
+    raw = {"artifact_uri": "s3://placeholder-bucket/model.tar.gz", **(request or {})}
+    defaults = DefaultsSettings.model_validate(
+        {"default_instance_type": stack.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge"}
+    )
+    return normalize(raw, "first-type", defaults).instance_type
 
 
 def _occupy_quota(stack: Any, instance_type: str) -> None:

@@ -204,18 +204,13 @@ class EmulatedStack:
         Executions run on moto's daemon threads; they are stopped and joined here, while the emulator
         is still active, so none goes on to call AWS unmocked after the run has left it.
         """
-        from moto.stepfunctions.parser.utils import TMP_THREADS
-
         self.hosting.stop_all()
         sfn = self.client("stepfunctions")
         with contextlib.suppress(Exception):  # best effort: the processes are already stopped
             running = sfn.list_executions(stateMachineArn=self.state_machine_arn, statusFilter="RUNNING")
             for execution in running["executions"]:
                 sfn.stop_execution(executionArn=execution["executionArn"], error="Interrupted", cause="run-local")
-        deadline = time.monotonic() + join_seconds
-        for thread in list(TMP_THREADS):
-            if thread.is_alive() and thread is not threading.current_thread():
-                thread.join(timeout=max(deadline - time.monotonic(), 0.0))
+        self.settle(join_seconds)
         self.hosting.stop_all()
 
     def settle(self, join_seconds: float = 30.0) -> None:
