@@ -62,9 +62,10 @@ pytest: install sam-build $(LAMBDA_VENV)/.installed
 test-fast: install
 	$(PY) -m pytest -q tests/unit tests/contracts
 
-# Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz (cached in .bench/).
+# Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz of two kinds of
+# data (cached in .bench/), then header parsing time against the reference parser.
 bench: install
-	$(PY) tools/bench_validate.py $(SIZES)
+	$(PY) tools/bench_validate.py $(SIZES); v=$$?; $(PY) tools/bench_header.py && exit $$v
 
 # The validate function's S3 path (HTTP to a local moto server): plain download vs isal vs stdlib gzip.
 bench-s3: install

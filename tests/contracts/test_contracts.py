@@ -121,7 +121,7 @@ def test_lambda_layer_requirements_match_the_package_and_exclude_cli_dependencie
     lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
     layer = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
     names = {line.split(">")[0].split("=")[0].split("[")[0].strip() for line in layer}
-    assert names == {"pydantic", "aws-lambda-powertools", "isal"}
+    assert names == {"pydantic", "aws-lambda-powertools", "isal", "msgspec"}
     # What the dev venv runs in-process is what the layer ships (boto3 is the runtime's own).
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(project["dependencies"]) - {d for d in project["dependencies"] if d.startswith("boto3")} == layer

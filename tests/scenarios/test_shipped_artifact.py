@@ -230,9 +230,14 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
         (d["status"], d.get("error"), d.get("cause")) for d in outcomes.values()
     ]
     assert set(functions.workers) == built, f"never invoked: {built - set(functions.workers)}"
-    # The validate function inflates with isal, not the stdlib fallback, in the runtime.
+    # The validate function inflates with isal and parses headers with msgspec, not the stdlib
+    # fallbacks, in the runtime.
+    probe_code = (
+        "from isal import igzip; import modeldrop.checkpoint.artifact_scan;"
+        "from modeldrop.checkpoint import safetensors_header as h; assert h._msgspec_decode is not None"
+    )
     probe = subprocess.run(
-        [functions.python, "-s", "-c", "from isal import igzip; import modeldrop.checkpoint.artifact_scan"],
+        [functions.python, "-s", "-c", probe_code],
         env=functions.env_for("ValidateFunction"),
         capture_output=True,
         text=True,

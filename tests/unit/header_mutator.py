@@ -69,6 +69,7 @@ class Case:
         self.top: str | None = None
         self.length_delta = 0
         self.extra_keys: list[str] = []
+        self.colon = ":"
 
     def header(self) -> bytes:
         if self.top is not None:
@@ -78,7 +79,7 @@ class Case:
             parts.append(f'"__metadata__":{self.metadata}')
         for t in self.tensors:
             body = f'"dtype":{t["dtype"]},"shape":{t["shape"]},"data_offsets":{t["offsets"]}{t["extra"]}'
-            parts.append(f"{t['name']}:{{{body}}}")
+            parts.append(f"{t['name']}{self.colon}{{{body}}}")
         parts.extend(self.extra_keys)
         text = self.lead + "{" + ",".join(parts) + "}" + self.trail
         return text.encode("utf-8", "surrogatepass")
@@ -92,7 +93,7 @@ def _mutate(case: Case) -> None:
     rng = case.rng
     kind = rng.choice(
         ["dtype", "shape", "offsets", "metadata", "padding", "name", "nesting", "number", "length", "dup",
-         "extra", "utf8", "top", "data", "overflow", "none"]
+         "extra", "utf8", "top", "data", "overflow", "spacing", "escdup", "signs", "none"]
     )  # fmt: skip
     t = rng.choice(case.tensors) if case.tensors else None
     if kind == "dtype" and t:
@@ -150,6 +151,31 @@ def _mutate(case: Case) -> None:
     elif kind == "overflow" and t:
         t["shape"] = rng.choice(["[4294967296,4294967296,0]", "[0,4294967296,4294967296]", "[18446744073709551615,2]",
                                  "[9223372036854775808,2]", "[18446744073709551616,0]"])  # fmt: skip
+    elif kind == "spacing":
+        # Whitespace before a colon hides a key from a naive count of `":`; with or without a duplicate.
+        case.colon = rng.choice([" :", "\n:", "\t :", ":\n"])
+        if t and rng.random() < 0.5:
+            case.extra_keys.append(
+                f'{t["name"]} :{{"dtype":{t["dtype"]},"shape":{t["shape"]},"data_offsets":{t["offsets"]}}}'
+            )
+    elif kind == "escdup" and t:
+        # The same name spelled with escapes (a duplicate only a decoder sees), or a `\":` inside a name.
+        name = json.loads(t["name"]) if t["name"].startswith('"t') else "t0"
+        spelled = rng.choice(["".join(f"\\u{ord(c):04x}" for c in name), name + '\\":', name + "\\/"])
+        case.extra_keys.append(
+            f'"{spelled}":{{"dtype":{t["dtype"]},"shape":{t["shape"]},"data_offsets":{t["offsets"]}}}'
+        )
+    elif kind == "signs" and t and t["shape"].count(",") >= 1:
+        # Two negative dims multiply to the right count; a bool reads as 1 in Python.
+        dims = t["shape"].strip("[]").split(",")
+        choice = rng.choice(["neg", "bool", "float"])
+        if choice == "neg":
+            dims[0], dims[1] = f"-{dims[0]}", f"-{dims[1]}"
+        elif choice == "bool" and "1" in dims:
+            dims[dims.index("1")] = "true"
+        else:
+            dims[0] = f"{dims[0]}.0"
+        t["shape"] = "[" + ",".join(dims) + "]"
 
 
 def cases(seed: int, count: int) -> list[bytes]:

@@ -167,7 +167,9 @@ def test_corrupt_and_truncated_archives(tmp_path: Path) -> None:
         scan_tar_stream(io.BytesIO(b"this is not a model at all" * 10), "t", compressed=True)
 
 
-def test_local_archives_parallel_path_trusts_only_a_matching_trailer(tmp_path: Path) -> None:
+def test_local_archives_parallel_path_trusts_only_a_matching_trailer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Local .tar.gz files go through rapidgzip, which stops quietly at a cut end: the trailer decides."""
     import gzip
     import tarfile
@@ -196,7 +198,28 @@ def test_local_archives_parallel_path_trusts_only_a_matching_trailer(tmp_path: P
     data = raw.getvalue()
     half = len(data) // 2
     (tmp_path / "multi.tar.gz").write_bytes(gzip.compress(data[:half]) + gzip.compress(data[half:]))
+    # Inflated once: the trailer (the last member's size) already tells it is not one weights-like
+    # member, so the parallel inflater is not tried first.
+    scans: list[str] = []  # "parallel" (rapidgzip) or "sequential", one entry per inflate
+    real_scan = artifact_scan._scan_tar
+    monkeypatch.setattr(
+        artifact_scan,
+        "_scan_tar",
+        lambda *a, **k: scans.append("parallel" if k["seekable"] else "sequential") or real_scan(*a, **k),
+    )
     assert validate_scan(scan_local(str(tmp_path / "multi.tar.gz"))).deployable
+    assert scans == ["sequential"]
+    # A small first member and a weights-like last one: the parallel inflater reads it, and the
+    # last member's CRC (the trailer's) vouches for the end - still one pass.
+    (tmp_path / "appended.tar.gz").write_bytes(gzip.compress(data[:1024]) + gzip.compress(data[1024:]))
+    scans.clear()
+    assert validate_scan(scan_local(str(tmp_path / "appended.tar.gz"))).deployable
+    assert scans == ["parallel"]
+    cut = (tmp_path / "appended.tar.gz").read_bytes()
+    (tmp_path / "appended-cut.tar.gz").write_bytes(cut[: len(cut) - 4096])
+    assert artifact_scan._scan_with_rapidgzip(tmp_path / "appended-cut.tar.gz") is None
+    with pytest.raises(CheckpointUnreadable, match=r"truncated|gzip"):
+        scan_local(str(tmp_path / "appended-cut.tar.gz"))
 
 
 def test_not_a_model_is_refused_with_findings(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ import pytest
 from conftest import ROOT
 from header_mutator import cases
 
+from modeldrop.checkpoint import safetensors_header
 from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
 
 safetensors = pytest.importorskip("safetensors")
@@ -74,7 +75,11 @@ def test_the_regression_corpus_agrees_with_the_reference() -> None:
     assert tally["both refuse"] >= 10 and tally["both accept"] >= 5, tally
 
 
-def test_mutated_headers_agree_with_the_reference() -> None:
+@pytest.mark.parametrize("parser", ["msgspec", "stdlib"])
+def test_mutated_headers_agree_with_the_reference(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both fast parsers: msgspec (the dependency) and the standard library's (its fallback)."""
+    if parser == "stdlib":
+        monkeypatch.setattr(safetensors_header, "_msgspec_decode", None)
     tally = judge(cases(seed=20261201, count=MUTATED_CASES))
     print(dict(tally))
     # The mutator must reach both sides of the line, or the test proves little.

@@ -349,16 +349,16 @@ def _bound_allocator() -> None:
 def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
     """Parallel inflate for a local .tar.gz; None when rapidgzip is absent or cannot vouch for the file.
 
-    rapidgzip stops quietly at a truncated end, so the result counts only if the decompressed size
-    matches the gzip trailer; otherwise (truncated, or a multi-member gzip) the sequential inflater,
-    which checks every trailer, decides.
+    rapidgzip stops quietly at a truncated end, so the result counts only if the gzip trailer
+    matches: the decompressed size, or for a multi-member gzip the last member's CRC; otherwise
+    (truncated) the sequential inflater, which checks every trailer, decides.
     """
     size = path.stat().st_size
     if size > RAPIDGZIP_MAX_BYTES or size < 8:
         return None
     with path.open("rb") as fh:
-        fh.seek(-4, os.SEEK_END)
-        isize = int.from_bytes(fh.read(4), "little")
+        fh.seek(-8, os.SEEK_END)
+        crc, isize = int.from_bytes(fh.read(4), "little"), int.from_bytes(fh.read(4), "little")
     # rapidgzip's memory grows with the compression ratio (a 1 GB zero bomb took it to 625 MB):
     # only weights-like data (gzip saves 0-40 %, so the trailer's size is 1-1.6x the file) goes
     # parallel; anything else is inflated sequentially, in flat memory.
@@ -375,13 +375,28 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         ) as stream:
             scan = _scan_tar(cast(IO[bytes], stream), str(path), "tar.gz", seekable=True)
             total = stream.seek(0, os.SEEK_END)
+            complete = isize == total % 2**32 or _last_member_holds(stream, total, crc, isize)
     except CheckpointUnreadable as exc:
         if getattr(exc, "stream_fault", False):
             return None  # the sequential inflater, which checks every trailer, decides
         raise  # a hostile member is refused once, not scanned again
     except Exception:  # rapidgzip's own errors on a stream it cannot read: let the sequential path judge
         return None
-    return scan if isize == total % 2**32 else None
+    return scan if complete else None
+
+
+def _last_member_holds(stream: IO[bytes], total: int, crc: int, isize: int) -> bool:
+    """A multi-member gzip (a concatenation, bgzip): the trailer describes only the last member,
+    so its CRC is checked over the last `isize` bytes (rapidgzip checks every earlier member's
+    own). A stream cut inside its last member ends in deflate data, which passes this by chance
+    only (2^-32); the sequential inflater then never has to inflate the whole file again."""
+    if isize >= total:
+        return False
+    stream.seek(total - isize)
+    running = 0
+    while block := stream.read(4 * 1024 * 1024):
+        running = zlib.crc32(block, running)
+    return running == crc
 
 
 def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:
