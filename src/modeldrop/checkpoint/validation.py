@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -109,213 +111,285 @@ HEADER_HINTS = {
 }
 
 
-def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
+@dataclass
+class _Checkpoint:
+    """What the checks read, gathered once from the scan."""
+
+    scan: ArtifactScan
+    config: dict[str, Any]
+    config_parsed: bool  # config.json was there and is a JSON object
+    tensors: dict[str, str]  # tensor name -> the shard it is in (the first, when in two)
+    duplicates: list[tuple[str, str, str]]  # (tensor, first shard, second shard)
+    kv: KvShared
+    kv_rule: bool  # the architecture has a KV-sharing rule and the config and shards can be held to it
+    comparison: BaseComparison | None
+    findings: list[Finding] = field(default_factory=list)
+
+    def text_field(self, key: str) -> Any:
+        return _text_field(self.config, key)
+
+    @property
+    def architecture(self) -> str | None:
+        names = self.config.get("architectures")
+        return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else None
+
+    @property
+    def model_type(self) -> str | None:
+        value = self.config.get("model_type")
+        return value if isinstance(value, str) else None
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return any(f.rsplit("/", 1)[-1] in TOKENIZER_FILES for f in self.scan.files)
+
+    @property
+    def has_chat_template(self) -> bool:
+        files = self.scan.files
+        if "chat_template.jinja" in files or "chat_template.json" in files:
+            return True
+        return bool((_json(self.scan, "tokenizer_config.json", []) or {}).get("chat_template"))
+
+
+def _finding(code: str, severity: str, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity=severity, message=message, hint=hint)  # type: ignore[arg-type]
+
+
+def _config_missing(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.config_parsed and "config.json" not in c.scan.small_files:
+        yield _finding(
+            "CONFIG_MISSING",
+            "error",
+            "no config.json at the artifact root",
+            "save the model with save_pretrained into the root of the archive or prefix",
+        )
+
+
+def _header_errors(c: _Checkpoint) -> Iterable[Finding]:
+    for rel, err in sorted(c.scan.header_errors.items()):
+        code = c.scan.header_error_codes.get(rel, "HEADER_INVALID")
+        yield _finding(code, "error", f"{rel}: {err}", HEADER_HINTS.get(code, HEADER_HINTS["HEADER_INVALID"]))
+
+
+def _duplicate_tensors(c: _Checkpoint) -> Iterable[Finding]:
+    for name, first, rel in c.duplicates:
+        yield _finding(
+            "DUPLICATE_TENSOR", "error", f"tensor {name} is in both {first} and {rel}", "remove the stale shard"
+        )
+
+
+def _no_safetensors(c: _Checkpoint) -> Iterable[Finding]:
+    if c.scan.headers or c.scan.header_errors:
+        return
+    legacy = sorted(f for f in c.scan.files if f.endswith((".bin", ".pt", ".pth", ".gguf")))
+    yield _finding(
+        "NO_SAFETENSORS",
+        "error",
+        "no .safetensors weights found" + (f" (found {', '.join(legacy[:3])})" if legacy else ""),
+        "convert to safetensors (save_pretrained(safe_serialization=True))"
+        if legacy
+        else "upload the model's *.safetensors shards",
+    )
+
+
+def _index(c: _Checkpoint) -> Iterable[Finding]:
     findings: list[Finding] = []
-    config = _json(scan, "config.json", findings)
-    if config is None and "config.json" not in scan.small_files:
-        findings.append(
-            Finding(
-                code="CONFIG_MISSING",
-                severity="error",
-                message="no config.json at the artifact root",
-                hint="save the model with save_pretrained into the root of the archive or prefix",
-            )
-        )
-    config = config or {}
+    _check_index(c.scan, c.tensors, findings)
+    return findings
 
-    for rel, err in sorted(scan.header_errors.items()):
-        code = scan.header_error_codes.get(rel, "HEADER_INVALID")
-        findings.append(
-            Finding(
-                code=code,
-                severity="error",
-                message=f"{rel}: {err}",
-                hint=HEADER_HINTS.get(code, HEADER_HINTS["HEADER_INVALID"]),
-            )
+
+def _config_incomplete(c: _Checkpoint) -> Iterable[Finding]:
+    if c.architecture is None and c.config_parsed:
+        yield _finding(
+            "CONFIG_INCOMPLETE",
+            "error",
+            'config.json names no architecture ("architectures": [...]): the engines cannot pick a model class'
+            + ("" if c.model_type else ", and it has no model_type either"),
+            "save the model with save_pretrained, which writes architectures and model_type",
         )
 
+
+def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
+    kv = c.kv
+    layers, shared = kv.num_hidden_layers or 0, kv.num_kv_shared_layers
+    if not c.kv_rule:
+        return
+    if shared > layers:
+        yield _finding(
+            "CONFIG_INVALID",
+            "error",
+            f"num_kv_shared_layers {shared} exceeds num_hidden_layers {layers}",
+            "fix config.json",
+        )
+    elif kv.missing:
+        yield _finding(
+            "KV_SHARED_TENSORS_MISSING",
+            "error",
+            f"{len(kv.missing)} of {kv.expected_tensors} KV-shared tensors are missing "
+            f"(layers {layers - shared}-{layers - 1}; e.g. {kv.missing[0]}): vLLM fails with "
+            "'Following weights were not initialized from checkpoint'",
+            f"`modeldrop repair {c.scan.source} --base BASE --out DEST` copies them from the base "
+            "checkpoint into an extra shard and the index; they are unused in the forward pass, "
+            "so restoring them is harmless",
+        )
+
+
+def _tokenizer(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.has_tokenizer:
+        yield _finding(
+            "TOKENIZER_MISSING",
+            "error",
+            "no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json)",
+            "save the tokenizer next to the model: tokenizer.save_pretrained(DIR)",
+        )
+
+
+def _chat_template(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.has_chat_template:
+        yield _finding(
+            "CHAT_TEMPLATE_MISSING",
+            "warning",
+            "no chat template: /v1/chat/completions requests will be rejected",
+            "save the processor/tokenizer with its chat template (chat_template.jinja)",
+        )
+
+
+def _generation_config(c: _Checkpoint) -> Iterable[Finding]:
+    if "generation_config.json" not in c.scan.files:
+        yield _finding(
+            "GENERATION_CONFIG_MISSING",
+            "info",
+            "no generation_config.json: the engine uses its own sampling defaults",
+            "save model.generation_config with the model",
+        )
+
+
+def _base(c: _Checkpoint) -> Iterable[Finding]:
+    return base_findings(c.comparison, c.scan.source) if c.comparison is not None else []
+
+
+# Run in this order; each reads the gathered checkpoint and yields its findings.
+CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
+    _config_missing,
+    _header_errors,
+    _duplicate_tensors,
+    _no_safetensors,
+    _index,
+    _config_incomplete,
+    _kv_shared_tensors,
+    _tokenizer,
+    _chat_template,
+    _generation_config,
+    _base,
+)
+
+
+def _tensor_table(scan: ArtifactScan) -> tuple[dict[str, str], list[tuple[str, str, str]], Counter[str], int]:
+    """Each tensor's shard, the tensors found twice, bytes per dtype, and the parameter count."""
     tensors: dict[str, str] = {}
+    duplicates: list[tuple[str, str, str]] = []
     dtypes: Counter[str] = Counter()
     params = 0
     for rel, header in sorted(scan.headers.items()):
         for name, info in header.tensors.items():
             if name in tensors:
-                findings.append(
-                    Finding(
-                        code="DUPLICATE_TENSOR",
-                        severity="error",
-                        message=f"tensor {name} is in both {tensors[name]} and {rel}",
-                        hint="remove the stale shard",
-                    )
-                )
+                duplicates.append((name, tensors[name], rel))
                 continue
             tensors[name] = rel
             dtypes[info.dtype] += info.nbytes
             params += info.numel
-    weights_bytes = sum(dtypes.values())
+    return tensors, duplicates, dtypes, params
 
-    if not scan.headers and not scan.header_errors:
-        legacy = [f for f in scan.files if f.endswith((".bin", ".pt", ".pth", ".gguf"))]
-        hint = (
-            "convert to safetensors (save_pretrained(safe_serialization=True))"
-            if legacy
-            else "upload the model's *.safetensors shards"
-        )
-        findings.append(
-            Finding(
-                code="NO_SAFETENSORS",
-                severity="error",
-                message="no .safetensors weights found"
-                + (f" (found {', '.join(sorted(legacy)[:3])})" if legacy else ""),
-                hint=hint,
-            )
-        )
 
-    _check_index(scan, tensors, findings)
-
-    architectures = config.get("architectures")
-    architecture = (
-        architectures[0]
-        if isinstance(architectures, list) and architectures and isinstance(architectures[0], str)
-        else None
-    )
-    model_type = config.get("model_type") if isinstance(config.get("model_type"), str) else None
-    if (
-        architecture is None
-        and "config.json" in scan.small_files
-        and not any(f.code == "JSON_INVALID" for f in findings)
-    ):
-        findings.append(
-            Finding(
-                code="CONFIG_INCOMPLETE",
-                severity="error",
-                message='config.json names no architecture ("architectures": [...]): the engines cannot pick a '
-                "model class" + ("" if model_type else ", and it has no model_type either"),
-                hint="save the model with save_pretrained, which writes architectures and model_type",
-            )
-        )
+def _kv_shared(config: dict[str, Any], tensors: dict[str, str]) -> tuple[KvShared, bool]:
+    """Which KV-shared tensors the architecture's rule expects, which of them are missing, and
+    whether the rule applies at all."""
     num_layers = _int_or_none(_text_field(config, "num_hidden_layers"))
-    kv_shared_layers = _int_or_none(_text_field(config, "num_kv_shared_layers")) or 0
-    layer_types = _text_field(config, "layer_types")
-    layer_types = [str(x) for x in layer_types] if isinstance(layer_types, list) else None
-    kv = KvShared(num_hidden_layers=num_layers, num_kv_shared_layers=kv_shared_layers)
-    rule = rule_for(model_type) or rule_for(_text_field(config, "model_type"))
-    if rule and num_layers and kv_shared_layers > 0 and tensors:
-        if kv_shared_layers > num_layers:
-            findings.append(
-                Finding(
-                    code="CONFIG_INVALID",
-                    severity="error",
-                    message=f"num_kv_shared_layers {kv_shared_layers} exceeds num_hidden_layers {num_layers}",
-                    hint="fix config.json",
-                )
-            )
-        else:
-            expected = expected_kv_tensors(
-                rule,
-                layer_prefix(set(tensors)),
-                num_layers,
-                kv_shared_layers,
-                layer_types,
-                bool(_text_field(config, "attention_k_eq_v")),
-            )
-            kv.expected_tensors = len(expected)
-            kv.missing = [n for n in expected if n not in tensors]
-            if kv.missing:
-                first = num_layers - kv_shared_layers
-                findings.append(
-                    Finding(
-                        code="KV_SHARED_TENSORS_MISSING",
-                        severity="error",
-                        message=(
-                            f"{len(kv.missing)} of {len(expected)} KV-shared tensors are missing "
-                            f"(layers {first}-{num_layers - 1}; e.g. {kv.missing[0]}): vLLM fails with "
-                            "'Following weights were not initialized from checkpoint'"
-                        ),
-                        hint=(
-                            f"`modeldrop repair {scan.source} --base BASE --out DEST` copies them from the base "
-                            "checkpoint into an extra shard and the index; they are unused in the forward pass, "
-                            "so restoring them is harmless"
-                        ),
-                    )
-                )
+    shared = _int_or_none(_text_field(config, "num_kv_shared_layers")) or 0
+    kv = KvShared(num_hidden_layers=num_layers, num_kv_shared_layers=shared)
+    rule = rule_for(config.get("model_type") if isinstance(config.get("model_type"), str) else None)
+    rule = rule or rule_for(_text_field(config, "model_type"))
+    applies = bool(rule and num_layers and shared > 0 and tensors)
+    if rule and num_layers and applies and shared <= num_layers:
+        expected = expected_kv_tensors(
+            rule,
+            layer_prefix(set(tensors)),
+            num_layers,
+            shared,
+            _layer_types(config),
+            bool(_text_field(config, "attention_k_eq_v")),
+        )
+        kv.expected_tensors = len(expected)
+        kv.missing = [n for n in expected if n not in tensors]
+    return kv, applies
 
-    has_tokenizer = any(f.rsplit("/", 1)[-1] in TOKENIZER_FILES for f in scan.files)
-    tok_cfg = _json(scan, "tokenizer_config.json", []) or {}
-    has_template = (
-        "chat_template.jinja" in scan.files or "chat_template.json" in scan.files or bool(tok_cfg.get("chat_template"))
-    )
-    if not has_tokenizer:
-        findings.append(
-            Finding(
-                code="TOKENIZER_MISSING",
-                severity="error",
-                message="no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json)",
-                hint="save the tokenizer next to the model: tokenizer.save_pretrained(DIR)",
-            )
-        )
-    if not has_template:
-        findings.append(
-            Finding(
-                code="CHAT_TEMPLATE_MISSING",
-                severity="warning",
-                message="no chat template: /v1/chat/completions requests will be rejected",
-                hint="save the processor/tokenizer with its chat template (chat_template.jinja)",
-            )
-        )
-    has_gen = "generation_config.json" in scan.files
-    if not has_gen:
-        findings.append(
-            Finding(
-                code="GENERATION_CONFIG_MISSING",
-                severity="info",
-                message="no generation_config.json: the engine uses its own sampling defaults",
-                hint="save model.generation_config with the model",
-            )
-        )
 
-    comparison = compare_to_base(scan, base) if base is not None else None
-    if comparison is not None:
-        findings += base_findings(comparison, scan.source)
-    total_bytes = sum(scan.files.values())
-    # A media encoder's config, or the token that stands for its input in the prompt.
-    media = {
-        "image": ("vision_config", "image_token_id", "image_token_index"),
-        "audio": ("audio_config", "audio_token_id"),
-    }
-    modalities = [
+def _layer_types(config: dict[str, Any]) -> list[str] | None:
+    value = _text_field(config, "layer_types")
+    return [str(x) for x in value] if isinstance(value, list) else None
+
+
+# A media encoder's config, or the token that stands for its input in the prompt.
+MEDIA = {
+    "image": ("vision_config", "image_token_id", "image_token_index"),
+    "audio": ("audio_config", "audio_token_id"),
+}
+
+
+def _modalities(config: dict[str, Any]) -> list[str]:
+    return [
         m
-        for m, (encoder, *tokens) in media.items()
+        for m, (encoder, *tokens) in MEDIA.items()
         if isinstance(config.get(encoder), dict) or any(config.get(t) is not None for t in tokens)
     ]
+
+
+def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
+    findings: list[Finding] = []
+    config = _json(scan, "config.json", findings)  # JSON_INVALID first, as before any check
+    tensors, duplicates, dtypes, params = _tensor_table(scan)
+    kv, kv_rule = _kv_shared(config or {}, tensors)
+    c = _Checkpoint(
+        scan=scan,
+        config=config or {},
+        config_parsed=config is not None,
+        tensors=tensors,
+        duplicates=duplicates,
+        kv=kv,
+        kv_rule=kv_rule,
+        comparison=compare_to_base(scan, base) if base is not None else None,
+        findings=findings,
+    )
+    for check in CHECKS:
+        c.findings.extend(check(c))
+    weights_bytes = sum(dtypes.values())
     return ValidationReport(
-        modalities=modalities,
-        deployable=not any(f.severity == "error" for f in findings),
+        modalities=_modalities(c.config),
+        deployable=not any(f.severity == "error" for f in c.findings),
         source=scan.source,
         format=scan.format,
-        architecture=architecture,
-        model_type=model_type,
+        architecture=c.architecture,
+        model_type=c.model_type,
         tensor_count=len(tensors),
         shard_count=len(scan.headers) + len(scan.header_errors),
-        total_bytes=total_bytes,
+        total_bytes=sum(scan.files.values()),
         weights_bytes=weights_bytes,
         weights_gib=round(weights_bytes / GIB, 4),
         parameters=params,
         dtypes=dict(sorted(dtypes.items())),
-        vocab_size=_int_or_none(_text_field(config, "vocab_size")),
-        num_hidden_layers=num_layers,
-        max_position_embeddings=_int_or_none(_text_field(config, "max_position_embeddings")),
-        torch_dtype=_text_field(config, "torch_dtype") or _text_field(config, "dtype"),
-        layer_types=layer_types,
-        sliding_window=_int_or_none(_text_field(config, "sliding_window")),
-        num_key_value_heads=_int_or_none(_text_field(config, "num_key_value_heads")),
-        head_dim=_int_or_none(_text_field(config, "head_dim")),
-        has_tokenizer=has_tokenizer,
-        has_chat_template=has_template,
-        has_generation_config=has_gen,
-        kv_shared=kv,
-        findings=findings,
-        base=comparison,
+        vocab_size=_int_or_none(c.text_field("vocab_size")),
+        num_hidden_layers=c.kv.num_hidden_layers,
+        max_position_embeddings=_int_or_none(c.text_field("max_position_embeddings")),
+        torch_dtype=c.text_field("torch_dtype") or c.text_field("dtype"),
+        layer_types=_layer_types(c.config),
+        sliding_window=_int_or_none(c.text_field("sliding_window")),
+        num_key_value_heads=_int_or_none(c.text_field("num_key_value_heads")),
+        head_dim=_int_or_none(c.text_field("head_dim")),
+        has_tokenizer=c.has_tokenizer,
+        has_chat_template=c.has_chat_template,
+        has_generation_config="generation_config.json" in scan.files,
+        kv_shared=c.kv,
+        findings=c.findings,
+        base=c.comparison,
         requests=scan.requests + (base.requests if base is not None else 0),
     )
 

@@ -150,20 +150,20 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
     raise typer.Exit(code)
 
 
-def _summary(result: Any) -> None:
+def _plan_rows(result: Any) -> list[tuple[str, str]]:
+    """What was deployed where, with which env and memory plan (from the output, else the record)."""
     rec = result.record
     out = result.output or {}
+    built = rec.get("steps", {}).get("build_env") or {}
+    env = out.get("env") or built.get("env") or {}
     rows: list[tuple[str, str]] = [
         ("deployment", str(result.deployment_id)),
         ("endpoint", str(rec.get("endpoint_name") or "-")),
         ("instance", str(out.get("instance_type") or rec.get("instance_type") or "-")),
         ("image", str(out.get("image") or rec.get("image_uri") or "-")),
+        ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
     ]
-    built = rec.get("steps", {}).get("build_env") or {}
-    env = out.get("env") or built.get("env") or {}
-    rows.append(("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"))
-    memory = out.get("memory") or built.get("memory") or {}
-    if memory:
+    if memory := out.get("memory") or built.get("memory") or {}:
         rows.append(
             (
                 "memory plan",
@@ -172,30 +172,42 @@ def _summary(result: Any) -> None:
                 f"on {memory.get('instance_type')}",
             )
         )
-    for attempt in rec.get("steps", {}).get("attempts") or []:
-        rows.append(
-            (
-                f"attempt {attempt.get('attempt')}",
-                f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
-            )
+    return rows
+
+
+def _outcome_rows(result: Any) -> list[tuple[str, str]]:
+    """The attempts that fell back, the eval, and what teardown deleted."""
+    steps = result.record.get("steps", {})
+    rows = [
+        (
+            f"attempt {attempt.get('attempt')}",
+            f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
         )
-    ev = result.eval or {}
-    if ev:
+        for attempt in steps.get("attempts") or []
+    ]
+    if ev := result.eval or {}:
         rows.append(("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}"))
         rows.append(("eval report", str(ev.get("report_markdown_uri"))))
-    teardown = rec.get("steps", {}).get("teardown")
-    if teardown:
+    if teardown := steps.get("teardown"):
         rows.append(("deleted", "\n".join(teardown.get("deleted", [])) or "nothing was created"))
-    fields(rows)
+    return rows
+
+
+def _summary(result: Any) -> None:
+    fields(_plan_rows(result) + _outcome_rows(result))
     if result.eval_report:
         from modeldrop.evaluation.smoke_eval import EvalReport
 
         eval_table(EvalReport.model_validate(result.eval_report))
-    failure = rec.get("steps", {}).get("failure") or {}
+    failure = result.record.get("steps", {}).get("failure") or {}
     if failure.get("diagnosis"):
         console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
         for line in failure.get("log_excerpt", [])[-3:]:
             console.print(f"  [dim]{line}[/]")
+    _verdict_lines(result)
+
+
+def _verdict_lines(result: Any) -> None:
     console.print(f"[dim]note: {result.note}[/]")
     if result.status == "succeeded":
         console.print(

@@ -168,23 +168,33 @@ def list_cmd(
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
         return
+    title = f"deployments in {info.stack_name} ({info.region})"
     # Ids and endpoint names are what `status`, `teardown` and `eval` take: never cut. Secondary
     # columns go first when the terminal is narrow; narrower still, each deployment is two plain lines.
     ids = max((len(r.deployment_id) for r in rows), default=10)
     names = max((len(r.endpoint_name or "-") for r in rows), default=10)
-    width = console.width
-    if width < ids + names + 45:
-        console.print(f"deployments in {info.stack_name} ({info.region})", highlight=False)
-        for r in rows:
-            cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
-            console.print(
-                f"{r.deployment_id}  {r.status}  {r.instance_type or '-'}  {cost}", highlight=False, markup=False
-            )
-            if r.endpoint_name:
-                console.print(f"  endpoint {r.endpoint_name}", highlight=False, markup=False)
-        return
-    secondary = width >= ids + names + 80
-    view = Table(title=f"deployments in {info.stack_name} ({info.region})")
+    if console.width < ids + names + 45:
+        _deployment_lines(title, rows)
+    else:
+        console.print(_deployment_table(title, rows, ids, names, secondary=console.width >= ids + names + 80))
+
+
+def _cost_text(row: Any) -> str:
+    return "-" if row.cost_usd is None else f"${row.cost_usd:.2f}" + ("" if row.cost_is_final else " so far")
+
+
+def _deployment_lines(title: str, rows: list[Any]) -> None:
+    console.print(title, highlight=False)
+    for r in rows:
+        console.print(
+            f"{r.deployment_id}  {r.status}  {r.instance_type or '-'}  {_cost_text(r)}", highlight=False, markup=False
+        )
+        if r.endpoint_name:
+            console.print(f"  endpoint {r.endpoint_name}", highlight=False, markup=False)
+
+
+def _deployment_table(title: str, rows: list[Any], ids: int, names: int, secondary: bool) -> Table:
+    view = Table(title=title)
     view.add_column("deployment", no_wrap=True, min_width=ids)
     view.add_column("status", no_wrap=True)
     view.add_column("endpoint", no_wrap=True, min_width=names)
@@ -194,13 +204,12 @@ def list_cmd(
             view.add_column(col)
     view.add_column("cost", no_wrap=True)
     for r in rows:
-        cost = "-" if r.cost_usd is None else f"${r.cost_usd:.2f}" + ("" if r.cost_is_final else " so far")
         cells = [r.deployment_id, r.status, r.endpoint_name or "-", r.instance_type or "-"]
         if secondary:
             cells += [r.engine or "-", _ago(r.age_hours), _ago(r.expires_in_hours)]
-        cells.append(cost)
+        cells.append(_cost_text(r))
         view.add_row(*cells)
-    console.print(view)
+    return view
 
 
 @app.command("status")
@@ -219,11 +228,15 @@ def status_cmd(
         _session, info, deployments = _connect(stack, region, profile)
         item = find_deployment(deployments, deployment)
     data = deployment_status(info, item)
-    failure = data["failure"] or {}
-    steps_done = data["steps"]
     if as_json:
         print(json.dumps(data, default=str))
         return
+    fields(_status_rows(item, data))
+    if attempts := data["steps"].get("attempts") or []:
+        console.print(_attempts_table(attempts))
+
+
+def _status_rows(item: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
         (key, str(item.get(key) if item.get(key) is not None else "-"))
         for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region")
@@ -235,33 +248,32 @@ def status_cmd(
     cost_usd = data["cost_usd"]
     cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
     rows.append(("cost", cost))
-    if failure:
+    if failure := data["failure"] or {}:
         rows.append(("error", f"{failure.get('error')} (class {failure.get('failure_class')})"))
         rows.append(("FailureReason", str(item.get("failure_reason") or "-")))
         if failure.get("diagnosis"):
             rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
-    evaluation = steps_done.get("smoke_eval")
-    if evaluation:
+    if evaluation := data["steps"].get("smoke_eval"):
         rows.append(("eval", str(evaluation.get("summary"))))
         rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
-    rows += [(label.replace("_", " "), url) for label, url in data["links"].items()]
-    fields(rows)
-    attempts = steps_done.get("attempts") or []
-    if attempts:
-        tries = Table(title="instance types tried before this one (capacity fallback)")
-        for col in ("#", "instance type", "error", "minutes", "cost at most", "ended at"):
-            tries.add_column(col, overflow="fold")
-        for a in attempts:
-            cost_at_most = a.get("cost_usd_at_most")
-            tries.add_row(
-                str(a.get("attempt")),
-                str(a.get("instance_type")),
-                str(a.get("error")),
-                f"{a.get('minutes', 0):.1f}",
-                "-" if cost_at_most is None else f"${cost_at_most:.2f}",
-                str(a.get("ended_at", "-")),
-            )
-        console.print(tries)
+    return rows + [(label.replace("_", " "), url) for label, url in data["links"].items()]
+
+
+def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
+    tries = Table(title="instance types tried before this one (capacity fallback)")
+    for col in ("#", "instance type", "error", "minutes", "cost at most", "ended at"):
+        tries.add_column(col, overflow="fold")
+    for a in attempts:
+        cost_at_most = a.get("cost_usd_at_most")
+        tries.add_row(
+            str(a.get("attempt")),
+            str(a.get("instance_type")),
+            str(a.get("error")),
+            f"{a.get('minutes', 0):.1f}",
+            "-" if cost_at_most is None else f"${cost_at_most:.2f}",
+            str(a.get("ended_at", "-")),
+        )
+    return tries
 
 
 @app.command("extend")

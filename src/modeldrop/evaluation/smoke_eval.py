@@ -239,6 +239,57 @@ def error_count(counts: dict[str, int]) -> int:
     return counts["error"] + counts["timeout"] + counts["context_overflow"]
 
 
+# The summary's label for each outcome that is not a pass, in the order the summary lists them.
+FAILURE_LABELS = {
+    "truncated": "truncated",
+    "context_overflow": "context overflow",
+    "timeout": "timeouts",
+    "error": "errors",
+    "check_failed": "checks failed",
+}
+FIXED_ADVICE = {
+    "timeout": "answers past the 60 s invocation cap: lower max_tokens, stream, or use async inference",
+    "error": "see each error's detail and the endpoint's CloudWatch logs",
+    "check_failed": "the model's answers fail the case checks: this is the model, not the serving",
+}
+
+
+def _truncation_advice(cut: list[CaseResult]) -> list[str]:
+    advice = []
+    if by_request := [r for r in cut if r.recommended_max_tokens is not None]:
+        recs = ", ".join(f"{r.id}: {r.recommended_max_tokens}" for r in by_request)
+        advice.append(f"raise max_tokens for the truncated cases ({recs}) in the eval set")
+    if by_server := [r.id for r in cut if r.recommended_max_tokens is None]:
+        advice.append(
+            f"{', '.join(by_server)} stopped below their max_tokens: look for a server-side cap "
+            "(generation_config.json max_new_tokens, an override-generation-config env, or max_model_len)"
+        )
+    return advice
+
+
+def _failure_notes(
+    results: list[CaseResult], endpoint_name: str, max_model_len: int | None
+) -> tuple[list[str], list[str]]:
+    """The summary's part for each failing outcome, and the fixes they suggest."""
+    notes: list[str] = []
+    fixes: list[str] = []
+    for outcome, label in FAILURE_LABELS.items():
+        cases = [r for r in results if r.outcome == outcome]
+        if not cases:
+            continue
+        notes.append(f"{label}: {', '.join(r.id for r in cases)}")
+        if outcome == "truncated":
+            fixes += _truncation_advice(cases)
+        elif outcome == "context_overflow":
+            fixes.append(
+                f"the prompts do not fit max_model_len {max_model_len} of {endpoint_name}: shorten them, raise "
+                "max_model_len in the request, or check that this is the endpoint you meant"
+            )
+        else:
+            fixes.append(FIXED_ADVICE[outcome])
+    return notes, fixes
+
+
 def verdict(
     endpoint_name: str,
     results: list[CaseResult],
@@ -254,37 +305,8 @@ def verdict(
         and errors <= thresholds.max_errors
         and counts["check_failed"] <= thresholds.max_check_failures
     )
-    parts = [f"{counts['pass']}/{len(results)} passed"]
-    fixes: list[str] = []
-
-    def named(outcome: str) -> list[CaseResult]:
-        return [r for r in results if r.outcome == outcome]
-
-    if cut := named("truncated"):
-        parts.append(f"truncated: {', '.join(r.id for r in cut)}")
-        if by_request := [r for r in cut if r.recommended_max_tokens is not None]:
-            recs = ", ".join(f"{r.id}: {r.recommended_max_tokens}" for r in by_request)
-            fixes.append(f"raise max_tokens for the truncated cases ({recs}) in the eval set")
-        if by_server := [r.id for r in cut if r.recommended_max_tokens is None]:
-            fixes.append(
-                f"{', '.join(by_server)} stopped below their max_tokens: look for a server-side cap "
-                "(generation_config.json max_new_tokens, an override-generation-config env, or max_model_len)"
-            )
-    if over := named("context_overflow"):
-        parts.append(f"context overflow: {', '.join(r.id for r in over)}")
-        fixes.append(
-            f"the prompts do not fit max_model_len {max_model_len} of {endpoint_name}: shorten them, raise "
-            "max_model_len in the request, or check that this is the endpoint you meant"
-        )
-    if slow := named("timeout"):
-        parts.append(f"timeouts: {', '.join(r.id for r in slow)}")
-        fixes.append("answers past the 60 s invocation cap: lower max_tokens, stream, or use async inference")
-    if broken := named("error"):
-        parts.append(f"errors: {', '.join(r.id for r in broken)}")
-        fixes.append("see each error's detail and the endpoint's CloudWatch logs")
-    if failed := named("check_failed"):
-        parts.append(f"checks failed: {', '.join(r.id for r in failed)}")
-        fixes.append("the model's answers fail the case checks: this is the model, not the serving")
+    notes, fixes = _failure_notes(results, endpoint_name, max_model_len)
+    parts = [f"{counts['pass']}/{len(results)} passed", *notes]
     return EvalReport(
         endpoint_name=endpoint_name,
         max_model_len=max_model_len,

@@ -128,10 +128,8 @@ def _reap_endpoint(
     if problem:
         result.errors.append(f"{name}: {problem}")
     deployment_id = tags.get(DEPLOYMENT_TAG)
-    record = registry.get(table, deployment_id) if deployment_id else None
-    # Only the record's own endpoint speaks for it: a copy with its tags changes nothing in it.
-    owned = record is not None and record.get("endpoint_name") == name
-    dead = owned and _dead(record, now)
+    record = _own_record(table, deployment_id, name)
+    dead = _dead(record, now)
     if not dead and (expires is None or expires > now):
         return
     try:
@@ -141,11 +139,23 @@ def _reap_endpoint(
     if desc["EndpointStatus"] in BUSY_STATES and not dead:
         result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
     else:
-        _expire(sm, table, events, bus, desc, deployment_id if owned else None, result, dead)
-        if owned and name in result.expired and s3 is not None and record and record.get("artifact_uri"):
-            delete_served_for(s3, str(record["artifact_uri"]), str(deployment_id))
+        _expire(sm, table, events, bus, desc, deployment_id if record else None, result, dead)
+        if record and name in result.expired:
+            _delete_served_copy(s3, record, str(deployment_id))
     if name not in result.expired and expires is not None and expires + overdue_after < now:
         result.overdue.append(name)
+
+
+def _own_record(table: Any, deployment_id: str | None, endpoint_name: str) -> dict[str, Any] | None:
+    """The deployment's record, if this endpoint is the one it names: a copy with its tags changes
+    nothing in it."""
+    record = registry.get(table, deployment_id) if deployment_id else None
+    return record if record is not None and record.get("endpoint_name") == endpoint_name else None
+
+
+def _delete_served_copy(s3: Any | None, record: dict[str, Any], deployment_id: str) -> None:
+    if s3 is not None and record.get("artifact_uri"):
+        delete_served_for(s3, str(record["artifact_uri"]), deployment_id)
 
 
 def _dead(record: dict[str, Any] | None, now: datetime) -> bool:
