@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ROOT, subscribe
 
 from modeldrop.contracts.models import deployment_id_for
@@ -299,3 +300,47 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     last = create(req_b, again.quota_waits, again.quota_wait_until)
     listed = [(e["EndpointName"], e["EndpointStatus"]) for e in sm.list_endpoints()["Endpoints"]]
     assert last.status == "created" and last.quota_waits == again.quota_waits, (last.reason, listed)
+
+
+# ---- instance_count: SageMaker's InitialInstanceCount, counted by the quota, the plan and the cost ----
+
+
+def test_instance_count_reaches_the_endpoint_the_quota_and_the_cost(
+    make_stack: Any, archive: bytes, checkpoint: Path
+) -> None:
+    from modeldrop.aws import registry
+    from modeldrop.local import moto_shims
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+
+    stack = make_stack()
+    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 3)
+    arn = _start(stack, archive, "two-instances", instance_count=2, instance_type="ml.g6.2xlarge")
+    assert stack.wait(arn)["status"] == "SUCCEEDED"
+    record = _record(stack, "two-instances")
+    assert record["instance_count"] == 2 and record["steps"]["create_endpoint"]["quota"]["needed"] == 2
+    assert record["steps"]["build_env"]["instance_count"] == 2  # the memory plan is per instance, for 2
+    sm = stack.client("sagemaker")
+    config = sm.describe_endpoint_config(EndpointConfigName=record["steps"]["create_endpoint"]["endpoint_config_name"])
+    assert config["ProductionVariants"][0]["InitialInstanceCount"] == 2
+    # Cost counts every instance: the same hours at twice the catalog's per-instance price.
+    one = registry.cost_so_far({**record, "instance_count": 1})
+    assert one is not None and registry.cost_so_far(record) == pytest.approx(2 * one, abs=2e-4)  # still running
+    # Two more do not fit a quota of 3 while the first two serve; the refusal counts instances.
+    (checkpoint / "notes.txt").write_text("a second training run")
+    arn = _start(stack, tar_gz_bytes(checkpoint), "two-more", instance_count=2, instance_type="ml.g6.2xlarge")
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "QuotaExceeded", desc
+    assert "2 in use" in desc["cause"] and "this deployment needs 2 more" in desc["cause"], desc["cause"]
+    endpoints = [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]]
+    assert endpoints == [record["endpoint_name"]]  # the refused one left nothing
+
+
+def test_plan_shows_the_instance_count_and_its_price(checkpoint: Path) -> None:
+    code, data = _cli("plan", str(checkpoint), "--region", "us-east-1", "--instance-count", "3", "--json")
+    assert code == 0, data
+    assert data["instance_count"] == 3 and data["hourly_price"] == 1.22
+    assert data["hourly_cost"] == round(3 * 1.22, 4)
+    zero = subprocess.run(
+        [*MODELDROP, "plan", str(checkpoint), "--instance-count", "0"], capture_output=True, text=True, cwd=ROOT
+    )
+    assert zero.returncode == 2 and "Traceback" not in zero.stderr

@@ -109,14 +109,15 @@ def decoded(item: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cost_so_far(item: Mapping[str, Any]) -> float | None:
-    """Dollars billed from endpoint creation to its end (or now), at the recorded hourly price."""
+    """Dollars billed from endpoint creation to its end (or now), at the recorded hourly price of
+    each of its instances."""
     price = item.get("hourly_price")
     start = item.get("started_at")
     if not price or not start:
         return None
     end = clock.parse_iso(str(item["ended_at"])) if item.get("ended_at") else clock.utcnow()
     hours = max(0.0, (end - clock.parse_iso(str(start))).total_seconds() / 3600)
-    return round(hours * float(price), 4)
+    return round(hours * float(price) * int(item.get("instance_count") or 1), 4)
 
 
 # One artifact version gives at most one live deployment, whichever entry point starts it: the first

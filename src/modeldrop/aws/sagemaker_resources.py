@@ -57,6 +57,7 @@ def create_all(
     tags: list[dict[str, str]],
     config_name: str | None = None,
     model_name: str | None = None,
+    instance_count: int = 1,
 ) -> list[str]:
     """Create model, endpoint config and endpoint (named ``name``; the config and model too unless
     given their own names), all tagged alike.
@@ -80,7 +81,7 @@ def create_all(
     variant = {
         "VariantName": "AllTraffic",
         "ModelName": model_name,
-        "InitialInstanceCount": 1,
+        "InitialInstanceCount": instance_count,
         "InstanceType": instance_type,
         "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
         "ModelDataDownloadTimeoutInSeconds": download_timeout,

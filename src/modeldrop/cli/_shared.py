@@ -186,6 +186,9 @@ QuotaWaitOpt = Annotated[
     str | None, typer.Option(help="wait this long for a type at its endpoint quota, e.g. 30m (default: 0)")
 ]
 MaxHourlyPriceOpt = Annotated[float | None, typer.Option(help="USD per instance-hour: dearer types are never tried")]
+InstanceCountOpt = Annotated[
+    int, typer.Option(min=1, help="instances behind the endpoint, each holding the whole model (default 1)")
+]
 MaxNumSeqsOpt = Annotated[int | None, typer.Option(min=1, help="concurrent sequences (the plan checks memory)")]
 MaxModelLenOpt = Annotated[int | None, typer.Option(min=256, help="context length (the plan checks memory)")]
 EnvOpt = Annotated[
@@ -207,6 +210,7 @@ def request_fields(
     max_errors: int | None,
     quota_wait: str | None = None,
     max_hourly_price: float | None = None,
+    instance_count: int = 1,
 ) -> dict[str, Any]:
     """The plan's knobs as DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
     out: dict[str, Any] = {}
@@ -215,6 +219,8 @@ def request_fields(
         out["quota_wait_minutes"] = waited
     if max_hourly_price is not None:
         out["max_hourly_price"] = max_hourly_price
+    if instance_count != 1:
+        out["instance_count"] = instance_count
     if max_num_seqs is not None:
         out["max_num_seqs"] = max_num_seqs
     if max_model_len is not None:

@@ -13,6 +13,7 @@ from rich.table import Table
 from modeldrop.cli._shared import (
     EnvOpt,
     ForceOpt,
+    InstanceCountOpt,
     MaxHourlyPriceOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
@@ -148,6 +149,7 @@ def plan_cmd(
         typer.Option(help="SageMaker instance type; a comma list (tried in order) or 'auto' shows the fallback list"),
     ] = "ml.g6.2xlarge",
     max_hourly_price: MaxHourlyPriceOpt = None,
+    instance_count: InstanceCountOpt = 1,
     max_model_len: MaxModelLenOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     env: EnvOpt = None,
@@ -187,6 +189,7 @@ def plan_cmd(
         force=force,
         instance_types=["auto"] if listed == "auto" else listed,
         max_hourly_price=max_hourly_price,
+        instance_count=instance_count,
     )
     if as_json:
         print(report.model_dump_json(indent=2))
@@ -203,8 +206,13 @@ def _plan_summary(report: Any) -> None:
     ]
     if report.image_source:
         rows.append(("image source", str(report.image_source)))
+    if report.instance_count > 1:
+        price += f" each, ${report.hourly_cost:.2f}/h for all" if report.hourly_cost else ""
     rows += [
-        ("instance", report.instance_type + price),
+        (
+            "instance",
+            report.instance_type + (f" x {report.instance_count}" if report.instance_count > 1 else "") + price,
+        ),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
     ]
     rows += [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]

@@ -11,6 +11,7 @@ from rich.markup import escape
 from modeldrop.cli._shared import (
     EnvOpt,
     ForceOpt,
+    InstanceCountOpt,
     InstanceTypesOpt,
     MaxErrorsOpt,
     MaxHourlyPriceOpt,
@@ -62,6 +63,7 @@ def run_local_cmd(
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
+    instance_count: InstanceCountOpt = 1,
     max_num_seqs: MaxNumSeqsOpt = None,
     max_model_len: MaxModelLenOpt = None,
     env: EnvOpt = None,
@@ -76,7 +78,16 @@ def run_local_cmd(
     request: dict[str, Any] = instance_choice(instance_type)
     request.update(
         request_fields(
-            max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors, quota_wait, max_hourly_price
+            max_num_seqs,
+            max_model_len,
+            env,
+            force,
+            secret,
+            max_truncated,
+            max_errors,
+            quota_wait,
+            max_hourly_price,
+            instance_count,
         )
     )
     from modeldrop.local import interrupts
@@ -159,7 +170,7 @@ def _plan_rows(result: Any) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = [
         ("deployment", str(result.deployment_id)),
         ("endpoint", str(rec.get("endpoint_name") or "-")),
-        ("instance", str(out.get("instance_type") or rec.get("instance_type") or "-")),
+        ("instance", str(out.get("instance_type") or rec.get("instance_type") or "-") + _times(rec)),
         ("image", str(out.get("image") or rec.get("image_uri") or "-")),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
     ]
@@ -173,6 +184,11 @@ def _plan_rows(result: Any) -> list[tuple[str, str]]:
             )
         )
     return rows
+
+
+def _times(rec: dict[str, Any]) -> str:
+    count = int(rec.get("instance_count") or 1)
+    return f" x {count} (the memory plan is per instance)" if count > 1 else ""
 
 
 def _outcome_rows(result: Any) -> list[tuple[str, str]]:

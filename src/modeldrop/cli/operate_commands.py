@@ -13,6 +13,7 @@ from rich.table import Table
 from modeldrop.cli._shared import (
     EnvOpt,
     ForceOpt,
+    InstanceCountOpt,
     MaxErrorsOpt,
     MaxHourlyPriceOpt,
     MaxModelLenOpt,
@@ -70,6 +71,7 @@ def deploy_cmd(
     ] = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
+    instance_count: InstanceCountOpt = 1,
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
@@ -102,7 +104,16 @@ def deploy_cmd(
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
             **request_fields(
-                max_num_seqs, max_model_len, env, force, secret, max_truncated, max_errors, quota_wait, max_hourly_price
+                max_num_seqs,
+                max_model_len,
+                env,
+                force,
+                secret,
+                max_truncated,
+                max_errors,
+                quota_wait,
+                max_hourly_price,
+                instance_count,
             ),
         }
         try:

@@ -56,6 +56,13 @@ class DeploymentRequest(_Strict):
     max_hourly_price: Annotated[float, Field(gt=0)] | None = Field(
         None, description="USD per instance-hour: types priced above it are never tried"
     )
+    instance_count: Annotated[int, Field(ge=1)] = Field(
+        1,
+        description=(
+            "SageMaker's InitialInstanceCount: instances behind the endpoint, each holding the whole model (the "
+            "memory plan is per instance); the quota check and the cost count every one"
+        ),
+    )
     quota_wait_minutes: Annotated[float, Field(ge=0, le=24 * 60)] = Field(
         0, description="How long to wait for a type at its endpoint quota before moving on (0: do not wait)"
     )
@@ -154,6 +161,7 @@ class NormalizedRequest(_Strict):
     deploy_deadline_seconds: int
     instance_types: list[str] | None = None  # None: only instance_type; ["auto"] expands after validation
     max_hourly_price: float | None = None
+    instance_count: int = 1
     quota_wait_seconds: int = 0
     capacity_wait_seconds: int = 1800
 
@@ -244,6 +252,7 @@ class EnginePlan(BaseModel):
     warnings: list[str] = Field(default_factory=list)
     attempt: int = 0  # index into `candidates` of the type this plan is for
     candidates: list[Candidate] = Field(default_factory=list)
+    instance_count: int = 1  # each instance holds the whole model: `memory` is one instance's plan
 
 
 class EndpointRef(BaseModel):

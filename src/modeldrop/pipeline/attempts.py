@@ -124,8 +124,9 @@ def next_attempt(
         "reason": reason[:1000],
         "minutes": minutes,
         "hourly_price": price,
+        "instance_count": req.instance_count,
         # An endpoint that never got an instance bills nothing; this is the most it could have cost.
-        "cost_usd_at_most": round(minutes / 60 * price, 4) if price is not None else None,
+        "cost_usd_at_most": round(minutes / 60 * price * req.instance_count, 4) if price is not None else None,
         "ended_at": clock.iso(now),
     }
     item = registry.get(table, req.deployment_id) or {}

@@ -99,6 +99,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         deploy_deadline_seconds=defaults.deploy_deadline_seconds,
         instance_types=types,
         max_hourly_price=request.max_hourly_price,
+        instance_count=request.instance_count,
         quota_wait_seconds=round(request.quota_wait_minutes * 60),
         capacity_wait_seconds=round(request.capacity_wait_minutes * 60),
     )
@@ -133,7 +134,7 @@ def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[s
             "artifact_uri": req.artifact_uri,
             "engine": req.engine,
             "instance_type": req.instance_type,
-            "instance_count": 1,
+            "instance_count": req.instance_count,
             "endpoint_name": req.resource_name,
             "hourly_price": str(price) if price is not None else None,
             "price_read_on": instance_catalog()["price_read_on"] if price is not None else None,
@@ -254,7 +255,7 @@ def build_plan(
     if attempt >= len(tried):
         raise StepContractViolated(f"internal error: attempt {attempt} but only {len(tried)} usable instance types")
     plan = plan_for_type(req, validation, image, tried[attempt].instance_type)
-    plan.attempt, plan.candidates = attempt, listed
+    plan.attempt, plan.candidates, plan.instance_count = attempt, listed, req.instance_count
     # The references were checked at the door; only now are the engine's own keys known.
     refuse_collisions(req.secrets, plan.env)
     registry.record_step(
@@ -301,7 +302,7 @@ def create(
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
     try:
-        quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type)
+        quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type, req.instance_count)
         # Secret values exist only in this call and the model's container env.
         env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, parse_refs(req.secrets))}
         adopted = create_all(
@@ -313,6 +314,7 @@ def create(
             env=env,
             role_arn=role_arn,
             instance_type=plan.instance_type,
+            instance_count=req.instance_count,
             startup_timeout=plan.startup_timeout_seconds,
             download_timeout=plan.download_timeout_seconds,
             tags=tags_for(stack_tag, req.deployment_id, expires_at),

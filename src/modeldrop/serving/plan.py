@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
 from modeldrop.contracts.models import Candidate, Engine, EnginePlan, Finding, ValidationSummary
@@ -240,6 +240,13 @@ class PlanReport(BaseModel):
     findings: list[Finding] = Field(default_factory=list)
     # The instance types a deployment would try, in order, each with its verdict and price.
     candidates: list[Candidate] = Field(default_factory=list)
+    instance_count: int = 1  # each holds the whole model: `memory` is one instance's plan
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def hourly_cost(self) -> float | None:
+        """USD per hour for every instance."""
+        return round(self.hourly_price * self.instance_count, 4) if self.hourly_price is not None else None
 
 
 def plan_report(
@@ -255,6 +262,7 @@ def plan_report(
     force: bool = False,
     instance_types: list[str] | None = None,
     max_hourly_price: float | None = None,
+    instance_count: int = 1,
 ) -> PlanReport:
     """The serving plan for a validated checkpoint, refusals included, with every number kept; with
     INSTANCE_TYPES (a list, or ["auto"]) also the preference list a deployment would try."""
@@ -266,6 +274,7 @@ def plan_report(
         instance_type=instance_type,
         hourly_price=hourly_price(instance_type, region),
         findings=list(validation.findings),
+        instance_count=instance_count,
     )
     if not validation.deployable:
         report.refused = {"error": "CheckpointRefused", "message": "the checkpoint has error findings", "hint": ""}
