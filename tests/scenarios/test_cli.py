@@ -359,3 +359,19 @@ def test_plan_at_80_columns_under_a_pty_prints_the_whole_image_uri() -> None:
     assert proc.wait(timeout=60) == 0
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace")).replace("\r", "")
     assert uri in text and "…" not in text, text
+
+
+def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:
+    """`vllm serve`'s names on run-local, planned and shipped; an impossible one is refused before AWS."""
+    result = _run("run-local", "--gpu-memory-utilization", "0.85", "--dtype", "bfloat16", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    data = json.loads(result.stdout)
+    env = data["output"]["env"]
+    assert env["SM_VLLM_GPU_MEMORY_UTILIZATION"] == "0.85" and env["SM_VLLM_DTYPE"] == "bfloat16"
+    assert data["record"]["steps"]["build_env"]["memory"]["fraction"] == 0.85
+    refused = _run("run-local", "--tensor-parallel-size", "2", "--json")
+    data = json.loads(refused.stdout)
+    assert refused.returncode == 1 and data["error"] == "PlanRefused" and "1 GPU" in data["cause"], data
+    assert data["leftover_resources"] == []
+    orphan = _run("run-local", "--speculative-tokens", "4")
+    assert orphan.returncode == 2 and "--speculative-model" in orphan.stderr and "Traceback" not in orphan.stderr

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
+from modeldrop.contracts.models import EnginePlan, EngineSettings
 from modeldrop.serving.engine_env import KEYS, MEANINGS, UNSUPPORTED, build_env
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.memory_plan import ModelShape, plan_memory
@@ -176,3 +177,101 @@ def test_a_multimodal_checkpoint_gets_one_image_per_prompt_where_the_engine_has_
     # The user's own value wins.
     own = env(mm, "vllm", passthrough={"SM_VLLM_LIMIT_MM_PER_PROMPT": '{"image":4}'})
     assert own["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"image":4}'
+
+
+# ---- named engine settings: read by the plan, not shipped unchecked ----------------------------
+
+
+def _plan(
+    engine: Any = "vllm",
+    instance_type: str = "ml.g6.12xlarge",
+    modalities: tuple[str, ...] = (),
+    passthrough: dict[str, str] | None = None,
+    **named: Any,
+) -> EnginePlan:
+    return plan_serving(
+        engine,
+        E4B_TEXT,
+        instance_type,
+        "us-east-1",
+        modalities=modalities,
+        passthrough=passthrough,
+        settings=EngineSettings.model_validate(named),
+    )
+
+
+def test_named_memory_fraction_and_tensor_parallelism_are_planned() -> None:
+    plan = _plan(gpu_memory_utilization=0.8)
+    assert plan.env["SM_VLLM_GPU_MEMORY_UTILIZATION"] == "0.80"
+    assert plan.memory["budget_gib"] == pytest.approx(plan.memory["capacity_gib"] * 0.8, abs=0.01)
+    split = _plan(tensor_parallel_size=2)
+    assert split.env["SM_VLLM_TENSOR_PARALLEL_SIZE"] == "2" and split.memory["tensor_parallel"] == 2
+    assert split.memory["weights_gib"] == pytest.approx(E4B_TEXT.weights_gib / 2, abs=0.01)
+    assert any("uses 2 of the 4 GPUs" in w for w in split.warnings)
+    assert _plan("lmi", tensor_parallel_size=2).env["OPTION_TENSOR_PARALLEL_DEGREE"] == "2"
+    assert _plan("lmi").env["OPTION_TENSOR_PARALLEL_DEGREE"] == "max"
+    with pytest.raises(PlanRefused, match="has 4 GPU") as refused:
+        _plan(tensor_parallel_size=3)
+    assert refused.value.hint.startswith("use one of 1, 2, 4")
+    with pytest.raises(PlanRefused, match="both by name and as a raw key"):
+        plan_serving(
+            "vllm",
+            E4B_TEXT,
+            "ml.g6.12xlarge",
+            "us-east-1",
+            passthrough={"SM_VLLM_GPU_MEMORY_UTILIZATION": "0.7"},
+            settings=__import__("modeldrop.contracts.models", fromlist=["x"]).EngineSettings(
+                gpu_memory_utilization=0.8
+            ),
+        )
+
+
+def test_named_dtype_sizes_the_weights_and_quantization_is_checked() -> None:
+    from modeldrop.serving.engine_settings import weights_scale
+
+    assert weights_scale({"BF16": 100, "I8": 100}, "float32") == pytest.approx(1.5)
+    assert weights_scale({"F32": 100}, "bfloat16") == pytest.approx(0.5)
+    assert weights_scale({"BF16": 100}, "auto") == 1.0
+    assert _plan(dtype="bfloat16").env["SM_VLLM_DTYPE"] == "bfloat16"
+    # Through the checkpoint's own dtypes: a bf16 checkpoint served as float32 needs twice the weights.
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
+    from modeldrop.serving.plan import plan_checkpoint
+
+    fixture = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4-text-dense"
+    summary = validate_scan(scan_source(str(fixture))).summary()
+    assert set(summary.dtypes) == {"BF16"}
+    as_stored = plan_checkpoint("vllm", summary, "ml.g6.2xlarge", "us-east-1")
+    wide = plan_checkpoint("vllm", summary, "ml.g6.2xlarge", "us-east-1", settings=EngineSettings(dtype="float32"))
+    assert wide.memory["weights_gib"] == pytest.approx(2 * as_stored.memory["weights_gib"], abs=0.002)
+    assert _plan(quantization="fp8").env["SM_VLLM_QUANTIZATION"] == "fp8"
+    assert _plan("lmi", quantization="awq").env["OPTION_QUANTIZE"] == "awq"
+    assert _plan("sglang", quantization="fp8").env["SM_SGLANG_QUANTIZATION"] == "fp8"
+    with pytest.raises(PlanRefused, match="unknown quantization 'q9'"):
+        _plan(quantization="q9")
+
+
+def test_named_media_limits_and_eagle3() -> None:
+    from pydantic import ValidationError
+
+    mm = _plan(modalities=("image", "audio"), limit_mm_per_prompt={"image": 2, "audio": 1})
+    assert mm.env["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"audio":1,"image":2}'
+    with pytest.raises(PlanRefused, match="multimodal checkpoints"):
+        _plan(limit_mm_per_prompt={"image": 2})
+    with pytest.raises(PlanRefused, match="names audio"):
+        _plan(modalities=("image",), limit_mm_per_prompt={"audio": 1})
+    with pytest.raises(PlanRefused, match="not supported on sglang"):
+        _plan("sglang", modalities=("image",), limit_mm_per_prompt={"image": 2})
+    eagle = _plan(speculative={"model": "./eagle3-head", "num_speculative_tokens": 4, "parallel_drafting": True})
+    assert eagle.env["SM_VLLM_SPECULATIVE_CONFIG"] == (
+        '{"method":"eagle3","model":"/opt/ml/model/eagle3-head","num_speculative_tokens":4,"parallel_drafting":true}'
+    )
+    assert any("acceptance rate" in w for w in eagle.warnings)
+    assert "OPTION_SPECULATIVE_CONFIG" in _plan("lmi", speculative={"model": "org/head"}).env
+    with pytest.raises(PlanRefused, match="not supported on sglang") as sglang:
+        _plan("sglang", speculative={"model": "org/head"})
+    assert "vllm or lmi" in sglang.value.hint
+    # Off by default, and never on without a draft head.
+    assert not any("SPECULATIVE" in k for k in _plan().env)
+    with pytest.raises(ValidationError):
+        EngineSettings.model_validate({"speculative": {"num_speculative_tokens": 3}})

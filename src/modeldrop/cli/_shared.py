@@ -20,6 +20,8 @@ from modeldrop.contracts.errors import ModeldropError
 
 app = typer.Typer(
     add_completion=False,
+    # Plain help: the rich panels cut long option names (`--gpu-memory-uti…`) at 80 columns.
+    rich_markup_mode=None,
     no_args_is_help=True,
     help="Ship a fine-tuned LLM to SageMaker, or leave nothing behind.",
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -197,6 +199,82 @@ EnvOpt = Annotated[
 ForceOpt = Annotated[bool, typer.Option(help="go ahead even when the memory plan predicts a CUDA OOM")]
 SecretOpt = Annotated[list[str] | None, typer.Option(help="NAME=secretsmanager:<name>[#key] or ssm:<name>; repeatable")]
 MaxTruncatedOpt = Annotated[int | None, typer.Option(min=0, help="eval cases that may be truncated")]
+# Named engine settings, as `vllm serve` spells them; the plan checks each (raw --env keys it cannot).
+GpuMemoryOpt = Annotated[
+    float | None, typer.Option(help="fraction of each GPU's memory the engine may use: the plan's budget (0.90)")
+]
+TensorParallelOpt = Annotated[
+    int | None, typer.Option(min=1, help="GPUs per replica; must divide the instance's GPU count (default: all)")
+]
+DtypeOpt = Annotated[str | None, typer.Option(help="auto | bfloat16 | float16 | float32: the plan sizes weights at it")]
+QuantizationOpt = Annotated[str | None, typer.Option(help="quantization method, e.g. fp8, awq, gptq")]
+MediaLimitOpt = Annotated[
+    str | None, typer.Option(help='media items per prompt, e.g. image=2,video=0 or {"image":2} (multimodal only)')
+]
+SpeculativeModelOpt = Annotated[
+    str | None, typer.Option(help="EAGLE3 draft head (a Hugging Face id or ./dir in the artifact): turns it on")
+]
+SpeculativeTokensOpt = Annotated[int | None, typer.Option(min=1, max=16, help="tokens the draft proposes (3)")]
+ParallelDraftingOpt = Annotated[bool, typer.Option(help="P-EAGLE parallel drafting (needs a head trained for it)")]
+
+
+def engine_settings(
+    gpu_memory_utilization: float | None,
+    tensor_parallel_size: int | None,
+    dtype: str | None,
+    quantization: str | None,
+    limit_mm_per_prompt: str | None,
+    speculative_model: str | None = None,
+    speculative_tokens: int | None = None,
+    parallel_drafting: bool = False,
+) -> dict[str, Any]:
+    """The named engine options as EngineSettings fields (only those given), checked by its model."""
+    from pydantic import ValidationError
+
+    from modeldrop.contracts.errors import describe_validation
+    from modeldrop.contracts.models import EngineSettings
+
+    raw: dict[str, Any] = {
+        "gpu_memory_utilization": gpu_memory_utilization,
+        "tensor_parallel_size": tensor_parallel_size,
+        "dtype": dtype,
+        "quantization": quantization,
+        "limit_mm_per_prompt": _media(limit_mm_per_prompt),
+    }
+    if speculative_model is None and (speculative_tokens is not None or parallel_drafting):
+        fail("--speculative-tokens and --parallel-drafting need --speculative-model (the EAGLE3 draft head)")
+    if speculative_model is not None:
+        raw["speculative"] = {"model": speculative_model, "parallel_drafting": parallel_drafting}
+        if speculative_tokens is not None:
+            raw["speculative"]["num_speculative_tokens"] = speculative_tokens
+    given = {k: v for k, v in raw.items() if v is not None}
+    try:
+        EngineSettings.model_validate(given)
+    except ValidationError as exc:
+        fail(f"engine setting: {describe_validation(exc)}")
+    return given
+
+
+def _media(text: str | None) -> dict[str, int] | None:
+    if text is None:
+        return None
+    if text.lstrip().startswith("{"):
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            fail(f"--limit-mm-per-prompt is not JSON: {exc}")
+        if not isinstance(value, dict):
+            fail('--limit-mm-per-prompt must be an object such as {"image": 2}')
+        return value
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        kind, sep, count = item.partition("=")
+        if not sep or not count.strip().isdigit():
+            fail(f"--limit-mm-per-prompt {item!r} is not KIND=N", "e.g. image=2,video=0")
+        out[kind.strip()] = int(count)
+    return out
+
+
 MaxErrorsOpt = Annotated[int | None, typer.Option(min=0, help="eval cases that may error")]
 
 
@@ -211,6 +289,7 @@ def request_fields(
     quota_wait: str | None = None,
     max_hourly_price: float | None = None,
     instance_count: int = 1,
+    settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The plan's knobs as DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
     out: dict[str, Any] = {}
@@ -221,6 +300,8 @@ def request_fields(
         out["max_hourly_price"] = max_hourly_price
     if instance_count != 1:
         out["instance_count"] = instance_count
+    if settings:
+        out["engine_settings"] = settings
     if max_num_seqs is not None:
         out["max_num_seqs"] = max_num_seqs
     if max_model_len is not None:

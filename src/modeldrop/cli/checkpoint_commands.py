@@ -11,15 +11,24 @@ from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import (
+    DtypeOpt,
     EnvOpt,
     ForceOpt,
+    GpuMemoryOpt,
     InstanceCountOpt,
     MaxHourlyPriceOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
+    MediaLimitOpt,
+    ParallelDraftingOpt,
+    QuantizationOpt,
+    SpeculativeModelOpt,
+    SpeculativeTokensOpt,
+    TensorParallelOpt,
     app,
     aws_errors,
     console,
+    engine_settings,
     fail,
     fields,
     instance_choice,
@@ -150,6 +159,14 @@ def plan_cmd(
     ] = "ml.g6.2xlarge",
     max_hourly_price: MaxHourlyPriceOpt = None,
     instance_count: InstanceCountOpt = 1,
+    gpu_memory_utilization: GpuMemoryOpt = None,
+    tensor_parallel_size: TensorParallelOpt = None,
+    dtype: DtypeOpt = None,
+    quantization: QuantizationOpt = None,
+    limit_mm_per_prompt: MediaLimitOpt = None,
+    speculative_model: SpeculativeModelOpt = None,
+    speculative_tokens: SpeculativeTokensOpt = None,
+    parallel_drafting: ParallelDraftingOpt = False,
     max_model_len: MaxModelLenOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     env: EnvOpt = None,
@@ -174,6 +191,18 @@ def plan_cmd(
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     passthrough = pairs("--env", env)
+    named = engine_settings(
+        gpu_memory_utilization,
+        tensor_parallel_size,
+        dtype,
+        quantization,
+        limit_mm_per_prompt,
+        speculative_model,
+        speculative_tokens,
+        parallel_drafting,
+    )
+    from modeldrop.contracts.models import EngineSettings
+
     with aws_errors():
         validation = validate_scan(scan_source(source))
     report = plan_report(
@@ -190,6 +219,7 @@ def plan_cmd(
         instance_types=["auto"] if listed == "auto" else listed,
         max_hourly_price=max_hourly_price,
         instance_count=instance_count,
+        settings=EngineSettings.model_validate(named),
     )
     if as_json:
         print(report.model_dump_json(indent=2))

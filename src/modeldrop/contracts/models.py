@@ -36,6 +36,43 @@ class EvalThresholds(_Strict):
     max_check_failures: Annotated[int, Field(ge=0)] = 0
 
 
+class SpeculativeDecoding(_Strict):
+    """EAGLE3 speculative decoding (vLLM and LMI): a draft head trained for the target model proposes
+    tokens the target verifies in one pass. Off unless given; there is no default head."""
+
+    method: Literal["eagle3"] = "eagle3"
+    model: Annotated[str, Field(min_length=1, max_length=512)] = Field(
+        description="the draft head: a Hugging Face id, or a directory inside the artifact (e.g. ./eagle3-head)"
+    )
+    num_speculative_tokens: Annotated[int, Field(ge=1, le=16)] = 3
+    parallel_drafting: bool = Field(False, description="P-EAGLE: needs a head trained for parallel drafting")
+
+
+class EngineSettings(_Strict):
+    """The engine settings users know from `vllm serve`, checked by the plan (unlike raw engine_env)."""
+
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        default=None, description="fraction of each GPU's memory the engine may use (the plan's budget); default 0.90"
+    )
+    tensor_parallel_size: Annotated[int, Field(ge=1, le=64)] | None = Field(
+        default=None, description="GPUs per replica; must divide the instance's GPU count (default: all of them)"
+    )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] | None = Field(
+        default=None, description="weight/activation dtype; the plan sizes the weights at this width"
+    )
+    quantization: Annotated[str, Field(pattern=r"^[a-z0-9_-]{2,32}$")] | None = Field(
+        default=None, description="the engine's quantization method, e.g. fp8, awq, gptq"
+    )
+    limit_mm_per_prompt: dict[Literal["image", "video", "audio"], Annotated[int, Field(ge=0, le=64)]] | None = Field(
+        default=None,
+        description='media items per prompt, e.g. {"image": 2}; multimodal checkpoints only (default image 1)',
+    )
+    speculative: SpeculativeDecoding | None = None
+
+    def given(self) -> bool:
+        return any(v is not None for v in self.model_dump().values())
+
+
 class DeploymentRequest(_Strict):
     """What a training pipeline (or the S3 starter) asks modeldrop to deploy."""
 
@@ -80,6 +117,10 @@ class DeploymentRequest(_Strict):
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
     eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
+    engine_settings: EngineSettings = Field(
+        default_factory=EngineSettings,
+        description="Named, plan-checked engine settings (memory fraction, TP, dtype, quantization, media, EAGLE3)",
+    )
     engine_env: dict[str, str] = Field(
         default_factory=dict,
         description="Expert passthrough of raw container env keys; each must carry the engine's own prefix",
@@ -154,6 +195,7 @@ class NormalizedRequest(_Strict):
     max_num_seqs: int | None
     eval_thresholds: EvalThresholds
     engine_env: dict[str, str] = Field(default_factory=dict)
+    engine_settings: EngineSettings = Field(default_factory=EngineSettings)
     secrets: dict[str, str] = Field(default_factory=dict)
     force_plan: bool = False
     source: str
@@ -220,6 +262,7 @@ class ValidationSummary(BaseModel):
     artifact_version: str | None = None
     served_uri: str | None = None
     modalities: list[str] = Field(default_factory=list)
+    dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
 
 
 class ImageChoice(BaseModel):

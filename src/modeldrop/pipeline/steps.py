@@ -92,6 +92,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         max_num_seqs=request.max_num_seqs,
         eval_thresholds=request.eval_thresholds,
         engine_env=request.engine_env,
+        engine_settings=request.engine_settings,
         secrets=request.secrets,
         force_plan=request.force_plan,
         source=request.source,
@@ -226,6 +227,7 @@ def plan_for_type(
         req.max_model_len,
         req.engine_env,
         req.force_plan,
+        req.engine_settings,
     )
 
 

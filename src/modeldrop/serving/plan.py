@@ -8,8 +8,9 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
-from modeldrop.contracts.models import Candidate, Engine, EnginePlan, Finding, ValidationSummary
+from modeldrop.contracts.models import Candidate, Engine, EnginePlan, EngineSettings, Finding, ValidationSummary
 from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
+from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.memory_plan import (
@@ -55,12 +56,18 @@ def plan_checkpoint(
     max_model_len: int | None = None,
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
+    settings: EngineSettings | None = None,
 ) -> EnginePlan:
     """plan_serving with everything the validation report knows of the checkpoint (its shape, context
     limit and media): what the BuildEngineEnv step and `modeldrop plan` both compute."""
+    shape = shape_from(validation)
+    if settings is not None and settings.dtype:
+        shape = shape.model_copy(
+            update={"weights_gib": shape.weights_gib * weights_scale(validation.dtypes, settings.dtype)}
+        )
     return plan_serving(
         engine,
-        shape_from(validation),
+        shape,
         instance_type,
         region,
         max_num_seqs=max_num_seqs,
@@ -69,6 +76,7 @@ def plan_checkpoint(
         passthrough=passthrough,
         force=force,
         modalities=validation.modalities,
+        settings=settings,
     )
 
 
@@ -133,10 +141,16 @@ def plan_serving(
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
     modalities: Sequence[str] = (),
+    settings: EngineSettings | None = None,
 ) -> EnginePlan:
     passthrough, max_num_seqs, max_model_len, fraction = _planned_from_raw_keys(
         engine, passthrough or {}, max_num_seqs, max_model_len
     )
+    named = apply_settings(settings, engine, instance_type, modalities, passthrough)
+    if named.fraction is not None:
+        if fraction != DEFAULT_FRACTION and fraction != named.fraction:
+            raise PlanRefused("gpu_memory_utilization is set both by name and as a raw key", "set it once, by name")
+        fraction = named.fraction
     seqs = max_num_seqs or DEFAULT_MAX_NUM_SEQS
     model_len = max_model_len or min(max_position_embeddings or DEFAULT_MAX_MODEL_LEN_CAP, DEFAULT_MAX_MODEL_LEN_CAP)
     if max_position_embeddings and model_len > max_position_embeddings:
@@ -145,9 +159,9 @@ def plan_serving(
             f"use max_model_len <= {max_position_embeddings}",
         )
     memory: dict[str, object] = {}
-    warnings: list[str] = []
+    warnings: list[str] = list(named.warnings)
     try:
-        plan = plan_memory(shape, instance_type, seqs, model_len, fraction)
+        plan = plan_memory(shape, instance_type, seqs, model_len, fraction, named.tensor_parallel)
     except KeyError:
         plan = None
         memory = {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
@@ -165,22 +179,23 @@ def plan_serving(
                 f"tight memory plan on {instance_type}: {plan.headroom_gib:.2f} GiB headroom; "
                 "a larger max_num_seqs or max_model_len will not load"
             )
-    tp = plan.tensor_parallel if plan else 1
-    settings: dict[str, object] = {
+    tp = plan.tensor_parallel if plan else (named.tensor_parallel or 1)
+    meanings: dict[str, object] = {
         "model_path": MODEL_PATH,
         "max_model_len": model_len,
         "max_num_seqs": seqs,
         "gpu_memory_utilization": fraction,
     }
-    if engine != "lmi":  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
-        settings["tensor_parallel_degree"] = tp
+    if engine != "lmi" or named.tensor_parallel:  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
+        meanings["tensor_parallel_degree"] = tp
     mm_key = KEYS[engine].get("limit_mm_per_prompt")
     if "image" in modalities and mm_key and mm_key not in passthrough:
         # As the source project serves Gemma-4 multimodal: one image per prompt bounds the encoder's
         # memory; vLLM's default budgets for more. SGLang has no such key.
-        settings["limit_mm_per_prompt"] = {"image": 1}
+        meanings["limit_mm_per_prompt"] = {"image": 1}
+    meanings.update(named.meanings)
 
-    env = build_env(engine, settings, passthrough)
+    env = build_env(engine, meanings, passthrough)
     download, startup = startup_timeouts(shape.weights_gib)
     if engine == "lmi":
         # LMI's own loading timeout is useless unless the SageMaker startup timeout covers it.
@@ -263,6 +278,7 @@ def plan_report(
     instance_types: list[str] | None = None,
     max_hourly_price: float | None = None,
     instance_count: int = 1,
+    settings: EngineSettings | None = None,
 ) -> PlanReport:
     """The serving plan for a validated checkpoint, refusals included, with every number kept; with
     INSTANCE_TYPES (a list, or ["auto"]) also the preference list a deployment would try."""
@@ -286,7 +302,7 @@ def plan_report(
 
         def plan_for(candidate: str, forced: bool = force) -> EnginePlan:
             return plan_checkpoint(
-                engine, validation, candidate, region, max_num_seqs, max_model_len, passthrough, forced
+                engine, validation, candidate, region, max_num_seqs, max_model_len, passthrough, forced, settings
             )
 
         if instance_types is not None:
