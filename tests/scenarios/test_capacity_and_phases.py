@@ -344,3 +344,29 @@ def test_plan_shows_the_instance_count_and_its_price(checkpoint: Path) -> None:
         [*MODELDROP, "plan", str(checkpoint), "--instance-count", "0"], capture_output=True, text=True, cwd=ROOT
     )
     assert zero.returncode == 2 and "Traceback" not in zero.stderr
+
+
+def test_an_endpoint_name_of_ones_own_inside_the_stack_prefix(
+    make_stack: Any, archive: bytes, checkpoint: Path
+) -> None:
+    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+
+    stack = make_stack()
+    arn = _start(stack, archive, "named-run", endpoint_name="modeldrop-chat-prod")
+    assert stack.wait(arn)["status"] == "SUCCEEDED"
+    assert _record(stack, "named-run")["endpoint_name"] == "modeldrop-chat-prod"
+    sm = stack.client("sagemaker")
+    assert sm.describe_endpoint(EndpointName="modeldrop-chat-prod")["EndpointStatus"] == "InService"
+    # Outside the prefix the stack's roles could neither create nor delete it: refused before anything.
+    arn = _start(stack, archive, "outside-run", endpoint_name="chat-prod")
+    desc = stack.wait(arn)
+    assert desc["error"] == "RequestInvalid" and "modeldrop-*" in desc["cause"], desc
+    # The same name again: the second deployment fails on the name and leaves the first one serving.
+    (checkpoint / "notes.txt").write_text("another run")
+    arn = _start(stack, tar_gz_bytes(checkpoint), "same-name-run", endpoint_name="modeldrop-chat-prod")
+    desc = stack.wait(arn)
+    assert desc["status"] == "FAILED" and desc["error"] == "ResourceNameTaken", desc
+    assert sm.describe_endpoint(EndpointName="modeldrop-chat-prod")["EndpointStatus"] == "InService"
+    assert [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]] == ["modeldrop-chat-prod"]
+    assert sm.describe_endpoint_config(EndpointConfigName="modeldrop-chat-prod")["ProductionVariants"]
+    assert sm.describe_model(ModelName="modeldrop-chat-prod")["ModelName"] == "modeldrop-chat-prod"

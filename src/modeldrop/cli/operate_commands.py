@@ -92,6 +92,9 @@ def deploy_cmd(
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
+    endpoint_name: Annotated[
+        str | None, typer.Option(help="the endpoint's name, starting with the stack's resource prefix and a dash")
+    ] = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     max_model_len: MaxModelLenOpt = None,
     env: EnvOpt = None,
@@ -120,6 +123,7 @@ def deploy_cmd(
             **instance_choice(instance_type),
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
+            "endpoint_name": endpoint_name,
             **request_fields(
                 max_num_seqs,
                 max_model_len,

@@ -93,6 +93,14 @@ class DeploymentRequest(_Strict):
     max_hourly_price: Annotated[float, Field(gt=0)] | None = Field(
         None, description="USD per instance-hour: types priced above it are never tried"
     )
+    endpoint_name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,58}$")] | None = Field(
+        default=None,
+        description=(
+            "The SageMaker endpoint's name (at most 59 characters, leaving room for a fallback attempt's "
+            "'-aN'); it must start with the stack's resource prefix and a dash, the only names the stack's roles "
+            "and reaper act on. Default: <prefix>-<deployment id>"
+        ),
+    )
     instance_count: Annotated[int, Field(ge=1)] = Field(
         1,
         description=(

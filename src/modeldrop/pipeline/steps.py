@@ -96,7 +96,7 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         secrets=request.secrets,
         force_plan=request.force_plan,
         source=request.source,
-        resource_name=resource_name_for(defaults.resource_prefix, deployment_id),
+        resource_name=_endpoint_name(request, defaults.resource_prefix, deployment_id),
         deploy_deadline_seconds=defaults.deploy_deadline_seconds,
         instance_types=types,
         max_hourly_price=request.max_hourly_price,
@@ -104,6 +104,19 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
         quota_wait_seconds=round(request.quota_wait_minutes * 60),
         capacity_wait_seconds=round(request.capacity_wait_minutes * 60),
     )
+
+
+def _endpoint_name(request: DeploymentRequest, prefix: str, deployment_id: str) -> str:
+    """The request's own endpoint name, inside the stack's prefix, or <prefix>-<deployment id>."""
+    name = request.endpoint_name
+    if name is None:
+        return resource_name_for(prefix, deployment_id)
+    if not name.startswith(f"{prefix}-") or name == f"{prefix}-":
+        raise RequestInvalid(
+            f"endpoint_name {name!r} is outside the stack's resource prefix {prefix!r}",
+            f"the stack's roles create and delete only endpoints named {prefix}-*; e.g. {prefix}-{name}"[:200],
+        )
+    return name
 
 
 def _requested_types(request: DeploymentRequest) -> list[str] | None:
