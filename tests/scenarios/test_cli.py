@@ -375,3 +375,26 @@ def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:
     assert data["leftover_resources"] == []
     orphan = _run("run-local", "--speculative-tokens", "4")
     assert orphan.returncode == 2 and "--speculative-model" in orphan.stderr and "Traceback" not in orphan.stderr
+
+
+def test_a_progress_bar_on_a_terminal_and_none_when_piped_or_json(tmp_path: Path) -> None:
+    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+
+    d = write_checkpoint(tmp_path / "c")
+    (d / "extra-weights.bin").write_bytes(os.urandom(48 << 20))
+    packed = write_tar_gz(d, tmp_path / "model.tar.gz")
+    log = tmp_path / "pty.log"
+    # Under a pseudo-terminal (script(1)), as a user at a shell sees it.
+    subprocess.run(
+        ["script", "-qc", f"{sys.executable} -m modeldrop validate {packed} > /dev/null", str(log)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "80"},
+    )
+    shown = log.read_bytes().decode(errors="replace")
+    assert "validating" in shown and "MB" in shown, shown[-500:]
+    piped = _run("validate", str(packed))
+    assert piped.returncode == 0 and "validating" not in piped.stderr + piped.stdout
+    as_json = _run("validate", str(packed), "--json")
+    assert "validating" not in as_json.stderr and json.loads(as_json.stdout)["deployable"]

@@ -27,6 +27,7 @@ from modeldrop.checkpoint.safetensors_header import (
     parse_header,
     read_header_length,
 )
+from modeldrop.contracts import progress
 from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.s3uri import S3Uri
 from modeldrop.contracts.text import printable
@@ -251,7 +252,9 @@ def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool) -> ArtifactSc
     return _scan_tar(decompressor(raw, compressed), source, "tar.gz" if compressed else "tar", seekable=False)
 
 
-def _scan_tar(stream: IO[bytes], source: str, fmt: str, seekable: bool) -> ArtifactScan:
+def _scan_tar(
+    stream: IO[bytes], source: str, fmt: str, seekable: bool, compressed_size: int | None = None
+) -> ArtifactScan:
     scan = ArtifactScan(source=source, format=fmt)
     paths = _Paths()
     declared = 0
@@ -288,6 +291,8 @@ def _scan_tar(stream: IO[bytes], source: str, fmt: str, seekable: bool) -> Artif
                 if fh is None:  # pragma: no cover - regular files always have a body
                     continue
                 _scan_member(scan, rel, member.size, fh)
+                if seekable:
+                    _skip_reporting(stream, member.offset_data + member.size, compressed_size)
     except CheckpointUnreadable:
         raise
     except EOFError:
@@ -309,6 +314,48 @@ def _scan_tar(stream: IO[bytes], source: str, fmt: str, seekable: bool) -> Artif
     return scan
 
 
+# A long member is skipped in steps of this many bytes, so that progress moves while it inflates.
+SKIP_STEP = 16 * 1024 * 1024
+
+
+def _skip_reporting(stream: IO[bytes], end: int, total: int | None) -> None:
+    """Seek (inflate) to END in steps, reporting the compressed bytes read; tarfile's own seek to the
+    next header is then a no-op. Only a parallel (seekable) stream gets here."""
+    position = stream.tell()
+    if end - position <= SKIP_STEP:
+        return
+    while position < end:
+        position = stream.seek(min(position + SKIP_STEP, end))
+        compressed = getattr(stream, "tell_compressed", None)
+        progress.report(compressed() // 8 if compressed else position, total)
+
+
+class _Counted:
+    """A raw file whose reads report progress (bytes read of the file's size)."""
+
+    def __init__(self, raw: IO[bytes], total: int | None) -> None:
+        self.raw, self.total, self.done, self.reported = raw, total, 0, 0
+
+    def read(self, n: int = -1) -> bytes:
+        data = self.raw.read(n)
+        self.done += len(data)
+        if self.done - self.reported >= 8 * 1024 * 1024 or not data:
+            self.reported = self.done
+            progress.report(self.done, self.total)
+        return data
+
+    def readinto(self, buffer: Any) -> int:
+        n = self.raw.readinto(buffer)  # type: ignore[attr-defined]
+        self.done += n or 0
+        if self.done - self.reported >= 8 * 1024 * 1024 or not n:
+            self.reported = self.done
+            progress.report(self.done, self.total)
+        return int(n or 0)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.raw, name)
+
+
 def scan_local(path: str) -> ArtifactScan:
     p = Path(path)
     if p.is_dir():
@@ -323,7 +370,7 @@ def scan_local(path: str) -> ArtifactScan:
         if fast is not None:
             return fast
     with p.open("rb") as fh:
-        return scan_tar_stream(fh, path, compressed)
+        return scan_tar_stream(cast(IO[bytes], _Counted(fh, p.stat().st_size)), path, compressed)
 
 
 @cache
@@ -373,8 +420,9 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         with rapidgzip.RapidgzipFile(
             str(path), parallelization=os.cpu_count() or 1, chunk_size=RAPIDGZIP_CHUNK
         ) as stream:
-            scan = _scan_tar(cast(IO[bytes], stream), str(path), "tar.gz", seekable=True)
+            scan = _scan_tar(cast(IO[bytes], stream), str(path), "tar.gz", seekable=True, compressed_size=size)
             total = stream.seek(0, os.SEEK_END)
+            progress.report(size, size)
             complete = isize == total % 2**32 or _last_member_holds(stream, total, crc, isize)
     except CheckpointUnreadable as exc:
         if getattr(exc, "stream_fault", False):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
@@ -56,6 +56,36 @@ def json_mode(enabled: bool) -> None:
     """A command given --json reports its errors as one JSON object on stdout, too."""
     global _json_errors
     _json_errors = enabled
+
+
+@contextmanager
+def byte_progress(label: str) -> Iterator[Callable[[], None]]:
+    """A bar with bytes, rate and ETA on stderr while long byte work reports progress; nothing when
+    stderr is not a terminal or the command prints JSON (as pip and huggingface-cli do). Yields a
+    function that takes the bar down early (before other output follows)."""
+    if _json_errors or not err.is_terminal:
+        yield lambda: None
+        return
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    from modeldrop.contracts import progress
+
+    columns = (TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err, transient=True) as bar:
+        task = bar.add_task(label, total=None)
+
+        def update(done: int, total: int | None) -> None:
+            bar.update(task, completed=done, total=total)
+
+        with progress.listening(update):
+            yield bar.stop
 
 
 def fail(message: str, hint: str | None = None, code: int = 2, error: str = "UsageError") -> NoReturn:

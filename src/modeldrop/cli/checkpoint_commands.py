@@ -27,6 +27,7 @@ from modeldrop.cli._shared import (
     TensorParallelOpt,
     app,
     aws_errors,
+    byte_progress,
     console,
     engine_settings,
     fail,
@@ -53,7 +54,7 @@ def validate_cmd(
     from modeldrop.checkpoint.validation import validate_scan
 
     try:
-        with aws_errors(domain_errors=False):
+        with aws_errors(domain_errors=False), byte_progress("validating"):
             report = validate_scan(scan_source(source), scan_source(base) if base else None)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
@@ -128,7 +129,7 @@ def repair_cmd(
     from modeldrop.checkpoint.repair import repair
 
     try:
-        with aws_errors(domain_errors=False):
+        with aws_errors(domain_errors=False), byte_progress("reading and repairing"):
             result = repair(source, base, out)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
@@ -203,7 +204,7 @@ def plan_cmd(
     )
     from modeldrop.contracts.models import EngineSettings
 
-    with aws_errors():
+    with aws_errors(), byte_progress("validating"):
         validation = validate_scan(scan_source(source))
     report = plan_report(
         validation.summary(),

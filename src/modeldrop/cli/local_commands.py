@@ -29,6 +29,7 @@ from modeldrop.cli._shared import (
     SpeculativeTokensOpt,
     TensorParallelOpt,
     app,
+    byte_progress,
     console,
     engine_settings,
     err,
@@ -159,10 +160,15 @@ def run_local_cmd(
         mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{escape(state.outcome)}[/]"
         console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
 
-    with interrupts.handled():
+    with interrupts.handled(), byte_progress("packing and uploading") as uploaded:
+
+        def follow(state: Any) -> None:
+            uploaded()  # the first state: packing and uploading are done
+            show(state)
+
         try:
             result = run_local(
-                artifact, fault=fault, on_state=show, engine=engine, deploy_engine=deploy_engine, request=request
+                artifact, fault=fault, on_state=follow, engine=engine, deploy_engine=deploy_engine, request=request
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

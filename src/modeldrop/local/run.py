@@ -131,7 +131,9 @@ def _deploy(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
     packed = _artifact_file(artifact, workdir)
-    stack.client("s3").upload_file(str(packed), stack.bucket, key)
+    from modeldrop.contracts import progress
+
+    stack.client("s3").upload_file(str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size))
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
         sfn.start_execution(

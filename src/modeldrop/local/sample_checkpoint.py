@@ -139,7 +139,28 @@ def tar_gz_bytes(directory: Path) -> bytes:
 def write_tar_gz(directory: Path, out: Path, compresslevel: int = 1) -> Path:
     """DIRECTORY packed into OUT as it is read: a multi-GB checkpoint never sits in memory. Level 1:
     safetensors weights barely compress, and packing is on the path of every local run."""
+    from modeldrop.contracts import progress
+
+    paths = sorted(directory.rglob("*"))
+    add = progress.counter(sum(p.stat().st_size for p in paths if p.is_file()))
     with tarfile.open(out, mode="w:gz", compresslevel=compresslevel) as tar:
-        for path in sorted(directory.rglob("*")):
-            tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False)
+        for path in paths:
+            info = tar.gettarinfo(path, arcname=path.relative_to(directory).as_posix())
+            if not info.isreg():
+                tar.addfile(info)
+                continue
+            with path.open("rb") as fh:
+                tar.addfile(info, _Reporting(fh, add))
     return out
+
+
+class _Reporting:
+    """A file whose reads are counted into a progress callback."""
+
+    def __init__(self, fh: Any, add: Any) -> None:
+        self.fh, self.add = fh, add
+
+    def read(self, n: int = -1) -> bytes:
+        data: bytes = self.fh.read(n)
+        self.add(len(data))
+        return data
