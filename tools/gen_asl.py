@@ -146,7 +146,9 @@ def definition() -> dict[str, Any]:
             "after_teardown": "fail",
             "teardown_deadline": None,
         },
-        catches=routed(["DuplicateDeployment", "CheckpointUnreadable"], "prepare"),
+        catches=routed(
+            ["DuplicateDeployment", "CheckpointUnreadable", "ExecutionRoleUnusable", "QuotaExceeded"], "prepare"
+        ),
     )
     s["ValidateCheckpoint"] = task(
         "Validate",

@@ -1,4 +1,5 @@
-"""RegisterDeployment: create the deployment record and claim the artifact version."""
+"""RegisterDeployment: create the deployment record, claim the artifact version, and check what
+would fail the deployment late (the execution role's trust, a quota below the instance count)."""
 
 from typing import Any
 
@@ -7,8 +8,9 @@ from pydantic import BaseModel
 
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.pipeline import steps
-from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.config import RegisterSettings
 from modeldrop.pipeline.lambda_support import handler, logger
+from modeldrop.pipeline.preflight import preflight
 
 
 class Event(BaseModel):
@@ -18,6 +20,9 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
-    settings = RecordSettings.from_env()
+    settings = RegisterSettings.from_env()
     table = settings.table()
-    return steps.register(table, boto3.client("s3"), event.request, settings.aws_region)
+    registered = steps.register(table, boto3.client("s3"), event.request, settings.aws_region)
+    # After the record exists, so that a refusal here is recorded (and shown by `modeldrop status`).
+    preflight(table, boto3.client("iam"), boto3.client("service-quotas"), event.request, settings.sagemaker_role_arn)
+    return registered

@@ -370,3 +370,33 @@ def test_an_endpoint_name_of_ones_own_inside_the_stack_prefix(
     assert [e["EndpointName"] for e in sm.list_endpoints()["Endpoints"]] == ["modeldrop-chat-prod"]
     assert sm.describe_endpoint_config(EndpointConfigName="modeldrop-chat-prod")["ProductionVariants"]
     assert sm.describe_model(ModelName="modeldrop-chat-prod")["ModelName"] == "modeldrop-chat-prod"
+
+
+# ---- the preflight: doctor's cheap checks as part of RegisterDeployment ------------------------
+
+
+def test_run_local_untrusted_role_is_refused_before_anything_is_created() -> None:
+    code, data = _cli("run-local", "--fault", "untrusted-role", "--json")
+    assert code == 1 and data["error"] == "ExecutionRoleUnusable", data
+    assert "trusts bedrock.amazonaws.com" in data["cause"] and "update-assume-role-policy" in data["cause"]
+    states = [s["name"] for s in data["states"]]
+    assert "ValidateCheckpoint" not in states and "CreateEndpoint" not in states
+    assert data["record"]["failure_class"] == "configuration" and data["leftover_resources"] == []
+
+
+def test_a_quota_below_the_instance_count_on_every_type_fails_at_registration(make_stack: Any, archive: bytes) -> None:
+    from modeldrop.local import moto_shims
+
+    stack = make_stack()
+    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 0})
+    arn = _start(stack, archive, "too-few", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"], instance_count=2)
+    desc = stack.wait(arn)
+    assert desc["error"] == "QuotaExceeded" and "below the 2 instance(s)" in desc["cause"], desc
+    assert "--desired-value 2" in desc["cause"]
+    assert "ValidateCheckpoint" not in _states(stack, arn)
+    assert stack.leftover_resources() == []
+    # One type with enough quota is enough: the preflight passes and records what it saw.
+    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 2})
+    arn = _start(stack, archive, "enough", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"], instance_count=2)
+    stack.wait(arn)
+    assert _record(stack, "enough")["steps"]["preflight"]["quota"].startswith("ml.g6e.2xlarge: 2")

@@ -42,6 +42,17 @@ def find_quota(quotas: Any, instance_type: str) -> tuple[str, float] | None:
         kwargs["NextToken"] = page["NextToken"]
 
 
+def endpoint_quotas(quotas: Any) -> dict[str, tuple[str, float]]:
+    """Every '<instance type> for endpoint usage' quota: type -> (quota code, value), in one listing."""
+    found: dict[str, tuple[str, float]] = {}
+    for page in quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
+        for quota in page.get("Quotas", []):
+            name = str(quota.get("QuotaName", ""))
+            if name.endswith(" for endpoint usage"):
+                found[name.removesuffix(" for endpoint usage")] = (str(quota["QuotaCode"]), float(quota["Value"]))
+    return found
+
+
 def instances_in_use(sm: Any, instance_type: str) -> tuple[int, list[str]]:
     total = 0
     using: list[str] = []

@@ -59,6 +59,14 @@ class QuotaExceeded(ModeldropError):
     )
 
 
+class ExecutionRoleUnusable(ModeldropError):
+    """The stack's SageMaker execution role is missing or does not trust sagemaker.amazonaws.com:
+    CreateModel would fail (or the endpoint never start) after minutes of validation and copying."""
+
+    failure_class = "configuration"
+    default_hint = "give the role a trust policy for sagemaker.amazonaws.com (see `modeldrop doctor`)"
+
+
 class DuplicateDeployment(ModeldropError):
     """The same artifact version is already deployed (or being deployed) by another execution."""
 
@@ -138,6 +146,7 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     ImageUnresolvable,
     PlanRefused,
     DuplicateDeployment,
+    ExecutionRoleUnusable,
     ResourceNameTaken,
     QuotaExceeded,
     SageMakerThrottled,

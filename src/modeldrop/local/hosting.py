@@ -62,6 +62,7 @@ FAULTS: dict[str, str] = {
     "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
     "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
     "reupload": "right after ValidateCheckpoint the artifact's key is overwritten with a corrupt archive",
+    "untrusted-role": "the SageMaker execution role trusts only bedrock.amazonaws.com (RegisterDeployment refuses)",
 }
 TEARDOWN_THROTTLES = 10
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.

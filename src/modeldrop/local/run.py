@@ -96,6 +96,8 @@ def run_local(
                 stack.after["CreateEndpointFunction"] = lambda event: _stop_running(stack)
             if fault == "quota-busy":
                 _occupy_quota(stack, _first_type(stack, request))
+            if fault == "untrusted-role":
+                _trust_only_bedrock(stack)
             try:
                 result = _deploy(stack, artifact, Path(tmp), on_state, request)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
@@ -249,6 +251,15 @@ def _occupy_quota(stack: Any, instance_type: str) -> None:
         ],
     )
     sm.create_endpoint(EndpointName=OTHER_TEAM, EndpointConfigName=OTHER_TEAM)
+
+
+def _trust_only_bedrock(stack: Any) -> None:
+    """The untrusted-role fault: the source lab's role, which SageMaker could not assume."""
+    from modeldrop.local.stack import trust_policy
+
+    name = stack.parameters["SageMakerExecutionRoleArn"].rsplit("/", 1)[-1]
+    policy = json.dumps(trust_policy("bedrock.amazonaws.com"))
+    stack.client("iam").update_assume_role_policy(RoleName=name, PolicyDocument=policy)
 
 
 def _overwrite(stack: Any, artifact_uri: str) -> None:

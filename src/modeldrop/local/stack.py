@@ -26,6 +26,7 @@ from typing import Any
 import boto3
 import yaml
 
+from modeldrop.aws.execution_role import SAGEMAKER
 from modeldrop.local import moto_shims
 from modeldrop.local.hosting import LocalHosting
 from modeldrop.local.runtime_endpoint import LocalRuntime
@@ -352,6 +353,13 @@ def check_parameters(specs: dict[str, Any], values: dict[str, str]) -> None:
             raise ValueError(f"parameter {name}={value!r} {problem}")
 
 
+def trust_policy(service: str) -> dict[str, Any]:
+    return {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}],
+    }
+
+
 def build_stack(
     root: Path | None = None,
     parameters: dict[str, str] | None = None,
@@ -401,7 +409,7 @@ def build_stack(
     role = iam.create_role(
         RoleName=f"{STACK_NAME}-fn", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
     )["Role"]["Arn"]
-    iam.create_role(RoleName="modeldrop-local-sagemaker", AssumeRolePolicyDocument="{}")
+    iam.create_role(RoleName="modeldrop-local-sagemaker", AssumeRolePolicyDocument=json.dumps(trust_policy(SAGEMAKER)))
 
     lam = boto3.client("lambda", region_name=REGION)
     globals_fn = template.get("Globals", {}).get("Function", {})

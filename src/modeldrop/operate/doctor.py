@@ -7,8 +7,6 @@ it), a quota of 0 for the default instance type on a new account, and an image n
 
 from __future__ import annotations
 
-import json
-import urllib.parse
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
@@ -17,11 +15,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
+from modeldrop.aws.execution_role import SAGEMAKER, role_problem
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
 from modeldrop.serving.image import resolve_image
 
-SAGEMAKER = "sagemaker.amazonaws.com"
 REQUIRED_OUTPUTS = ("StateMachineArn", "DeploymentsTableName", "ArtifactBucketName", "EventBusName")
 
 
@@ -74,49 +72,17 @@ def check_outputs(view: StackView) -> Check:
     return Check(name="stack outputs", status="ok", detail=f"{view.stack_name}: {len(view.outputs)} outputs")
 
 
-def _trusted_services(document: Any) -> set[str]:
-    if isinstance(document, str):
-        document = json.loads(urllib.parse.unquote(document))
-    services: set[str] = set()
-    statements = document.get("Statement", [])
-    for statement in statements if isinstance(statements, list) else [statements]:
-        actions = statement.get("Action", [])
-        actions = [actions] if isinstance(actions, str) else actions
-        if statement.get("Effect") != "Allow" or not any(a in ("sts:AssumeRole", "sts:*", "*") for a in actions):
-            continue
-        principal = statement.get("Principal", {})
-        service = principal.get("Service", []) if isinstance(principal, dict) else []
-        services.update([service] if isinstance(service, str) else service)
-    return services
-
-
 def check_role_trust(iam: Any, role_arn: str) -> Check:
     name = role_arn.rsplit("/", 1)[-1]
     try:
-        role = iam.get_role(RoleName=name)["Role"]
+        iam.get_role(RoleName=name)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code")
-        if code == "NoSuchEntity":
-            return Check(
-                name="SageMaker execution role",
-                status="fail",
-                detail=f"{role_arn} does not exist",
-                fix="create a role that trusts sagemaker.amazonaws.com and redeploy with SageMakerExecutionRoleArn",
-            )
-        return Check(name="SageMaker execution role", status="warn", detail=f"could not read {name}: {code}")
-    trusted = _trusted_services(role.get("AssumeRolePolicyDocument", {}))
-    if SAGEMAKER not in trusted:
-        seen = ", ".join(sorted(trusted)) or "no service"
-        return Check(
-            name="SageMaker execution role",
-            status="fail",
-            detail=f"{name} trusts {seen}, not {SAGEMAKER}: SageMaker cannot assume it",
-            fix=(
-                f"aws iam update-assume-role-policy --role-name {name} --policy-document "
-                '\'{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":'
-                '"sagemaker.amazonaws.com"},"Action":"sts:AssumeRole"}]}\''
-            ),
-        )
+        if code != "NoSuchEntity":
+            return Check(name="SageMaker execution role", status="warn", detail=f"could not read {name}: {code}")
+    problem = role_problem(iam, role_arn)
+    if problem is not None:
+        return Check(name="SageMaker execution role", status="fail", detail=problem[0], fix=problem[1])
     return Check(name="SageMaker execution role", status="ok", detail=f"{name} trusts {SAGEMAKER}")
 
 

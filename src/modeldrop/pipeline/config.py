@@ -61,6 +61,10 @@ class RecordSettings(_WithTable):
     aws_region: str
 
 
+class RegisterSettings(RecordSettings):
+    sagemaker_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+
+
 class EvalSettings(RecordSettings):
     pass
 
