@@ -369,6 +369,11 @@ def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:
     env = data["output"]["env"]
     assert env["SM_VLLM_GPU_MEMORY_UTILIZATION"] == "0.85" and env["SM_VLLM_DTYPE"] == "bfloat16"
     assert data["record"]["steps"]["build_env"]["memory"]["fraction"] == 0.85
+    # The reports outlive the emulated bucket: local copies, named in the result.
+    kept = data["local_reports"]
+    assert set(kept) == {"validation", "eval", "eval_markdown"}, kept
+    assert json.loads(Path(kept["eval"]).read_text())["passed"] is True
+    assert json.loads(Path(kept["validation"]).read_text())["deployable"] is True
     refused = _run("run-local", "--tensor-parallel-size", "2", "--json")
     data = json.loads(refused.stdout)
     assert refused.returncode == 1 and data["error"] == "PlanRefused" and "1 GPU" in data["cause"], data

@@ -239,6 +239,9 @@ def _outcome_rows(result: Any) -> list[tuple[str, str]]:
         rows.append(("eval report", str(ev.get("report_markdown_uri"))))
     if teardown := steps.get("teardown"):
         rows.append(("deleted", "\n".join(teardown.get("deleted", [])) or "nothing was created"))
+    # The s3:// report URIs above end with the emulated account: these copies stay.
+    labels = {"validation": "validation report", "eval": "eval report (json)", "eval_markdown": "eval report (md)"}
+    rows += [(f"{labels[kind]}, kept", path) for kind, path in result.local_reports.items()]
     return rows
 
 

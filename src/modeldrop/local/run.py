@@ -34,6 +34,8 @@ class RunResult(BaseModel):
     leftover_resources: list[str] = Field(default_factory=list)
     # What run-local itself deleted after a success (the emulated account ends with the run).
     deleted_at_exit: list[str] = Field(default_factory=list)
+    # Local copies of the reports, which lived in the emulated bucket: kind -> file path.
+    local_reports: dict[str, str] = Field(default_factory=dict)
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -201,6 +203,7 @@ def _deploy(
         eval_report=_eval_report(stack, record),
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
+        local_reports=_keep_reports(stack, record, deployment_id),
     )
 
 
@@ -268,6 +271,35 @@ def _overwrite(stack: Any, artifact_uri: str) -> None:
 
     uri = parse_s3_uri(artifact_uri)
     stack.client("s3").put_object(Bucket=uri.bucket, Key=uri.key, Body=b"\x1f\x8b\x08\x00 not a model any more")
+
+
+# Where run-local keeps its reports: they outlive the run, unlike the emulated bucket.
+REPORTS_DIR = Path(tempfile.gettempdir()) / "modeldrop-run-local"
+
+
+def _keep_reports(stack: Any, record: dict[str, Any], deployment_id: str) -> dict[str, str]:
+    """Copy the validation and eval reports out of the emulated bucket before it goes."""
+    from modeldrop.contracts.s3uri import parse_s3_uri
+
+    uris = {
+        "validation": record.get("validation_report_uri"),
+        "eval": record.get("eval_report_uri"),
+        "eval_markdown": (record.get("steps", {}).get("smoke_eval") or {}).get("report_markdown_uri"),
+    }
+    kept: dict[str, str] = {}
+    s3 = stack.client("s3")
+    for kind, uri in uris.items():
+        if not uri:
+            continue
+        loc = parse_s3_uri(str(uri))
+        dest = REPORTS_DIR / deployment_id / loc.key.rsplit("/", 1)[-1]
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            s3.download_file(loc.bucket, loc.key, str(dest))
+        except Exception:  # a report that was never written (the run failed first): nothing to keep
+            continue
+        kept[kind] = str(dest)
+    return kept
 
 
 def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:
