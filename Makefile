@@ -13,7 +13,7 @@ BUILD_DIR ?= .aws-sam/build
 # Test files run in parallel, one file per worker (each builds its own emulated account).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 asl schema clean
+.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local asl schema clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,10 @@ bench: install
 # The validate function's S3 path (HTTP to a local moto server): plain download vs isal vs stdlib gzip.
 bench-s3: install
 	$(PY) tools/bench_s3_path.py $(SIZE)
+
+# run-local on a generated 2 GB checkpoint directory (SIZE in GB): wall time and peak RSS (<= 1 GB).
+bench-run-local: install
+	$(PY) tools/bench_run_local.py $(SIZE)
 
 asl: install
 	$(PY) tools/gen_asl.py

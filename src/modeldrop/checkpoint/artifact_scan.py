@@ -374,7 +374,7 @@ def scan_local(path: str) -> ArtifactScan:
 
 
 @cache
-def _bound_allocator() -> None:
+def bound_allocator() -> None:
     """Make glibc give rapidgzip's freed chunk buffers back to the OS.
 
     By default each decoder thread gets its own malloc arena and glibc raises its mmap threshold
@@ -415,7 +415,7 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         import rapidgzip
     except ImportError:
         return None
-    _bound_allocator()
+    bound_allocator()
     try:
         with rapidgzip.RapidgzipFile(
             str(path), parallelization=os.cpu_count() or 1, chunk_size=RAPIDGZIP_CHUNK

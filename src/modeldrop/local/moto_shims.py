@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
+from modeldrop.local import file_backed_s3
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -100,6 +101,7 @@ def install() -> None:
         _patch_stepfunctions()
         _patch_execution_events()
         _patch_s3_copy_checksums()
+        file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
         for name in ("moto.stepfunctions", "moto.stepfunctions.parser"):

@@ -135,9 +135,18 @@ def _deploy(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
     packed = _artifact_file(artifact, workdir)
+    from boto3.s3.transfer import TransferConfig
+
     from modeldrop.contracts import progress
 
-    stack.client("s3").upload_file(str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size))
+    # Two parts in flight: the emulated S3 is in this process, more threads only hold more 8 MB parts.
+    stack.client("s3").upload_file(
+        str(packed),
+        stack.bucket,
+        key,
+        Callback=progress.counter(packed.stat().st_size),
+        Config=TransferConfig(max_concurrency=2),
+    )
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
         sfn.start_execution(
