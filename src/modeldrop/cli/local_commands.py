@@ -40,19 +40,8 @@ from modeldrop.cli._shared import (
     request_fields,
 )
 from modeldrop.cli.eval_commands import eval_table
+from modeldrop.cli.states import StatePrinter
 from modeldrop.local.hosting import FAULTS
-
-LOOP_STATES = {
-    "WaitForEndpoint",
-    "PollEndpoint",
-    "EndpointInService",
-    "WaitForQuota",
-    "CreateEndpoint",
-    "EndpointCreated",
-    "Teardown",
-    "TeardownDone",
-    "WaitForTeardown",
-}
 
 
 @app.command("run-local")
@@ -139,26 +128,14 @@ def run_local_cmd(
         "  S3 put -> EventBridge -> starter -> Step Functions (moto)",
     ]
 
-    last: dict[str, str] = {}
-    repeated: dict[str, int] = {}
+    printer = StatePrinter()
 
     def show(state: Any) -> None:
         if as_json:
             return
         while banner:  # once the run is really under way
             console.print(banner.pop(0))
-        # A wait loop (polling a Creating endpoint, a quota, a teardown) prints each state once, then
-        # one line saying how often it went round -- not sixty identical lines.
-        if state.name in LOOP_STATES and last.get(state.name) == state.outcome:
-            repeated[state.name] = repeated.get(state.name, 0) + 1
-            return
-        if repeated:
-            rounds = max(repeated.values())
-            console.print(f"  [dim]... {', '.join(repeated)} went round {rounds} more times[/]")
-            repeated.clear()
-        last[state.name] = state.outcome
-        mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{escape(state.outcome)}[/]"
-        console.print(f"  {state.name:<22} {mark:<28} {state.seconds:6.2f}s")
+        printer.show(state)
 
     with interrupts.handled(), byte_progress("packing and uploading") as uploaded:
 

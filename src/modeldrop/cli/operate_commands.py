@@ -40,6 +40,7 @@ from modeldrop.cli._shared import (
     request_fields,
     session_for,
 )
+from modeldrop.cli.states import StatePrinter
 from modeldrop.contracts.errors import cause_message
 
 # ---- operating a deployed stack ----------------------------------------------------------------
@@ -161,12 +162,24 @@ def deploy_cmd(
                 print(json.dumps({"execution_arn": arn}))
             raise typer.Exit(0)
 
-        def show(state: Any) -> None:
-            if not as_json:
-                mark = "[green]ok[/]" if state.outcome == "ok" else f"[red]{state.outcome}[/]"
-                console.print(f"  {state.name:<22} {mark:<28} {state.seconds:8.1f}s")
+        printer = StatePrinter("8.1f")
+        live = None if as_json or not console.is_terminal else console.status("following the execution")
 
-        desc, states = watch(sfn, arn, show, poll_seconds=float(os.environ.get("MODELDROP_POLL_SECONDS", "5")))
+        def show(state: Any) -> None:
+            if as_json:
+                return
+            printer.show(state)
+            if live is not None:  # one line that updates while a wait loop goes round
+                live.update(f"after {state.name}: {printer.waiting() or 'following the execution'}")
+
+        if live is not None:
+            live.start()
+        try:
+            desc, states = watch(sfn, arn, show, poll_seconds=float(os.environ.get("MODELDROP_POLL_SECONDS", "5")))
+        finally:
+            if live is not None:
+                live.stop()
+            printer.flush()
     output = json.loads(desc["output"]) if desc.get("output") else None
     if as_json:
         print(
