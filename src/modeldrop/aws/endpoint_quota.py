@@ -11,6 +11,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.pages import all_items
 from modeldrop.aws.sagemaker_resources import list_endpoints
 from modeldrop.contracts.errors import QuotaExceeded
 
@@ -30,26 +31,16 @@ class QuotaCheck:
 
 def find_quota(quotas: Any, instance_type: str) -> tuple[str, float] | None:
     """(quota code, value) of '<instance type> for endpoint usage', or None if the API does not list it."""
-    wanted = f"{instance_type} for endpoint usage"
-    kwargs: dict[str, Any] = {"ServiceCode": "sagemaker", "MaxResults": 100}
-    while True:
-        page = quotas.list_service_quotas(**kwargs)
-        for quota in page.get("Quotas", []):
-            if quota.get("QuotaName") == wanted:
-                return str(quota["QuotaCode"]), float(quota["Value"])
-        if not page.get("NextToken"):
-            return None
-        kwargs["NextToken"] = page["NextToken"]
+    return endpoint_quotas(quotas).get(instance_type)
 
 
 def endpoint_quotas(quotas: Any) -> dict[str, tuple[str, float]]:
     """Every '<instance type> for endpoint usage' quota: type -> (quota code, value), in one listing."""
     found: dict[str, tuple[str, float]] = {}
-    for page in quotas.get_paginator("list_service_quotas").paginate(ServiceCode="sagemaker"):
-        for quota in page.get("Quotas", []):
-            name = str(quota.get("QuotaName", ""))
-            if name.endswith(" for endpoint usage"):
-                found[name.removesuffix(" for endpoint usage")] = (str(quota["QuotaCode"]), float(quota["Value"]))
+    for quota in all_items(quotas, "list_service_quotas", "Quotas", page_size=100, ServiceCode="sagemaker"):
+        name = str(quota.get("QuotaName", ""))
+        if name.endswith(" for endpoint usage"):
+            found[name.removesuffix(" for endpoint usage")] = (str(quota["QuotaCode"]), float(quota["Value"]))
     return found
 
 

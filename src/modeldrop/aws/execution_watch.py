@@ -9,6 +9,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from modeldrop.aws.pages import all_items
+
 
 class StateRun(BaseModel):
     name: str
@@ -60,14 +62,7 @@ class _Tracker:
 
 
 def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
-    events: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"executionArn": arn, "maxResults": 1000}
-    while True:
-        page = sfn.get_execution_history(**kwargs)
-        events.extend(page["events"])
-        if not page.get("nextToken"):
-            return events
-        kwargs["nextToken"] = page["nextToken"]
+    return all_items(sfn, "get_execution_history", "events", page_size=1000, executionArn=arn)
 
 
 def watch(

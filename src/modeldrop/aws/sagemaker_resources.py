@@ -6,6 +6,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.pages import all_items
 from modeldrop.contracts.errors import QuotaExceeded, ResourceNameTaken, SageMakerThrottled
 
 MANAGED_BY_TAG = "modeldrop:managed-by"
@@ -204,25 +205,11 @@ def delete_all(
 
 
 def list_tags(sm: Any, arn: str) -> dict[str, str]:
-    tags: dict[str, str] = {}
-    kwargs: dict[str, Any] = {"ResourceArn": arn}
-    while True:
-        page = sm.list_tags(**kwargs)
-        tags.update({t["Key"]: t["Value"] for t in page.get("Tags", [])})
-        if not page.get("NextToken"):
-            return tags
-        kwargs["NextToken"] = page["NextToken"]
+    return {t["Key"]: t["Value"] for t in all_items(sm, "list_tags", "Tags", ResourceArn=arn)}
 
 
 def list_endpoints(sm: Any) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"MaxResults": 100}
-    while True:
-        page = sm.list_endpoints(**kwargs)
-        out.extend(page.get("Endpoints", []))
-        if not page.get("NextToken"):
-            return out
-        kwargs["NextToken"] = page["NextToken"]
+    return all_items(sm, "list_endpoints", "Endpoints", page_size=100)
 
 
 def endpoint_container_env(sm: Any, endpoint_name: str) -> tuple[str, dict[str, str]] | None:

@@ -164,6 +164,7 @@ def deployment_status(info: StackInfo, item: Mapping[str, Any]) -> dict[str, Any
 
 
 def list_deployments(table: Any) -> list[dict[str, Any]]:
+    # A boto3 Table (resource) has no paginator; the client's would return undeserialized attributes.
     items: list[dict[str, Any]] = []
     kwargs: dict[str, Any] = {}
     while True:

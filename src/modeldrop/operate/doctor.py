@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
 from modeldrop.aws.execution_role import SAGEMAKER, role_problem
+from modeldrop.aws.pages import all_items
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
 from modeldrop.serving.image import resolve_image
@@ -42,15 +43,8 @@ class StackView(BaseModel):
 
 def read_stack(cfn: Any, stack_name: str, region: str) -> StackView:
     stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
-    resources: dict[str, str] = {}
-    kwargs: dict[str, Any] = {"StackName": stack_name}
-    while True:
-        page = cfn.list_stack_resources(**kwargs)
-        for res in page.get("StackResourceSummaries", []):
-            resources[res["LogicalResourceId"]] = res.get("PhysicalResourceId", "")
-        if not page.get("NextToken"):
-            break
-        kwargs["NextToken"] = page["NextToken"]
+    summaries = all_items(cfn, "list_stack_resources", "StackResourceSummaries", StackName=stack_name)
+    resources = {res["LogicalResourceId"]: res.get("PhysicalResourceId", "") for res in summaries}
     return StackView(
         stack_name=stack_name,
         region=region,

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from modeldrop.aws import registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.pages import all_items
 from modeldrop.aws.sagemaker_resources import (
     DEPLOYMENT_TAG,
     EXPIRES_TAG,
@@ -36,17 +37,6 @@ class ReapResult(BaseModel):
     # Managed endpoints still up past expiry + the grace: what the OverdueEndpoints alarm counts.
     overdue: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
-
-
-def _paginate(call: Any, key: str) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {"MaxResults": 100}
-    while True:
-        page = call(**kwargs)
-        out.extend(page.get(key, []))
-        if not page.get("NextToken"):
-            return out
-        kwargs["NextToken"] = page["NextToken"]
 
 
 def _managed(name: str, resource_prefix: str) -> bool:
@@ -226,17 +216,17 @@ def _remove_orphans(
     kinds = (
         (
             "endpoint-config",
-            sm.list_endpoint_configs,
+            "list_endpoint_configs",
             "EndpointConfigs",
             "EndpointConfigName",
             "EndpointConfigArn",
             lambda n: sm.delete_endpoint_config(EndpointConfigName=n),
         ),
-        ("model", sm.list_models, "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
+        ("model", "list_models", "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
     )
     in_use: set[str] | None = None  # configs and models behind live endpoints, described only if needed
     for kind, lister, key, name_key, arn_key, delete in kinds:
-        for res in _paginate(lister, key):
+        for res in all_items(sm, lister, key, page_size=100):
             name = res[name_key]
             if name in live or not _managed(name, resource_prefix):
                 continue
