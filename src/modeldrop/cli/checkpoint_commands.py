@@ -230,57 +230,9 @@ def plan_cmd(
 
 
 def _plan_summary(report: Any) -> None:
-    price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
-    rows = [
-        ("engine / region", f"{report.engine} / {report.region}"),
-        ("image", str(report.image or "-")),
-    ]
-    if report.image_source:
-        rows.append(("image source", str(report.image_source)))
-    if report.instance_count > 1:
-        price += f" each, ${report.hourly_cost:.2f}/h for all" if report.hourly_cost else ""
-    rows += [
-        (
-            "instance",
-            report.instance_type + (f" x {report.instance_count}" if report.instance_count > 1 else "") + price,
-        ),
-        ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
-    ]
-    rows += [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
-    fields(rows)
-    memory = report.memory
-    if memory.get("budget_gib") is not None:
-        mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")
-        mem.add_column("item")
-        mem.add_column("GiB", justify="right")
-        for label, key in (
-            ("budget (capacity x fraction)", "budget_gib"),
-            ("weights", "weights_gib"),
-            ("sampler buffer", "sampler_gib"),
-            ("activations + CUDA graphs", "overhead_gib"),
-            ("left for KV cache", "kv_cache_gib"),
-            ("KV needed for one full sequence", "kv_min_gib"),
-            ("headroom", "headroom_gib"),
-        ):
-            mem.add_row(label, f"{memory[key]:.3f}")
-        console.print(mem)
-        colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
-        console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
-    if report.candidates:
-        tries = Table(title="instance types a deployment would try, in order")
-        for col in ("#", "instance type", "verdict", "$/h", "note"):
-            tries.add_column(col, overflow="fold")
-        n = 0
-        for c in report.candidates:
-            n += c.usable
-            tries.add_row(
-                str(n) if c.usable else "-",
-                c.instance_type,
-                c.verdict if c.usable else f"{c.verdict} (skipped)",
-                f"{c.hourly_price:.2f}" if c.hourly_price is not None else "-",
-                c.reason[:120],
-            )
-        console.print(tries)
+    fields(_plan_rows(report))
+    _memory_table(report.memory)
+    _candidates_table(report.candidates)
     for f in report.findings:
         if f.severity != "info":
             console.print(
@@ -292,3 +244,58 @@ def _plan_summary(report: Any) -> None:
             console.print(f"  fix: {report.refused['hint']}")
     else:
         console.print("[bold green]PLAN OK[/]")
+
+
+def _plan_rows(report: Any) -> list[tuple[str, str]]:
+    price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
+    if report.instance_count > 1:
+        price += f" each, ${report.hourly_cost:.2f}/h for all" if report.hourly_cost else ""
+    times = f" x {report.instance_count}" if report.instance_count > 1 else ""
+    rows = [("engine / region", f"{report.engine} / {report.region}"), ("image", str(report.image or "-"))]
+    if report.image_source:
+        rows.append(("image source", str(report.image_source)))
+    rows += [
+        ("instance", report.instance_type + times + price),
+        ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
+    ]
+    return rows + [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
+
+
+def _memory_table(memory: dict[str, Any]) -> None:
+    if memory.get("budget_gib") is None:
+        return
+    mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")
+    mem.add_column("item")
+    mem.add_column("GiB", justify="right")
+    for label, key in (
+        ("budget (capacity x fraction)", "budget_gib"),
+        ("weights", "weights_gib"),
+        ("sampler buffer", "sampler_gib"),
+        ("activations + CUDA graphs", "overhead_gib"),
+        ("left for KV cache", "kv_cache_gib"),
+        ("KV needed for one full sequence", "kv_min_gib"),
+        ("headroom", "headroom_gib"),
+    ):
+        mem.add_row(label, f"{memory[key]:.3f}")
+    console.print(mem)
+    colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
+    console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
+
+
+def _candidates_table(candidates: list[Any]) -> None:
+    if not candidates:
+        return
+    tries = Table(title="instance types a deployment would try, in order")
+    for col in ("#", "instance type", "verdict", "$/h", "note"):
+        tries.add_column(col, overflow="fold")
+    n = 0
+    for c in candidates:
+        n += c.usable
+        tries.add_row(
+            str(n) if c.usable else "-",
+            c.instance_type,
+            c.verdict if c.usable else f"{c.verdict} (skipped)",
+            f"{c.hourly_price:.2f}" if c.hourly_price is not None else "-",
+            c.reason[:120],
+        )
+    console.print(tries)

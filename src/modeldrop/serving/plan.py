@@ -14,6 +14,7 @@ from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.memory_plan import (
+    MemoryPlan,
     ModelShape,
     hourly_price,
     largest_fitting_model_len,
@@ -158,28 +159,9 @@ def plan_serving(
             f"max_model_len {model_len} exceeds the model's max_position_embeddings {max_position_embeddings}",
             f"use max_model_len <= {max_position_embeddings}",
         )
-    memory: dict[str, object] = {}
     warnings: list[str] = list(named.warnings)
-    try:
-        plan = plan_memory(shape, instance_type, seqs, model_len, fraction, named.tensor_parallel)
-    except KeyError:
-        plan = None
-        memory = {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
-    if plan is not None:
-        memory = plan.model_dump()
-        if plan.verdict == "oom":
-            options = alternatives(shape, instance_type, region, seqs, model_len)
-            memory["alternatives"] = options
-            message = oom_message(memory)
-            if not force:
-                raise PlanRefused(message, "; ".join(options) or "choose a larger instance type")
-            warnings.append(f"{message} -- deploying anyway because the request forces it")
-        elif plan.verdict == "tight":
-            warnings.append(
-                f"tight memory plan on {instance_type}: {plan.headroom_gib:.2f} GiB headroom; "
-                "a larger max_num_seqs or max_model_len will not load"
-            )
-    tp = plan.tensor_parallel if plan else (named.tensor_parallel or 1)
+    plan, memory = _memory(shape, instance_type, region, seqs, model_len, fraction, named.tensor_parallel)
+    _judge_memory(plan, memory, instance_type, force, warnings)
     meanings: dict[str, object] = {
         "model_path": MODEL_PATH,
         "max_model_len": model_len,
@@ -187,7 +169,7 @@ def plan_serving(
         "gpu_memory_utilization": fraction,
     }
     if engine != "lmi" or named.tensor_parallel:  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
-        meanings["tensor_parallel_degree"] = tp
+        meanings["tensor_parallel_degree"] = plan.tensor_parallel if plan else (named.tensor_parallel or 1)
     mm_key = KEYS[engine].get("limit_mm_per_prompt")
     if "image" in modalities and mm_key and mm_key not in passthrough:
         # As the source project serves Gemma-4 multimodal: one image per prompt bounds the encoder's
@@ -211,6 +193,44 @@ def plan_serving(
         eval_max_tokens_ceiling=max_tokens_ceiling(engine),
         warnings=warnings,
     )
+
+
+def _memory(
+    shape: ModelShape,
+    instance_type: str,
+    region: str,
+    seqs: int,
+    model_len: int,
+    fraction: float,
+    tensor_parallel: int | None,
+) -> tuple[MemoryPlan | None, dict[str, object]]:
+    """The memory plan and its numbers (with what would fit instead, when it predicts OOM)."""
+    try:
+        plan = plan_memory(shape, instance_type, seqs, model_len, fraction, tensor_parallel)
+    except KeyError:
+        return None, {"verdict": "unknown", "reason": f"{instance_type} is not in the instance catalog"}
+    memory: dict[str, object] = plan.model_dump()
+    if plan.verdict == "oom":
+        memory["alternatives"] = alternatives(shape, instance_type, region, seqs, model_len)
+    return plan, memory
+
+
+def _judge_memory(
+    plan: MemoryPlan | None, memory: dict[str, Any], instance_type: str, force: bool, warnings: list[str]
+) -> None:
+    """Refuse a predicted OOM unless forced; warn of one forced or of a tight plan."""
+    if plan is None:
+        return
+    if plan.verdict == "oom":
+        message = oom_message(memory)
+        if not force:
+            raise PlanRefused(message, "; ".join(memory["alternatives"]) or "choose a larger instance type")
+        warnings.append(f"{message} -- deploying anyway because the request forces it")
+    elif plan.verdict == "tight":
+        warnings.append(
+            f"tight memory plan on {instance_type}: {plan.headroom_gib:.2f} GiB headroom; "
+            "a larger max_num_seqs or max_model_len will not load"
+        )
 
 
 def oom_message(memory: Mapping[str, Any]) -> str:
