@@ -38,19 +38,24 @@ def trusted_services(document: Any) -> set[str]:
     return services
 
 
+class RoleUnreadable(Exception):
+    """GetRole refused (AccessDenied and the like): the trust cannot be checked, CreateModel decides."""
+
+
 def role_problem(iam: Any, role_arn: str) -> tuple[str, str] | None:
-    """(what is wrong, the fix) when SageMaker cannot assume ROLE_ARN; None when it can, or when the
-    role cannot be read (AccessDenied: CreateModel still decides)."""
+    """(what is wrong, the fix) when SageMaker cannot assume ROLE_ARN; None when it can. Raises
+    RoleUnreadable when the role cannot be read."""
     name = role_arn.rsplit("/", 1)[-1]
     try:
         role = iam.get_role(RoleName=name)["Role"]
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "NoSuchEntity":
+        code = exc.response.get("Error", {}).get("Code")
+        if code == "NoSuchEntity":
             return (
                 f"{role_arn} does not exist",
                 "create a role that trusts sagemaker.amazonaws.com and redeploy with SageMakerExecutionRoleArn",
             )
-        return None
+        raise RoleUnreadable(f"could not read {name}: {code}") from None
     trusted = trusted_services(role.get("AssumeRolePolicyDocument", {}))
     if SAGEMAKER in trusted:
         return None

@@ -338,19 +338,19 @@ class _Counted:
 
     def read(self, n: int = -1) -> bytes:
         data = self.raw.read(n)
-        self.done += len(data)
-        if self.done - self.reported >= 8 * 1024 * 1024 or not data:
-            self.reported = self.done
-            progress.report(self.done, self.total)
+        self._count(len(data))
         return data
 
     def readinto(self, buffer: Any) -> int:
-        n = self.raw.readinto(buffer)  # type: ignore[attr-defined]
-        self.done += n or 0
+        n = int(self.raw.readinto(buffer) or 0)  # type: ignore[attr-defined]
+        self._count(n)
+        return n
+
+    def _count(self, n: int) -> None:
+        self.done += n
         if self.done - self.reported >= 8 * 1024 * 1024 or not n:
             self.reported = self.done
             progress.report(self.done, self.total)
-        return int(n or 0)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.raw, name)

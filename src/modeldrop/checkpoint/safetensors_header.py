@@ -330,16 +330,9 @@ def _entries(raw: dict[str, Any]) -> tuple[dict[str, str], dict[str, TensorInfo]
     tensors = _plain_tensors(entries)
     if tensors is not None:
         return metadata, tensors, keys + 3 * len(tensors)
-    tensors = {}
-    for name, entry in entries.items():
-        info = _plain_tensor(name, entry)
-        if info is None:
-            info = _tensor(name, entry)
-            keys += _deep_keys(entry)
-        else:
-            keys += 3
-        tensors[name] = info
-    return metadata, tensors, keys
+    # Some entry is not plain: each is checked on its own, by the checks that name what is wrong.
+    tensors = {name: _tensor(name, entry) for name, entry in entries.items()}
+    return metadata, tensors, keys + sum(_deep_keys(entry) for entry in entries.values())
 
 
 _DTYPE, _SHAPE, _OFFSETS = itemgetter("dtype"), itemgetter("shape"), itemgetter("data_offsets")
@@ -422,27 +415,6 @@ _DICT_ONLY = {dict}
 _LIST_ONLY = {list}
 _TWO = {2}
 _THREE = {3}
-
-
-def _plain_tensor(name: str, entry: Any) -> TensorInfo | None:
-    """One plain entry (three fields, a known dtype, positive int dims, exact span), when another
-    entry kept the header from `_plain_tensors`; None sends it to _tensor, which names exactly
-    what is wrong (or accepts the rarer shapes: zero dims)."""
-    if type(entry) is not dict or len(entry) != 3:
-        return None
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        bits = DTYPE_BITS.get(dtype)
-    except (KeyError, TypeError, ValueError):
-        return None
-    if not bits or type(shape) is not list or type(begin) is not int or type(end) is not int:
-        return None
-    if shape and (set(map(type, shape)) != _INT_ONLY or min(shape) <= 0 or max(shape) >= _U64):
-        return None  # bools, floats, zero or negative dims: the full checks
-    numel = prod(shape)
-    if 0 < numel < _U64 and 0 <= begin <= end < _U64 and numel * bits == (end - begin) * 8 < _U64:
-        return _NEW_TENSOR(TensorInfo, (name, dtype, tuple(shape), begin, end))
-    return None
 
 
 def _usize(value: Any) -> bool:

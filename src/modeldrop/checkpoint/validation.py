@@ -233,34 +233,36 @@ def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
         )
 
 
-def _tokenizer(c: _Checkpoint) -> Iterable[Finding]:
-    if not c.has_tokenizer:
-        yield _finding(
-            "TOKENIZER_MISSING",
-            "error",
-            "no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json)",
-            "save the tokenizer next to the model: tokenizer.save_pretrained(DIR)",
-        )
+# What a deployable checkpoint has beside its weights: (present?, code, severity, message, hint).
+PRESENCE: tuple[tuple[Callable[[_Checkpoint], bool], str, str, str, str], ...] = (
+    (
+        lambda c: c.has_tokenizer,
+        "TOKENIZER_MISSING",
+        "error",
+        "no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json)",
+        "save the tokenizer next to the model: tokenizer.save_pretrained(DIR)",
+    ),
+    (
+        lambda c: c.has_chat_template,
+        "CHAT_TEMPLATE_MISSING",
+        "warning",
+        "no chat template: /v1/chat/completions requests will be rejected",
+        "save the processor/tokenizer with its chat template (chat_template.jinja)",
+    ),
+    (
+        lambda c: "generation_config.json" in c.scan.files,
+        "GENERATION_CONFIG_MISSING",
+        "info",
+        "no generation_config.json: the engine uses its own sampling defaults",
+        "save model.generation_config with the model",
+    ),
+)
 
 
-def _chat_template(c: _Checkpoint) -> Iterable[Finding]:
-    if not c.has_chat_template:
-        yield _finding(
-            "CHAT_TEMPLATE_MISSING",
-            "warning",
-            "no chat template: /v1/chat/completions requests will be rejected",
-            "save the processor/tokenizer with its chat template (chat_template.jinja)",
-        )
-
-
-def _generation_config(c: _Checkpoint) -> Iterable[Finding]:
-    if "generation_config.json" not in c.scan.files:
-        yield _finding(
-            "GENERATION_CONFIG_MISSING",
-            "info",
-            "no generation_config.json: the engine uses its own sampling defaults",
-            "save model.generation_config with the model",
-        )
+def _companions(c: _Checkpoint) -> Iterable[Finding]:
+    for present, code, severity, message, hint in PRESENCE:
+        if not present(c):
+            yield _finding(code, severity, message, hint)
 
 
 def _base(c: _Checkpoint) -> Iterable[Finding]:
@@ -276,9 +278,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _index,
     _config_incomplete,
     _kv_shared_tensors,
-    _tokenizer,
-    _chat_template,
-    _generation_config,
+    _companions,
     _base,
 )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
 
@@ -248,29 +248,23 @@ SpeculativeTokensOpt = Annotated[int | None, typer.Option(min=1, max=16, help="t
 ParallelDraftingOpt = Annotated[bool, typer.Option(help="P-EAGLE parallel drafting (needs a head trained for it)")]
 
 
-def engine_settings(
-    gpu_memory_utilization: float | None,
-    tensor_parallel_size: int | None,
-    dtype: str | None,
-    quantization: str | None,
-    limit_mm_per_prompt: str | None,
-    speculative_model: str | None = None,
-    speculative_tokens: int | None = None,
-    parallel_drafting: bool = False,
-) -> dict[str, Any]:
-    """The named engine options as EngineSettings fields (only those given), checked by its model."""
+# The EngineSettings fields whose option has the same name and type.
+NAMED_SETTINGS = ("gpu_memory_utilization", "tensor_parallel_size", "dtype", "quantization")
+
+
+def engine_settings(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The named engine options among a command's OPTIONS (its locals()) as EngineSettings fields,
+    only those given, checked by its model."""
     from pydantic import ValidationError
 
     from modeldrop.contracts.errors import describe_validation
     from modeldrop.contracts.models import EngineSettings
 
-    raw: dict[str, Any] = {
-        "gpu_memory_utilization": gpu_memory_utilization,
-        "tensor_parallel_size": tensor_parallel_size,
-        "dtype": dtype,
-        "quantization": quantization,
-        "limit_mm_per_prompt": _media(limit_mm_per_prompt),
-    }
+    raw: dict[str, Any] = {name: options.get(name) for name in NAMED_SETTINGS}
+    raw["limit_mm_per_prompt"] = _media(options.get("limit_mm_per_prompt"))
+    speculative_model = options.get("speculative_model")
+    speculative_tokens = options.get("speculative_tokens")
+    parallel_drafting = bool(options.get("parallel_drafting"))
     if speculative_model is None and (speculative_tokens is not None or parallel_drafting):
         fail("--speculative-tokens and --parallel-drafting need --speculative-model (the EAGLE3 draft head)")
     if speculative_model is not None:
@@ -308,20 +302,14 @@ def _media(text: str | None) -> dict[str, int] | None:
 MaxErrorsOpt = Annotated[int | None, typer.Option(min=0, help="eval cases that may error")]
 
 
-def request_fields(
-    max_num_seqs: int | None,
-    max_model_len: int | None,
-    env: list[str] | None,
-    force: bool,
-    secrets: list[str] | None,
-    max_truncated: int | None,
-    max_errors: int | None,
-    quota_wait: str | None = None,
-    max_hourly_price: float | None = None,
-    instance_count: int = 1,
-    settings: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """The plan's knobs as DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
+def request_fields(options: Mapping[str, Any]) -> dict[str, Any]:
+    """The shared knobs among a command's OPTIONS (its locals(): the option names declared above) as
+    DeploymentRequest fields, only those given (so `plan`'s fix reproduces)."""
+    get = options.get
+    max_num_seqs, max_model_len, env, secrets = get("max_num_seqs"), get("max_model_len"), get("env"), get("secret")
+    max_truncated, max_errors, max_hourly_price = get("max_truncated"), get("max_errors"), get("max_hourly_price")
+    instance_count, quota_wait = get("instance_count", 1), get("quota_wait")
+    settings = engine_settings(options)
     out: dict[str, Any] = {}
     waited = minutes("--quota-wait", quota_wait)
     if waited is not None:
@@ -338,7 +326,7 @@ def request_fields(
         out["max_model_len"] = max_model_len
     if env:
         out["engine_env"] = pairs("--env", env)
-    if force:
+    if get("force"):
         out["force_plan"] = True
     if secrets:
         out["secrets"] = pairs("--secret", secrets)

@@ -192,16 +192,7 @@ def plan_cmd(
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     passthrough = pairs("--env", env)
-    named = engine_settings(
-        gpu_memory_utilization,
-        tensor_parallel_size,
-        dtype,
-        quantization,
-        limit_mm_per_prompt,
-        speculative_model,
-        speculative_tokens,
-        parallel_drafting,
-    )
+    named = engine_settings(locals())
     from modeldrop.contracts.models import EngineSettings
 
     with aws_errors(), byte_progress("validating"):

@@ -31,7 +31,6 @@ from modeldrop.cli._shared import (
     app,
     byte_progress,
     console,
-    engine_settings,
     err,
     fail,
     fields,
@@ -83,30 +82,7 @@ def run_local_cmd(
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
-    request.update(
-        request_fields(
-            max_num_seqs,
-            max_model_len,
-            env,
-            force,
-            secret,
-            max_truncated,
-            max_errors,
-            quota_wait,
-            max_hourly_price,
-            instance_count,
-            engine_settings(
-                gpu_memory_utilization,
-                tensor_parallel_size,
-                dtype,
-                quantization,
-                limit_mm_per_prompt,
-                speculative_model,
-                speculative_tokens,
-                parallel_drafting,
-            ),
-        )
-    )
+    request.update(request_fields(locals()))
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.hosting import FAULTS

@@ -32,7 +32,6 @@ from modeldrop.cli._shared import (
     app,
     aws_errors,
     console,
-    engine_settings,
     fail,
     fields,
     instance_choice,
@@ -125,28 +124,7 @@ def deploy_cmd(
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
             "endpoint_name": endpoint_name,
-            **request_fields(
-                max_num_seqs,
-                max_model_len,
-                env,
-                force,
-                secret,
-                max_truncated,
-                max_errors,
-                quota_wait,
-                max_hourly_price,
-                instance_count,
-                engine_settings(
-                    gpu_memory_utilization,
-                    tensor_parallel_size,
-                    dtype,
-                    quantization,
-                    limit_mm_per_prompt,
-                    speculative_model,
-                    speculative_tokens,
-                    parallel_drafting,
-                ),
-            ),
+            **request_fields(locals()),
         }
         try:
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})

@@ -15,7 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
 from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
-from modeldrop.aws.execution_role import SAGEMAKER, role_problem
+from modeldrop.aws.execution_role import SAGEMAKER, RoleUnreadable, role_problem
 from modeldrop.aws.pages import all_items
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
@@ -69,12 +69,9 @@ def check_outputs(view: StackView) -> Check:
 def check_role_trust(iam: Any, role_arn: str) -> Check:
     name = role_arn.rsplit("/", 1)[-1]
     try:
-        iam.get_role(RoleName=name)
-    except ClientError as exc:
-        code = exc.response.get("Error", {}).get("Code")
-        if code != "NoSuchEntity":
-            return Check(name="SageMaker execution role", status="warn", detail=f"could not read {name}: {code}")
-    problem = role_problem(iam, role_arn)
+        problem = role_problem(iam, role_arn)
+    except RoleUnreadable as exc:
+        return Check(name="SageMaker execution role", status="warn", detail=str(exc))
     if problem is not None:
         return Check(name="SageMaker execution role", status="fail", detail=problem[0], fix=problem[1])
     return Check(name="SageMaker execution role", status="ok", detail=f"{name} trusts {SAGEMAKER}")

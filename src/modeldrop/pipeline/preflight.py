@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws import registry
 from modeldrop.aws.endpoint_quota import endpoint_quotas
-from modeldrop.aws.execution_role import role_problem
+from modeldrop.aws.execution_role import RoleUnreadable, role_problem
 from modeldrop.contracts.errors import ExecutionRoleUnusable, QuotaExceeded
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.serving.instance_choice import AUTO
@@ -21,10 +21,15 @@ from modeldrop.serving.instance_choice import AUTO
 
 def preflight(table: Any, iam: Any, quotas: Any, req: NormalizedRequest, role_arn: str) -> dict[str, Any]:
     """Raise ExecutionRoleUnusable or QuotaExceeded; otherwise record (and return) what was checked."""
-    problem = role_problem(iam, role_arn)
-    if problem is not None:
-        raise ExecutionRoleUnusable(*problem)
-    checked = {"role": "trusts sagemaker.amazonaws.com", "quota": _quota_floor(quotas, req)}
+    try:
+        problem = role_problem(iam, role_arn)
+    except RoleUnreadable as exc:  # no iam:GetRole: CreateModel still decides
+        role = f"not checked: {exc}"
+    else:
+        if problem is not None:
+            raise ExecutionRoleUnusable(*problem)
+        role = "trusts sagemaker.amazonaws.com"
+    checked = {"role": role, "quota": _quota_floor(quotas, req)}
     registry.record_step(table, req.deployment_id, "preflight", checked)
     return checked
 
