@@ -21,5 +21,5 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EnginePlan:
     settings = RecordSettings.from_env()
-    table = settings.table()
-    return steps.build_plan(table, event.request, event.validation, event.image, event.attempt)
+    registry = settings.registry()
+    return steps.build_plan(registry, event.request, event.validation, event.image, event.attempt)

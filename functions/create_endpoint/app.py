@@ -3,9 +3,9 @@ endpoint, tagged."""
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import CreateOutcome, EnginePlan, ImageChoice, NormalizedRequest
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import DeploySettings
@@ -25,16 +25,16 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> CreateOutcome:
     settings = DeploySettings.from_env()
-    table = settings.table()
-    clients = steps.CreateClients(
-        sagemaker=boto3.client("sagemaker"),
-        quotas=boto3.client("service-quotas"),
-        secretsmanager=boto3.client("secretsmanager"),
-        ssm=boto3.client("ssm"),
+    registry = settings.registry()
+    aws = steps.CreateClients(
+        sagemaker=clients.sagemaker(),
+        quotas=clients.service_quotas(),
+        secretsmanager=clients.secretsmanager(),
+        ssm=clients.ssm(),
     )
     return steps.create(
-        clients,
-        table,
+        aws,
+        registry,
         event.request,
         event.image,
         event.plan,

@@ -2,9 +2,9 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import ReaperSettings
 from modeldrop.pipeline.lambda_support import handler, logger
@@ -19,10 +19,10 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = ReaperSettings.from_env()
     return teardown.on_execution_ended(
-        boto3.client("sagemaker"),
-        boto3.client("s3"),
-        settings.table(),
-        boto3.client("events"),
+        clients.sagemaker(),
+        clients.s3(),
+        settings.registry(),
+        clients.events(),
         settings.event_bus_name,
         event.detail,
         settings.resource_prefix,

@@ -2,9 +2,9 @@
 
 from typing import Any, Literal
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RegistrySettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
@@ -22,8 +22,8 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegistrySettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     metrics.add_metric(name=f"Deployments{event.outcome.capitalize()}", unit="Count", value=1)
     return steps.finalize(
-        table, boto3.client("events"), settings.event_bus_name, event.deployment_id, event.outcome, event.summary
+        registry, clients.events(), settings.event_bus_name, event.deployment_id, event.outcome, event.summary
     )

@@ -2,9 +2,9 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import AttemptStep, EndpointRef, EnginePlan, NormalizedRequest
 from modeldrop.pipeline import attempts
 from modeldrop.pipeline.config import RegistrySettings
@@ -23,8 +23,8 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> AttemptStep:
     settings = RegistrySettings.from_env()
     return attempts.next_attempt(
-        settings.table(),
-        boto3.client("events"),
+        settings.registry(),
+        clients.events(),
         settings.event_bus_name,
         event.request,
         event.plan,

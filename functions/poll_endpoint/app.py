@@ -2,9 +2,9 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import EndpointPoll, EndpointRef
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.lambda_support import handler, logger
@@ -21,9 +21,9 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EndpointPoll:
     return steps.poll(
-        boto3.client("sagemaker"),
+        clients.sagemaker(),
         event.endpoint,
         event.polls,
-        logs=boto3.client("logs"),
+        logs=clients.logs(),
         capacity_wait_seconds=event.capacity_wait_seconds,
     )

@@ -3,8 +3,7 @@
 from datetime import timedelta
 from typing import Any
 
-import boto3
-
+from modeldrop.aws import clients
 from modeldrop.pipeline.config import ReaperSettings
 from modeldrop.pipeline.lambda_support import logger, metrics
 from modeldrop.pipeline.reaper import reap
@@ -14,17 +13,17 @@ from modeldrop.pipeline.reaper import reap
 @metrics.log_metrics
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = ReaperSettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     result = reap(
-        boto3.client("sagemaker"),
-        table,
-        boto3.client("events"),
+        clients.sagemaker(),
+        registry,
+        clients.events(),
         settings.event_bus_name,
         settings.stack_tag,
         settings.resource_prefix,
         period=timedelta(minutes=settings.reaper_period_minutes),
         default_ttl=timedelta(hours=settings.default_ttl_hours),
-        s3=boto3.client("s3"),
+        s3=clients.s3(),
     )
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
     metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))

@@ -2,9 +2,9 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import FailureRecord
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
@@ -22,11 +22,11 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> FailureRecord:
     settings = RecordSettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     return steps.record_failure(
-        boto3.client("sagemaker"),
-        boto3.client("logs"),
-        table,
+        clients.sagemaker(),
+        clients.logs(),
+        registry,
         event.deployment_id,
         event.resource_name,
         event.failure,

@@ -3,9 +3,9 @@ would fail the deployment late (the execution role's trust, a quota below the in
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RegisterSettings
@@ -21,8 +21,8 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegisterSettings.from_env()
-    table = settings.table()
-    registered = steps.register(table, boto3.client("s3"), event.request, settings.aws_region)
+    registry = settings.registry()
+    registered = steps.register(registry, clients.s3(), event.request, settings.aws_region)
     # After the record exists, so that a refusal here is recorded (and shown by `modeldrop status`).
-    preflight(table, boto3.client("iam"), boto3.client("service-quotas"), event.request, settings.sagemaker_role_arn)
+    preflight(registry, clients.iam(), clients.service_quotas(), event.request, settings.sagemaker_role_arn)
     return registered

@@ -1,4 +1,4 @@
-"""ResolveImage: full-URI env -> version env -> the known-image table, in the endpoint's region."""
+"""ResolveImage: full-URI env -> version env -> the known-image registry, in the endpoint's region."""
 
 import os
 from typing import Any
@@ -21,7 +21,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> ImageChoice:
     settings = RecordSettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     return steps.resolve(
-        table, event.deployment_id, event.engine, settings.aws_region, dict(os.environ), event.model_type
+        registry, event.deployment_id, event.engine, settings.aws_region, dict(os.environ), event.model_type
     )

@@ -2,11 +2,10 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
-from modeldrop.evaluation.runner import runtime_client_config
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import EvalSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
@@ -23,9 +22,7 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EvalVerdict:
     settings = EvalSettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     # Throttling is retried by the eval itself, with every attempt counted in the report.
-    runtime = boto3.client("sagemaker-runtime", config=runtime_client_config())
-    return steps.smoke_eval(
-        runtime, boto3.client("s3"), table, event.request, event.endpoint, event.plan, metrics=metrics
-    )
+    runtime = clients.sagemaker_runtime()
+    return steps.smoke_eval(runtime, clients.s3(), registry, event.request, event.endpoint, event.plan, metrics=metrics)

@@ -2,8 +2,7 @@
 
 from typing import Any
 
-import boto3
-
+from modeldrop.aws import clients
 from modeldrop.pipeline.config import StarterSettings
 from modeldrop.pipeline.lambda_support import logger
 from modeldrop.pipeline.starter import start_from_event
@@ -13,7 +12,7 @@ from modeldrop.pipeline.starter import start_from_event
 def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     settings = StarterSettings.from_env()
     outcome = start_from_event(
-        event, boto3.client("s3"), boto3.client("stepfunctions"), settings.state_machine_arn, settings.artifact_bucket
+        event, clients.s3(), clients.stepfunctions(), settings.state_machine_arn, settings.artifact_bucket
     )
     if outcome.status == "rejected":
         logger.error("s3 event rejected: nothing started", extra=outcome.model_dump())

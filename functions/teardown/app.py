@@ -3,9 +3,9 @@ it is gone."""
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import TeardownProgress
 from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import RecordSettings
@@ -27,9 +27,9 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> TeardownProgress:
     settings = RecordSettings.from_env()
     return teardown.teardown_pass(
-        boto3.client("sagemaker"),
-        boto3.client("s3"),
-        settings.table(),
+        clients.sagemaker(),
+        clients.s3(),
+        settings.registry(),
         event.deployment_id,
         event.resource_name,
         attempt=event.attempt,

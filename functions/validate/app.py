@@ -2,9 +2,9 @@
 
 from typing import Any
 
-import boto3
 from pydantic import BaseModel
 
+from modeldrop.aws import clients
 from modeldrop.contracts.models import ValidationSummary
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
@@ -23,10 +23,10 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> ValidationSummary:
     settings = RecordSettings.from_env()
-    table = settings.table()
+    registry = settings.registry()
     return steps.validate(
-        boto3.client("s3"),
-        table,
+        clients.s3(),
+        registry,
         event.deployment_id,
         event.artifact_uri,
         metrics=metrics,

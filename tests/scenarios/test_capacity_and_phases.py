@@ -37,10 +37,9 @@ def _start(stack: Any, archive: bytes, name: str, **request: Any) -> str:
 
 
 def _record(stack: Any, name: str) -> dict[str, Any]:
-    from modeldrop.aws import registry
-
-    item = stack.table().get_item(Key={"deployment_id": deployment_id_for(name)})["Item"]
-    return registry.decoded(item)
+    record = stack.registry().get(deployment_id_for(name))
+    assert record is not None, name
+    return dict(record.to_json())
 
 
 def _states(stack: Any, arn: str) -> list[str]:
@@ -248,7 +247,6 @@ def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: byt
 def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkeypatch: Any) -> None:
     """Two deployments both passed the quota pre-check for the last slot (it cannot see the other's
     create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
-    from modeldrop.aws import registry
     from modeldrop.contracts.models import EnginePlan, ImageChoice
     from modeldrop.local import moto_shims
     from modeldrop.pipeline import steps
@@ -279,13 +277,13 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
 
     def create(req: Any, quota_waits: int = 0, quota_wait_until: str | None = None) -> Any:
         return steps.create(
-            clients, stack.table(), req, image, plan, role, "modeldrop-local", uri, quota_waits, quota_wait_until
+            clients, stack.registry(), req, image, plan, role, "modeldrop-local", uri, quota_waits, quota_wait_until
         )
 
     requests = []
     for name in ("sweep-a", "sweep-b"):
         req = steps.normalize({"artifact_uri": uri, "quota_wait_minutes": 60}, name, DefaultsSettings())
-        registry.register(stack.table(), req.deployment_id, name, req.model_dump(mode="json"), {})
+        stack.registry().register(req.deployment_id, name, req.model_dump(mode="json"), {})
         requests.append(req)
     req_a, req_b = requests
     first, second = create(req_a), create(req_b)
@@ -308,7 +306,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
 def test_instance_count_reaches_the_endpoint_the_quota_and_the_cost(
     make_stack: Any, archive: bytes, checkpoint: Path
 ) -> None:
-    from modeldrop.aws import registry
+    from modeldrop.contracts.record import DeploymentRecord
     from modeldrop.local import moto_shims
     from modeldrop.local.sample_checkpoint import tar_gz_bytes
 
@@ -323,8 +321,9 @@ def test_instance_count_reaches_the_endpoint_the_quota_and_the_cost(
     config = sm.describe_endpoint_config(EndpointConfigName=record["steps"]["create_endpoint"]["endpoint_config_name"])
     assert config["ProductionVariants"][0]["InitialInstanceCount"] == 2
     # Cost counts every instance: the same hours at twice the catalog's per-instance price.
-    one = registry.cost_so_far({**record, "instance_count": 1})
-    assert one is not None and registry.cost_so_far(record) == pytest.approx(2 * one, abs=2e-4)  # still running
+    two = DeploymentRecord.model_validate(record)
+    one = two.model_copy(update={"instance_count": 1}).cost_so_far()
+    assert one is not None and two.cost_so_far() == pytest.approx(2 * one, abs=2e-4)  # still running
     # Two more do not fit a quota of 3 while the first two serve; the refusal counts instances.
     (checkpoint / "notes.txt").write_text("a second training run")
     arn = _start(stack, tar_gz_bytes(checkpoint), "two-more", instance_count=2, instance_type="ml.g6.2xlarge")

@@ -145,13 +145,11 @@ def test_a_copy_with_a_live_deployments_tags_does_not_touch_its_record(stack: An
 
 
 def test_a_failed_deployments_endpoint_is_reaped_whatever_its_ttl(stack: Any, archive: bytes) -> None:
-    from modeldrop.aws import registry
-
     stack.client("s3").put_object(Bucket=stack.bucket, Key="dead/weights.tar.gz", Body=archive)
     desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/dead/weights.tar.gz"}, name="dead-run"))
     out = json.loads(desc["output"])
     # Its record says failed (a teardown that never ran), its endpoint is still up, TTL far away.
-    registry.record_step(stack.table(), out["deployment_id"], "result", {}, status="failed")
+    stack.registry().record(out["deployment_id"], "result", {}, status="failed")
     result = stack.invoke_function("ReaperFunction", {})
     assert result["expired"] == [out["endpoint_name"]], result
     assert stack.table().get_item(Key={"deployment_id": out["deployment_id"]})["Item"]["status"] == "failed"

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any, Literal
 
-from modeldrop.aws.registry import cost_so_far
+from modeldrop.contracts.record import DeploymentRecord
 
 SOURCE = "modeldrop"
 DetailType = Literal[
@@ -47,12 +46,12 @@ EVENT_FIELDS = (
 )
 
 
-def lifecycle_detail(item: Mapping[str, Any], status: str) -> dict[str, Any]:
+def lifecycle_detail(record: DeploymentRecord, status: str) -> dict[str, Any]:
     """An event's detail from the deployment record; cost is so far while live, final once ended."""
     cost_key = "cost_so_far_usd" if status == "succeeded" else "final_cost_usd"
     return {
-        "deployment_id": item.get("deployment_id"),
+        "deployment_id": record.deployment_id,
         "status": status,
-        **{k: item.get(k) for k in EVENT_FIELDS},
-        cost_key: cost_so_far(item),
+        **{k: getattr(record, k) for k in EVENT_FIELDS},
+        cost_key: record.cost_so_far(),
     }

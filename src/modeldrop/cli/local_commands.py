@@ -40,6 +40,7 @@ from modeldrop.cli._shared import (
 )
 from modeldrop.cli.eval_commands import eval_table
 from modeldrop.cli.states import StatePrinter
+from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local.hosting import FAULTS
 
 
@@ -149,15 +150,15 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
 
 def _plan_rows(result: Any) -> list[tuple[str, str]]:
     """What was deployed where, with which env and memory plan (from the output, else the record)."""
-    rec = result.record
+    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
     out = result.output or {}
-    built = rec.get("steps", {}).get("build_env") or {}
+    built = rec.step_dict("build_env")
     env = out.get("env") or built.get("env") or {}
     rows: list[tuple[str, str]] = [
         ("deployment", str(result.deployment_id)),
-        ("endpoint", str(rec.get("endpoint_name") or "-")),
-        ("instance", str(out.get("instance_type") or rec.get("instance_type") or "-") + _times(rec)),
-        ("image", str(out.get("image") or rec.get("image_uri") or "-")),
+        ("endpoint", str(rec.endpoint_name or "-")),
+        ("instance", str(out.get("instance_type") or rec.instance_type or "-") + _times(rec)),
+        ("image", str(out.get("image") or rec.image_uri or "-")),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
     ]
     if memory := out.get("memory") or built.get("memory") or {}:
@@ -172,25 +173,25 @@ def _plan_rows(result: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def _times(rec: dict[str, Any]) -> str:
-    count = int(rec.get("instance_count") or 1)
+def _times(rec: DeploymentRecord) -> str:
+    count = rec.instance_count
     return f" x {count} (the memory plan is per instance)" if count > 1 else ""
 
 
 def _outcome_rows(result: Any) -> list[tuple[str, str]]:
     """The attempts that fell back, the eval, and what teardown deleted."""
-    steps = result.record.get("steps", {})
+    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
     rows = [
         (
             f"attempt {attempt.get('attempt')}",
             f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
         )
-        for attempt in steps.get("attempts") or []
+        for attempt in rec.step("attempts") or []
     ]
     if ev := result.eval or {}:
         rows.append(("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}"))
         rows.append(("eval report", str(ev.get("report_markdown_uri"))))
-    if teardown := steps.get("teardown"):
+    if teardown := rec.step_dict("teardown"):
         rows.append(("deleted", "\n".join(teardown.get("deleted", [])) or "nothing was created"))
     # The s3:// report URIs above end with the emulated account: these copies stay.
     labels = {"validation": "validation report", "eval": "eval report (json)", "eval_markdown": "eval report (md)"}
@@ -204,7 +205,7 @@ def _summary(result: Any) -> None:
         from modeldrop.evaluation.smoke_eval import EvalReport
 
         eval_table(EvalReport.model_validate(result.eval_report))
-    failure = result.record.get("steps", {}).get("failure") or {}
+    failure = result.record.step_dict("failure") if result.record else {}
     if failure.get("diagnosis"):
         console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
         for line in failure.get("log_excerpt", [])[-3:]:

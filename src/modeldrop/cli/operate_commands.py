@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -42,6 +42,10 @@ from modeldrop.cli._shared import (
 from modeldrop.cli.states import StatePrinter
 from modeldrop.contracts.errors import cause_message
 
+if TYPE_CHECKING:
+    from modeldrop.aws.registry import Registry
+    from modeldrop.contracts.record import DeploymentRecord
+
 # ---- operating a deployed stack ----------------------------------------------------------------
 StackOpt = Annotated[
     str, typer.Option("--stack", envvar="MODELDROP_STACK", help="the SAM stack's name (env MODELDROP_STACK)")
@@ -50,13 +54,14 @@ RegionOpt = Annotated[str | None, typer.Option(help="AWS region (default: the SD
 ProfileOpt = Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")]
 
 
-def _connect(stack: str, region: str | None, profile: str | None = None) -> tuple[Any, Any, Any]:
-    """(boto3 session, the stack's outputs, the deployments table)."""
+def _connect(stack: str, region: str | None, profile: str | None = None) -> tuple[Any, Any, Registry]:
+    """(boto3 session, the stack's outputs, the deployments registry)."""
+    from modeldrop.aws.registry import Registry
     from modeldrop.operate.deployments import stack_info
 
     session = session_for(region, profile)
     info = stack_info(session.client("cloudformation"), stack, session.region_name)
-    return session, info, session.resource("dynamodb").Table(info.table_name)
+    return session, info, Registry(session.resource("dynamodb").Table(info.table_name))
 
 
 def _ago(hours: float | None) -> str:
@@ -193,11 +198,11 @@ def list_cmd(
 ) -> None:
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
     json_mode(as_json)
-    from modeldrop.operate.deployments import list_deployments, row_for
+    from modeldrop.operate.deployments import row_for
 
     with aws_errors():
-        _session, info, table = _connect(stack, region, profile)
-        rows = [row_for(item) for item in list_deployments(table)]
+        _session, info, registry = _connect(stack, region, profile)
+        rows = [row_for(record) for record in registry.deployments()]
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
         return
@@ -259,34 +264,34 @@ def status_cmd(
 
     with aws_errors():
         _session, info, deployments = _connect(stack, region, profile)
-        item = find_deployment(deployments, deployment)
-    data = deployment_status(info, item)
+        record = find_deployment(deployments, deployment)
+    data = deployment_status(info, record)
     if as_json:
         print(json.dumps(data, default=str))
         return
-    fields(_status_rows(item, data))
-    if attempts := data["steps"].get("attempts") or []:
+    fields(_status_rows(record, data))
+    if attempts := record.step("attempts") or []:
         console.print(_attempts_table(attempts))
 
 
-def _status_rows(item: dict[str, Any], data: dict[str, Any]) -> list[tuple[str, str]]:
+def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
-        (key, str(item.get(key) if item.get(key) is not None else "-"))
+        (key, str(getattr(record, key) if getattr(record, key) is not None else "-"))
         for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region")
     ]
-    price = item.get("hourly_price")
-    rows.append(("hourly price", f"${price}/h (catalog of {item.get('price_read_on')})" if price else "-"))
-    rows.append(("started / ended", f"{item.get('started_at') or '-'} / {item.get('ended_at') or '-'}"))
-    rows.append(("expires at", str(item.get("expires_at") or "-")))
+    price = record.hourly_price
+    rows.append(("hourly price", f"${price}/h (catalog of {record.price_read_on})" if price else "-"))
+    rows.append(("started / ended", f"{record.started_at or '-'} / {record.ended_at or '-'}"))
+    rows.append(("expires at", str(record.expires_at or "-")))
     cost_usd = data["cost_usd"]
     cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
     rows.append(("cost", cost))
     if failure := data["failure"] or {}:
         rows.append(("error", f"{failure.get('error')} (class {failure.get('failure_class')})"))
-        rows.append(("FailureReason", str(item.get("failure_reason") or "-")))
+        rows.append(("FailureReason", str(record.failure_reason or "-")))
         if failure.get("diagnosis"):
             rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
-    if evaluation := data["steps"].get("smoke_eval"):
+    if evaluation := record.step_dict("smoke_eval"):
         rows.append(("eval", str(evaluation.get("summary"))))
         rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
     return rows + [(label.replace("_", " "), url) for label, url in data["links"].items()]
@@ -324,12 +329,12 @@ def extend_cmd(
 
     with aws_errors():
         hours = parse_ttl(ttl)
-        session, info, table = _connect(stack, region, profile)
-        item = extend(session.client("sagemaker"), table, info, deployment, hours)
+        session, info, registry = _connect(stack, region, profile)
+        record = extend(session.client("sagemaker"), registry, info, deployment, hours)
     if as_json:
-        print(json.dumps({k: item.get(k) for k in ("deployment_id", "endpoint_name", "expires_at")}))
+        print(json.dumps(record.model_dump(include={"deployment_id", "endpoint_name", "expires_at"})))
         return
-    console.print(f"{item['deployment_id']}: {item['endpoint_name']} now expires at {item['expires_at']}")
+    console.print(f"{record.deployment_id}: {record.endpoint_name} now expires at {record.expires_at}")
 
 
 @app.command("teardown")
@@ -345,9 +350,9 @@ def teardown_cmd(
     from modeldrop.operate.deployments import teardown
 
     with aws_errors():
-        session, info, table = _connect(stack, region, profile)
+        session, info, registry = _connect(stack, region, profile)
         result = teardown(
-            session.client("sagemaker"), table, session.client("events"), info, deployment, s3=session.client("s3")
+            session.client("sagemaker"), registry, session.client("events"), info, deployment, s3=session.client("s3")
         )
     record = result.get("record") or {}
     if as_json:
@@ -355,9 +360,10 @@ def teardown_cmd(
         return
     console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
     if record:
-        from modeldrop.aws.registry import cost_so_far
+        from modeldrop.contracts.record import DeploymentRecord
 
-        console.print(f"{record['deployment_id']} torn down; final cost ${cost_so_far(record) or 0:.2f}")
+        cost = DeploymentRecord.model_validate(record).cost_so_far() or 0
+        console.print(f"{record['deployment_id']} torn down; final cost ${cost:.2f}")
 
 
 @app.command("doctor")

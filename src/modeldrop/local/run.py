@@ -12,9 +12,9 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from modeldrop.aws import registry
 from modeldrop.aws.execution_watch import StateRun, watch
 from modeldrop.contracts.errors import cause_message
+from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
@@ -28,7 +28,7 @@ class RunResult(BaseModel):
     execution_name: str | None = None
     states: list[StateRun] = Field(default_factory=list)
     output: dict[str, Any] | None = None
-    record: dict[str, Any] = Field(default_factory=dict)
+    record: DeploymentRecord | None = None
     eval: dict[str, Any] | None = None
     eval_report: dict[str, Any] | None = None
     leftover_resources: list[str] = Field(default_factory=list)
@@ -177,16 +177,16 @@ def _deploy(
     if desc["status"] == "SUCCEEDED":
         # The emulator ends with this run: delete the live endpoint the way `modeldrop teardown` does,
         # so that the leftover check below is a real one for a success too.
-        item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
-        created = registry.decoded(item)["steps"].get("create_endpoint") or {}
+        done_record = stack.registry().get(deployment_id)
+        created = done_record.step_dict("create_endpoint") if done_record else {}
         deadline = None
         for _ in range(20):  # the state machine's own teardown loop, without its waits
             done = stack.invoke_function(
                 "TeardownFunction",
                 {
                     "deployment_id": deployment_id,
-                    "resource_name": item.get("endpoint_name", ""),
-                    "artifact_uri": item.get("artifact_uri"),
+                    "resource_name": (done_record.endpoint_name if done_record else None) or "",
+                    "artifact_uri": done_record.artifact_uri if done_record else None,
                     "attempt": int(created.get("attempt") or 0),
                     "deadline_at": deadline,
                 },
@@ -195,8 +195,7 @@ def _deploy(
             cleanup = list(done.get("deleted", []))  # every pass so far, in order
             if done.get("done"):
                 break
-    item = stack.table().get_item(Key={"deployment_id": deployment_id}).get("Item") or {}
-    record = registry.decoded(item)
+    record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
     status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
     return RunResult(
@@ -207,8 +206,8 @@ def _deploy(
         execution_name=desc["name"],
         states=states,
         output=output,
-        record=json.loads(json.dumps(record, default=str)),
-        eval=(output or {}).get("eval") or record["steps"].get("smoke_eval"),
+        record=record,
+        eval=(output or {}).get("eval") or (record.step("smoke_eval") if record else None),
         eval_report=_eval_report(stack, record),
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
@@ -286,14 +285,16 @@ def _overwrite(stack: Any, artifact_uri: str) -> None:
 REPORTS_DIR = Path(tempfile.gettempdir()) / "modeldrop-run-local"
 
 
-def _keep_reports(stack: Any, record: dict[str, Any], deployment_id: str) -> dict[str, str]:
+def _keep_reports(stack: Any, record: DeploymentRecord | None, deployment_id: str) -> dict[str, str]:
     """Copy the validation and eval reports out of the emulated bucket before it goes."""
     from modeldrop.contracts.s3uri import parse_s3_uri
 
+    if record is None:
+        return {}
     uris = {
-        "validation": record.get("validation_report_uri"),
-        "eval": record.get("eval_report_uri"),
-        "eval_markdown": (record.get("steps", {}).get("smoke_eval") or {}).get("report_markdown_uri"),
+        "validation": record.validation_report_uri,
+        "eval": record.eval_report_uri,
+        "eval_markdown": record.step_dict("smoke_eval").get("report_markdown_uri"),
     }
     kept: dict[str, str] = {}
     s3 = stack.client("s3")
@@ -311,8 +312,8 @@ def _keep_reports(stack: Any, record: dict[str, Any], deployment_id: str) -> dic
     return kept
 
 
-def _eval_report(stack: Any, record: dict[str, Any]) -> dict[str, Any] | None:
-    uri = record.get("eval_report_uri")
+def _eval_report(stack: Any, record: DeploymentRecord | None) -> dict[str, Any] | None:
+    uri = record.eval_report_uri if record else None
     if not uri:
         return None
     from modeldrop.contracts.s3uri import parse_s3_uri

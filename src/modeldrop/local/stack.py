@@ -26,7 +26,9 @@ from typing import Any
 import boto3
 import yaml
 
+from modeldrop.aws import clients
 from modeldrop.aws.execution_role import SAGEMAKER
+from modeldrop.aws.registry import Registry
 from modeldrop.local import moto_shims
 from modeldrop.local.hosting import LocalHosting
 from modeldrop.local.runtime_endpoint import LocalRuntime
@@ -199,6 +201,9 @@ class EmulatedStack:
     def table(self) -> Any:
         return boto3.resource("dynamodb", region_name=REGION).Table(self.table_name)
 
+    def registry(self) -> Registry:
+        return Registry(self.table())
+
     def abort(self, join_seconds: float = 15.0) -> None:
         """An interrupted run: no endpoint process may survive or start, and the executions stop.
 
@@ -232,6 +237,7 @@ class EmulatedStack:
         self.hosting.stop_all()
         moto_shims.set_hosting(None)
         moto_shims.set_dispatcher(None)
+        clients.reset()  # the handlers' clients point at this stack's runtime endpoint
 
     def invoke_function(self, logical_id: str, event: dict[str, Any]) -> dict[str, Any]:
         payload, errored, _ = self.dispatch(self.functions[logical_id].name, event)
@@ -368,6 +374,7 @@ def build_stack(
 ) -> EmulatedStack:
     """Create the stack's resources in moto (call inside an active mock_aws); close() it after."""
     moto_shims.install()
+    clients.reset()
     root = root or project_root()
     template = load_template(root)
     params = {name: str(spec.get("Default", "")) for name, spec in template.get("Parameters", {}).items()}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import quote
@@ -16,8 +15,8 @@ from urllib.parse import quote
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from modeldrop.aws import registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     DEPLOYMENT_TAG,
     EXPIRES_TAG,
@@ -28,6 +27,7 @@ from modeldrop.aws.sagemaker_resources import (
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
+from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
@@ -99,19 +99,19 @@ def execution_arn(info: StackInfo, execution_name: str) -> str:
     return info.state_machine_arn.replace(":stateMachine:", ":execution:") + f":{execution_name}"
 
 
-def console_links(info: StackInfo, item: Mapping[str, Any]) -> dict[str, str]:
+def console_links(info: StackInfo, record: DeploymentRecord) -> dict[str, str]:
     region = info.region
     links = {}
-    if item.get("endpoint_name"):
-        group = quote(quote(f"/aws/sagemaker/Endpoints/{item['endpoint_name']}", safe=""), safe="")
+    if record.endpoint_name:
+        group = quote(quote(f"/aws/sagemaker/Endpoints/{record.endpoint_name}", safe=""), safe="")
         links["endpoint_logs"] = (
             f"https://{region}.console.aws.amazon.com/cloudwatch/home?region={region}#logsV2:log-groups/log-group/"
             + group.replace("%", "$")
         )
-    if item.get("execution_name"):
+    if record.execution_name:
         links["execution"] = (
             f"https://{region}.console.aws.amazon.com/states/home?region={region}#/v2/executions/details/"
-            + execution_arn(info, str(item["execution_name"]))
+            + execution_arn(info, record.execution_name)
         )
     return links
 
@@ -132,57 +132,42 @@ class DeploymentRow(BaseModel):
     cost_is_final: bool
 
 
-def row_for(item: Mapping[str, Any], now: datetime | None = None) -> DeploymentRow:
+def row_for(record: DeploymentRecord, now: datetime | None = None) -> DeploymentRow:
     now = now or clock.utcnow()
-    created = item.get("created_at")
-    expires = item.get("expires_at")
-    live = item.get("status") in LIVE
+    created, expires = record.created_at, record.expires_at
+    live = record.status in LIVE
     return DeploymentRow(
-        deployment_id=str(item["deployment_id"]),
-        status=str(item.get("status")),
-        endpoint_name=item.get("endpoint_name"),
-        engine=item.get("engine"),
-        instance_type=item.get("instance_type"),
-        age_hours=round(_hours_between(clock.parse_iso(str(created)), now), 2) if created else None,
-        expires_in_hours=round(_hours_between(now, clock.parse_iso(str(expires))), 2) if expires and live else None,
-        cost_usd=registry.cost_so_far(item),
-        cost_is_final=bool(item.get("ended_at")),
+        deployment_id=record.deployment_id,
+        status=record.status,
+        endpoint_name=record.endpoint_name,
+        engine=record.engine,
+        instance_type=record.instance_type,
+        age_hours=round(_hours_between(clock.parse_iso(created), now), 2) if created else None,
+        expires_in_hours=round(_hours_between(now, clock.parse_iso(expires)), 2) if expires and live else None,
+        cost_usd=record.cost_so_far(),
+        cost_is_final=bool(record.ended_at),
     )
 
 
-def deployment_status(info: StackInfo, item: Mapping[str, Any]) -> dict[str, Any]:
+def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, Any]:
     """One record in full, decoded, with its cost, its failure (if any) and console links."""
-    row = row_for(item)
-    status = registry.decoded(item)
+    row = row_for(record)
+    status = record.to_json()
     status.update(
         cost_usd=row.cost_usd,
         cost_is_final=row.cost_is_final,
-        failure=status["steps"].get("failure"),
-        links=console_links(info, item),
+        failure=record.step("failure"),
+        links=console_links(info, record),
     )
     return status
 
 
-def list_deployments(table: Any) -> list[dict[str, Any]]:
-    # A boto3 Table (resource) has no paginator; the client's would return undeserialized attributes.
-    items: list[dict[str, Any]] = []
-    kwargs: dict[str, Any] = {}
-    while True:
-        page = table.scan(**kwargs)
-        items.extend(page.get("Items", []))
-        if "LastEvaluatedKey" not in page:
-            break
-        kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
-    items = [i for i in items if not registry.is_claim(i)]
-    return sorted(items, key=lambda i: str(i.get("created_at", "")), reverse=True)
-
-
-def find_deployment(table: Any, id_or_endpoint: str) -> dict[str, Any]:
-    item = registry.get(table, id_or_endpoint)
-    if item is not None:
-        return item
-    for candidate in list_deployments(table):
-        if candidate.get("endpoint_name") == id_or_endpoint:
+def find_deployment(registry: Registry, id_or_endpoint: str) -> DeploymentRecord:
+    record = registry.get(id_or_endpoint)
+    if record is not None:
+        return record
+    for candidate in registry.deployments():
+        if candidate.endpoint_name == id_or_endpoint:
             return candidate
     raise OperateError(f"no deployment or endpoint {id_or_endpoint!r} in this stack's registry", "see `modeldrop list`")
 
@@ -203,49 +188,47 @@ def _managed_endpoint(sm: Any, info: StackInfo, name: str) -> dict[str, Any] | N
     return desc
 
 
-def extend(sm: Any, table: Any, info: StackInfo, id_or_endpoint: str, ttl_hours: float) -> dict[str, Any]:
+def extend(sm: Any, registry: Registry, info: StackInfo, id_or_endpoint: str, ttl_hours: float) -> DeploymentRecord:
     """Move the expiry to now + ttl, on the endpoint's tag and in the record together."""
-    item = find_deployment(table, id_or_endpoint)
-    if item.get("status") not in LIVE:
-        raise OperateError(f"deployment {item['deployment_id']} is {item.get('status')}: there is nothing to extend")
-    name = str(item["endpoint_name"])
+    item = find_deployment(registry, id_or_endpoint)
+    if item.status not in LIVE:
+        raise OperateError(f"deployment {item.deployment_id} is {item.status}: there is nothing to extend")
+    name = str(item.endpoint_name)
     desc = _managed_endpoint(sm, info, name)
     if desc is None:
         raise OperateError(f"endpoint {name} no longer exists", "the deployment ended; redeploy to get a new one")
     expires_at = clock.iso(clock.utcnow() + timedelta(hours=ttl_hours))
     sm.add_tags(ResourceArn=desc["EndpointArn"], Tags=[{"Key": EXPIRES_TAG, "Value": expires_at}])
-    previous = item.get("expires_at")
-    return registry.record_step(
-        table, str(item["deployment_id"]), "extended", {"from": previous, "to": expires_at}, expires_at=expires_at
-    )
+    previous = item.expires_at
+    return registry.record(item.deployment_id, "extended", {"from": previous, "to": expires_at}, expires_at=expires_at)
 
 
 def teardown(
-    sm: Any, table: Any, events: Any, info: StackInfo, id_or_endpoint: str, s3: Any | None = None
+    sm: Any, registry: Registry, events: Any, info: StackInfo, id_or_endpoint: str, s3: Any | None = None
 ) -> dict[str, Any]:
     """Delete a managed deployment now, with the state machine's own teardown order, and announce it."""
     try:
-        item: dict[str, Any] | None = find_deployment(table, id_or_endpoint)
+        item: DeploymentRecord | None = find_deployment(registry, id_or_endpoint)
     except OperateError:
         item = None
-    name = str(item["endpoint_name"]) if item else id_or_endpoint
+    name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
     if item is None and desc is None:
         raise OperateError(f"no deployment or endpoint {id_or_endpoint!r}", "see `modeldrop list`")
-    if item is not None and item.get("status") in registry.TERMINAL and desc is None:
-        raise OperateError(f"deployment {item['deployment_id']} already ended ({item.get('status')})")
+    if item is not None and item.terminal and desc is None:
+        raise OperateError(f"deployment {item.deployment_id} already ended ({item.status})")
     try:
         # The state machine's own Teardown step: endpoint -> endpoint config -> model, recorded.
         if item is not None:
-            owner = str(item["deployment_id"])
+            owner = item.deployment_id
         else:
             assert desc is not None  # checked above: an endpoint or a record exists
             owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
-        artifact = str(item["artifact_uri"]) if item and item.get("artifact_uri") else None
-        created = (registry.decoded(item)["steps"].get("create_endpoint") or {}) if item else {}
+        artifact = item.artifact_uri if item else None
+        created = item.step_dict("create_endpoint") if item else {}
         done = teardown_now(
             sm,
-            table if item else None,
+            registry if item else None,
             owner,
             name,
             s3=s3,
@@ -256,9 +239,8 @@ def teardown(
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}
     if item is not None:
-        item = registry.record_step(
-            table,
-            str(item["deployment_id"]),
+        item = registry.record(
+            item.deployment_id,
             "torn_down",
             result,
             status="torn_down",
@@ -266,5 +248,5 @@ def teardown(
         )
         if info.event_bus:
             publish(events, info.event_bus, "Deployment Torn Down", {**lifecycle_detail(item, "torn_down"), **result})
-        result["record"] = item
+        result["record"] = item.to_json()
     return result

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from modeldrop.aws import registry
 from modeldrop.aws.events_bus import publish
+from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import CapacityUnavailable, QuotaExceeded, cause_message
 from modeldrop.contracts.models import AttemptStep, CreateOutcome, EndpointRef, EnginePlan, NormalizedRequest
@@ -37,7 +37,7 @@ QUOTA_WAIT_CAP_SECONDS = 300
 
 
 def quota_busy(
-    table: Any,
+    registry: Registry,
     req: NormalizedRequest,
     plan: EnginePlan,
     exc: QuotaExceeded,
@@ -51,8 +51,7 @@ def quota_busy(
     ceiling = min(QUOTA_WAIT_CAP_SECONDS, QUOTA_WAIT_BASE_SECONDS * 2 ** min(quota_waits, 8))
     wait = max(5, round((rng or random).uniform(ceiling / 2, ceiling)))
     wait = int(min(wait, left)) if left >= 5 else 0
-    registry.record_step(
-        table,
+    registry.record(
         req.deployment_id,
         "quota_wait",
         {
@@ -100,7 +99,7 @@ def capacity_wait_stuck(desc: Mapping[str, Any], capacity_wait_seconds: int) -> 
 
 
 def next_attempt(
-    table: Any,
+    registry: Registry,
     events: Any,
     bus: str,
     req: NormalizedRequest,
@@ -129,13 +128,13 @@ def next_attempt(
         "cost_usd_at_most": round(minutes / 60 * price * req.instance_count, 4) if price is not None else None,
         "ended_at": clock.iso(now),
     }
-    item = registry.get(table, req.deployment_id) or {}
-    attempts = list((registry.decoded(item).get("steps") or {}).get("attempts") or []) if item else []
+    record = registry.get(req.deployment_id)
+    attempts = list((record.step("attempts") if record else None) or [])
     attempts.append(failed)
     tried = usable(plan.candidates)
     following = plan.attempt + 1
     has_next = following < len(tried)
-    registry.record_step(table, req.deployment_id, "attempts", attempts)
+    registry.record(req.deployment_id, "attempts", attempts)
     detail = {
         "deploymentId": req.deployment_id,
         "attempt": failed,

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 from typing import Any, Self
 
-import boto3
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from modeldrop.aws import clients
+from modeldrop.aws.registry import Registry
 from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN, Engine
 
 
@@ -32,9 +33,9 @@ class _EnvSettings(BaseModel):
 class _WithTable(_EnvSettings):
     deployments_table: str
 
-    def table(self) -> Any:
-        """The deployments table (boto3 resource), built when a handler runs."""
-        return boto3.resource("dynamodb").Table(self.deployments_table)
+    def registry(self) -> Registry:
+        """The deployments table, built on a handler's first run and kept for the container's life."""
+        return Registry(clients.table(self.deployments_table))
 
 
 class RegistrySettings(_WithTable):

@@ -11,15 +11,15 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from modeldrop.aws import registry
 from modeldrop.aws.endpoint_quota import endpoint_quotas
 from modeldrop.aws.execution_role import RoleUnreadable, role_problem
+from modeldrop.aws.registry import Registry
 from modeldrop.contracts.errors import ExecutionRoleUnusable, QuotaExceeded
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.serving.instance_choice import AUTO
 
 
-def preflight(table: Any, iam: Any, quotas: Any, req: NormalizedRequest, role_arn: str) -> dict[str, Any]:
+def preflight(registry: Registry, iam: Any, quotas: Any, req: NormalizedRequest, role_arn: str) -> dict[str, Any]:
     """Raise ExecutionRoleUnusable or QuotaExceeded; otherwise record (and return) what was checked."""
     try:
         problem = role_problem(iam, role_arn)
@@ -30,7 +30,7 @@ def preflight(table: Any, iam: Any, quotas: Any, req: NormalizedRequest, role_ar
             raise ExecutionRoleUnusable(*problem)
         role = "trusts sagemaker.amazonaws.com"
     checked = {"role": role, "quota": _quota_floor(quotas, req)}
-    registry.record_step(table, req.deployment_id, "preflight", checked)
+    registry.record(req.deployment_id, "preflight", checked)
     return checked
 
 

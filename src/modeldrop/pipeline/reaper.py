@@ -11,9 +11,9 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
-from modeldrop.aws import registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.pages import all_items
+from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     DEPLOYMENT_TAG,
     EXPIRES_TAG,
@@ -25,6 +25,7 @@ from modeldrop.aws.sagemaker_resources import (
 from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
+from modeldrop.contracts.record import DeploymentRecord
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -63,7 +64,7 @@ def expiry_of(tags: dict[str, str], created: Any, default_ttl: timedelta) -> tup
 
 def reap(
     sm: Any,
-    table: Any,
+    registry: Registry,
     events: Any,
     bus: str,
     stack_tag: str,
@@ -87,11 +88,11 @@ def reap(
         if not _managed(name, resource_prefix):
             continue
         try:
-            _reap_endpoint(sm, table, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3)
+            _reap_endpoint(sm, registry, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"{name}: {exc}")
     try:
-        _remove_orphans(sm, table, stack_tag, resource_prefix, live, now, result)
+        _remove_orphans(sm, registry, stack_tag, resource_prefix, live, now, result)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"orphans: {exc}")
     return result
@@ -99,7 +100,7 @@ def reap(
 
 def _reap_endpoint(
     sm: Any,
-    table: Any,
+    registry: Registry,
     events: Any,
     bus: str,
     stack_tag: str,
@@ -118,7 +119,7 @@ def _reap_endpoint(
     if problem:
         result.errors.append(f"{name}: {problem}")
     deployment_id = tags.get(DEPLOYMENT_TAG)
-    record = _own_record(table, deployment_id, name)
+    record = _own_record(registry, deployment_id, name)
     dead = _dead(record, now)
     if not dead and (expires is None or expires > now):
         return
@@ -129,44 +130,42 @@ def _reap_endpoint(
     if desc["EndpointStatus"] in BUSY_STATES and not dead:
         result.retry_next_run.append(f"{name} ({desc['EndpointStatus']})")
     else:
-        _expire(sm, table, events, bus, desc, deployment_id if record else None, result, dead)
+        _expire(sm, registry, events, bus, desc, deployment_id if record else None, result, dead)
         if record and name in result.expired:
             _delete_served_copy(s3, record, str(deployment_id))
     if name not in result.expired and expires is not None and expires + overdue_after < now:
         result.overdue.append(name)
 
 
-def _own_record(table: Any, deployment_id: str | None, endpoint_name: str) -> dict[str, Any] | None:
+def _own_record(registry: Registry, deployment_id: str | None, endpoint_name: str) -> DeploymentRecord | None:
     """The deployment's record, if this endpoint is the one it names: a copy with its tags changes
     nothing in it."""
-    record = registry.get(table, deployment_id) if deployment_id else None
-    return record if record is not None and record.get("endpoint_name") == endpoint_name else None
+    record = registry.get(deployment_id) if deployment_id else None
+    return record if record is not None and record.endpoint_name == endpoint_name else None
 
 
-def _delete_served_copy(s3: Any | None, record: dict[str, Any], deployment_id: str) -> None:
-    if s3 is not None and record.get("artifact_uri"):
-        delete_served_for(s3, str(record["artifact_uri"]), deployment_id)
+def _delete_served_copy(s3: Any | None, record: DeploymentRecord, deployment_id: str) -> None:
+    if s3 is not None and record.artifact_uri:
+        delete_served_for(s3, record.artifact_uri, deployment_id)
 
 
-def _dead(record: dict[str, Any] | None, now: datetime) -> bool:
+def _dead(record: DeploymentRecord | None, now: datetime) -> bool:
     """The record's deployment will never tear this endpoint down: it ended without it (failed,
     aborted, torn down), or it is still 'in flight' past its own deploy deadline."""
     if record is None:
         return False
-    status = record.get("status")
-    if status in registry.RELEASED:
+    if record.released:
         return True
-    if status in registry.TERMINAL:
+    if record.terminal:
         return False
-    steps = registry.decoded(record).get("steps") or {}
-    if (steps.get("smoke_eval") or {}).get("passed"):
+    if record.step_dict("smoke_eval").get("passed"):
         return False  # evaluated and healthy, only its bookkeeping failed: its TTL applies
-    deadline = _deadline_of(steps)
+    deadline = _deadline_of(record)
     return deadline is not None and now > deadline
 
 
-def _deadline_of(steps: dict[str, Any]) -> datetime | None:
-    raw = (steps.get("create_endpoint") or {}).get("deadline_at")
+def _deadline_of(record: DeploymentRecord) -> datetime | None:
+    raw = record.step_dict("create_endpoint").get("deadline_at")
     try:
         return clock.parse_iso(raw) if raw else None
     except ValueError:
@@ -175,7 +174,7 @@ def _deadline_of(steps: dict[str, Any]) -> datetime | None:
 
 def _expire(
     sm: Any,
-    table: Any,
+    registry: Registry,
     events: Any,
     bus: str,
     desc: dict[str, Any],
@@ -197,11 +196,11 @@ def _expire(
     if not deployment_id:
         return
     if dead:  # its own deployment already ended (or never will): say what the reaper did, keep its status
-        registry.record_step(table, deployment_id, "reaped", {"deleted": deleted, "reason": "deployment ended"})
+        registry.record(deployment_id, "reaped", {"deleted": deleted, "reason": "deployment ended"})
         return
     try:
-        item = registry.record_step(
-            table, deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
+        item = registry.record(
+            deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
         )
     except ClientError as exc:
         if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
@@ -211,7 +210,7 @@ def _expire(
 
 
 def _remove_orphans(
-    sm: Any, table: Any, stack_tag: str, resource_prefix: str, live: set[str], now: datetime, result: ReapResult
+    sm: Any, registry: Registry, stack_tag: str, resource_prefix: str, live: set[str], now: datetime, result: ReapResult
 ) -> None:
     kinds = (
         (
@@ -238,10 +237,10 @@ def _remove_orphans(
             if tags.get(MANAGED_BY_TAG) != stack_tag:
                 continue
             deployment_id = tags.get(DEPLOYMENT_TAG)
-            item = registry.get(table, deployment_id) if deployment_id else None
+            item = registry.get(deployment_id) if deployment_id else None
             created = res.get("CreationTime")
             old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
-            if item is not None and item.get("status") not in registry.TERMINAL and not _dead(item, now):
+            if item is not None and not item.terminal and not _dead(item, now):
                 continue  # a deployment in flight owns it (one stuck past its deadline does not)
             if item is None and not old_enough:
                 continue

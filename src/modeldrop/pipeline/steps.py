@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from modeldrop.aws import endpoint_logs, registry
+from modeldrop.aws import endpoint_logs
 from modeldrop.aws.artifact_version import artifact_identity
 from modeldrop.aws.endpoint_quota import check_endpoint_quota
 from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     create_all,
     describe_endpoint,
@@ -135,12 +136,11 @@ def _requested_types(request: DeploymentRequest) -> list[str] | None:
     return types
 
 
-def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+def register(registry: Registry, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
     """Create the record, then claim the artifact version: a second deployment of it fails here."""
     identity, version = artifact_identity(s3, req.artifact_uri)
     price = hourly_price(req.instance_type, region)
     created = registry.register(
-        table,
         req.deployment_id,
         req.execution_name,
         req.model_dump(mode="json"),
@@ -156,11 +156,11 @@ def register(table: Any, s3: Any, req: NormalizedRequest, region: str) -> dict[s
             "artifact_version": version,
         },
     )
-    holder = registry.claim_artifact(table, identity, req.deployment_id)
+    holder = registry.claim_artifact(identity, req.deployment_id)
     if holder is not None:
         raise DuplicateDeployment(
-            f"{req.artifact_uri} (version {version}) is already deployed by {holder['deployment_id']} "
-            f"(status {holder.get('status')}, endpoint {holder.get('endpoint_name')}); nothing was created"
+            f"{req.artifact_uri} (version {version}) is already deployed by {holder.deployment_id} "
+            f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
         )
     return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
 
@@ -180,7 +180,7 @@ def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) 
 
 def validate(
     s3: Any,
-    table: Any,
+    registry: Registry,
     deployment_id: str,
     artifact_uri: str,
     metrics: MetricSink | None = None,
@@ -201,8 +201,7 @@ def validate(
     uri = _put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
     summary.served_uri, summary.artifact_version = served, artifact_version
-    registry.record_step(
-        table,
+    registry.record(
         deployment_id,
         "validate",
         summary.model_dump(mode="json"),
@@ -219,12 +218,10 @@ def validate(
 
 
 def resolve(
-    table: Any, deployment_id: str, engine: Any, region: str, env: Mapping[str, str], model_type: str | None
+    registry: Registry, deployment_id: str, engine: Any, region: str, env: Mapping[str, str], model_type: str | None
 ) -> ImageChoice:
     choice = resolve_image(engine, region, env, model_type)
-    registry.record_step(
-        table, deployment_id, "resolve_image", choice.model_dump(mode="json"), image_uri=choice.image_uri
-    )
+    registry.record(deployment_id, "resolve_image", choice.model_dump(mode="json"), image_uri=choice.image_uri)
     return choice
 
 
@@ -245,7 +242,7 @@ def plan_for_type(
 
 
 def build_plan(
-    table: Any, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice, attempt: int = 0
+    registry: Registry, req: NormalizedRequest, validation: ValidationSummary, image: ImageChoice, attempt: int = 0
 ) -> EnginePlan:
     """The plan for the ATTEMPT-th usable type of the preference list, re-planned for that type (its
     GPU count sets tensor parallelism, its memory the KV budget)."""
@@ -273,11 +270,11 @@ def build_plan(
     plan.attempt, plan.candidates, plan.instance_count = attempt, listed, req.instance_count
     # The references were checked at the door; only now are the engine's own keys known.
     refuse_collisions(req.secrets, plan.env)
-    registry.record_step(
-        table,
+    registry.record(
         req.deployment_id,
-        "build_env" if attempt == 0 else f"build_env_{attempt + 1}",
+        "build_env",
         plan.model_dump(mode="json"),
+        attempt=attempt,
         status="planned",
         instance_type=plan.instance_type,
     )
@@ -294,7 +291,7 @@ class CreateClients:
 
 def create(
     clients: CreateClients,
-    table: Any,
+    registry: Registry,
     req: NormalizedRequest,
     image: ImageChoice,
     plan: EnginePlan,
@@ -337,7 +334,7 @@ def create(
             model_name=part,
         )
     except QuotaExceeded as exc:
-        return quota_busy(table, req, plan, exc, quota_waits, quota_wait_until, now)
+        return quota_busy(registry, req, plan, exc, quota_waits, quota_wait_until, now)
     deadline = deploy_deadline(plan, req.deploy_deadline_seconds)
     ref = EndpointRef(
         endpoint_name=name,
@@ -349,8 +346,7 @@ def create(
         created_at=clock.iso(now),
     )
     price = hourly_price(plan.instance_type, image.region)
-    registry.record_step(
-        table,
+    registry.record(
         req.deployment_id,
         "create_endpoint",
         {
@@ -434,7 +430,7 @@ def hint_for_failure(reason: str) -> str:
 def smoke_eval(
     runtime: Any,
     s3: Any,
-    table: Any,
+    registry: Registry,
     req: NormalizedRequest,
     ref: EndpointRef,
     plan: EnginePlan,
@@ -469,9 +465,7 @@ def smoke_eval(
         ttft_p50_s=report.ttft_s.p50,
         tokens_per_s_p50=report.tokens_per_s.p50,
     )
-    registry.record_step(
-        table, req.deployment_id, "smoke_eval", verdict.model_dump(mode="json"), eval_report_uri=report_uri
-    )
+    registry.record(req.deployment_id, "smoke_eval", verdict.model_dump(mode="json"), eval_report_uri=report_uri)
     if not report.passed:
         raise EvalFailed(
             f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {verdict.report_markdown_uri}",
@@ -483,7 +477,7 @@ def smoke_eval(
 def record_failure(
     sm: Any,
     logs: Any,
-    table: Any,
+    registry: Registry,
     deployment_id: str,
     resource_name: str,
     failure: Mapping[str, Any],
@@ -511,8 +505,7 @@ def record_failure(
         hint=diagnosis.hint if diagnosis and diagnosis.hint else None,
         phase=phase,
     )
-    registry.record_step(
-        table,
+    registry.record(
         deployment_id,
         "failure",
         record.model_dump(mode="json"),
@@ -525,13 +518,13 @@ def record_failure(
 
 
 def finalize(
-    table: Any, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
+    registry: Registry, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
 ) -> dict[str, Any]:
     now = clock.iso(clock.utcnow())
     if outcome == "succeeded":
-        item = registry.record_step(table, deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
+        item = registry.record(deployment_id, "result", dict(summary), status="succeeded", succeeded_at=now)
     else:
-        item = registry.record_step(table, deployment_id, "result", dict(summary), status="failed", ended_at=now)
+        item = registry.record(deployment_id, "result", dict(summary), status="failed", ended_at=now)
     detail = lifecycle_detail(item, outcome)
     publish(events, bus, "Deployment Succeeded" if outcome == "succeeded" else "Deployment Failed", detail)
     return detail

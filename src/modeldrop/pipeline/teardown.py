@@ -10,8 +10,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from modeldrop.aws import registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, delete_all, describe_endpoint, list_tags
 from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
@@ -22,7 +22,7 @@ from modeldrop.pipeline.attempts import attempt_name
 
 def teardown(
     sm: Any,
-    table: Any | None,
+    registry: Registry | None,
     deployment_id: str,
     resource_name: str,
     owner: str | None = None,
@@ -36,10 +36,8 @@ def teardown(
     owner = owner if owner is not None else deployment_id
     deleted, gone, failed, not_ours = delete_now(sm, s3, resource_name, attempt, owner, artifact_uri)
     result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
-    if table is not None:
-        registry.record_step(
-            table, deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow())
-        )
+    if registry is not None:
+        registry.record(deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow()))
     if failed:
         raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
     return result
@@ -75,7 +73,7 @@ TEARDOWN_RECHECK_SECONDS = 15
 def teardown_pass(
     sm: Any,
     s3: Any | None,
-    table: Any | None,
+    registry: Registry | None,
     deployment_id: str,
     resource_name: str,
     attempt: int = 0,
@@ -107,15 +105,15 @@ def teardown_pass(
         progress.done = not progress.left_behind
     if not progress.done and now >= clock.parse_iso(deadline):
         progress.gave_up = True
-    if table is not None and final:
-        _record_teardown(table, deployment_id, progress, now)
+    if registry is not None and final:
+        _record_teardown(registry, deployment_id, progress, now)
     return progress
 
 
-def _record_teardown(table: Any, deployment_id: str, progress: TeardownProgress, now: datetime) -> None:
+def _record_teardown(registry: Registry, deployment_id: str, progress: TeardownProgress, now: datetime) -> None:
     """The loop's passes as one teardown step: what every pass so far deleted, in order."""
-    item = registry.get(table, deployment_id)
-    earlier = (registry.decoded(item)["steps"].get("teardown") or {}) if item else {}
+    record = registry.get(deployment_id)
+    earlier = record.step_dict("teardown") if record else {}
     if earlier.get("deadline_at") == progress.deadline_at:
         progress.deleted = [*earlier.get("deleted", []), *progress.deleted]
         progress.already_gone = [g for g in progress.already_gone if g not in progress.deleted]
@@ -123,8 +121,8 @@ def _record_teardown(table: Any, deployment_id: str, progress: TeardownProgress,
     if progress.done or progress.gave_up:
         fields["ended_at"] = clock.iso(now)
     if progress.gave_up:
-        fields["reaper_retry"] = True  # the reaper treats the record as released and retries
-    registry.record_step(table, deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
+        fields["reaper_retry"] = True  # left to the reaper, which retries on its next run
+    registry.record(deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
 
 
 def _endpoint_pass(sm: Any, deployment_id: str, name: str, progress: TeardownProgress) -> bool:
@@ -159,7 +157,7 @@ ENDED_STATUSES = {"ABORTED": "aborted", "TIMED_OUT": "timed_out", "FAILED": "fai
 def on_execution_ended(
     sm: Any,
     s3: Any | None,
-    table: Any,
+    registry: Registry,
     events: Any,
     bus: str,
     detail: Mapping[str, Any],
@@ -173,24 +171,21 @@ def on_execution_ended(
     if status not in ENDED_STATUSES or not name:
         return {"status": "ignored", "reason": f"execution {name or '?'} is {status or 'of unknown status'}"}
     deployment_id = deployment_id_for(name)
-    record = registry.get(table, deployment_id)
+    record = registry.get(deployment_id)
     if record is None:
         return {"status": "ignored", "reason": f"no record of {deployment_id}: nothing was created"}
-    steps_done = registry.decoded(record)["steps"]
-    if (steps_done.get("smoke_eval") or {}).get("passed") and status == "FAILED":
+    if record.step_dict("smoke_eval").get("passed") and status == "FAILED":
         # Only its bookkeeping failed (DeploymentUnrecorded): a healthy endpoint is kept until its TTL.
         return {"status": "kept", "reason": f"{deployment_id} passed its smoke eval; its TTL applies"}
-    resource_name = str(record.get("endpoint_name") or resource_name_for(resource_prefix, deployment_id))
-    attempt = int((steps_done.get("create_endpoint") or {}).get("attempt") or 0)
-    artifact_uri = str(record["artifact_uri"]) if record.get("artifact_uri") else None
-    deleted, gone, failed, _not_ours = delete_now(sm, s3, resource_name, attempt, deployment_id, artifact_uri)
+    resource_name = record.endpoint_name or resource_name_for(resource_prefix, deployment_id)
+    attempt = int(record.step_dict("create_endpoint").get("attempt") or 0)
+    deleted, gone, failed, _not_ours = delete_now(sm, s3, resource_name, attempt, deployment_id, record.artifact_uri)
     outcome = ENDED_STATUSES[status]
     fields: dict[str, Any] = {"ended_at": clock.iso(clock.utcnow())}
     if failed:
         fields["reaper_retry"] = True
-    marked = record.get("status") not in registry.TERMINAL
-    item = registry.record_step(
-        table,
+    marked = not record.terminal
+    item = registry.record(
         deployment_id,
         "execution_ended",
         {"status": status, "deleted": deleted, "already_gone": gone, "left_behind": failed},
