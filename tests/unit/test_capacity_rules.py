@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, InsufficientCapacity, QuotaExceeded
 from modeldrop.contracts.models import EndpointRef, EnginePlan, NormalizedRequest
@@ -140,7 +141,7 @@ class _Table:
 
     def update_item(self, **kwargs: Any) -> dict[str, Any]:
         self.writes.append(kwargs)
-        return {"Attributes": {}}
+        return {"Attributes": {"deployment_id": kwargs["Key"]["deployment_id"]}}
 
 
 PLAN = EnginePlan(
@@ -161,7 +162,7 @@ def test_quota_waits_back_off_with_jitter_and_stop_at_the_deadline() -> None:
     until = None
     count = 0
     for _ in range(40):
-        out = attempts.quota_busy(_Table(), _request(1800), PLAN, busy, count, until, now, rng)
+        out = attempts.quota_busy(Registry(_Table()), _request(1800), PLAN, busy, count, until, now, rng)
         until, count = out.quota_wait_until, out.quota_waits
         if not out.wait_seconds:
             break
@@ -170,4 +171,4 @@ def test_quota_waits_back_off_with_jitter_and_stop_at_the_deadline() -> None:
     assert waits[0] <= 30 and max(waits) <= 300 and len(set(waits)) > 1
     assert sum(waits) <= 1800 and out.wait_seconds == 0  # the deadline ends the waiting
     # No wait asked for: at quota means move on at once.
-    assert attempts.quota_busy(_Table(), _request(0), PLAN, busy, 0, None, clock.utcnow()).wait_seconds == 0
+    assert attempts.quota_busy(Registry(_Table()), _request(0), PLAN, busy, 0, None, clock.utcnow()).wait_seconds == 0
