@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
+from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import CreateOutcome, EnginePlan, ImageChoice, NormalizedRequest
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import DeploySettings
@@ -16,7 +17,7 @@ class Event(BaseModel):
     request: NormalizedRequest
     image: ImageChoice
     plan: EnginePlan
-    served_uri: str | None = None
+    served_uri: ArtifactUri | None = None
     quota_waits: int = 0
     quota_wait_until: str | None = None
 

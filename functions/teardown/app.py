@@ -6,6 +6,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
+from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import TeardownProgress
 from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import RecordSettings
@@ -15,7 +16,7 @@ from modeldrop.pipeline.lambda_support import handler, logger
 class Event(BaseModel):
     deployment_id: str
     resource_name: str
-    artifact_uri: str | None = None  # its bucket holds the served copy to delete
+    artifact_uri: ArtifactUri | None = None  # its bucket holds the served copy to delete
     attempt: int = 0
     deadline_at: str | None = None
     final: bool = True  # False: releasing a failed attempt before the next instance type (the copy stays)

@@ -5,6 +5,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
+from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import ValidationSummary
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
@@ -13,7 +14,7 @@ from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
 
 class Event(BaseModel):
     deployment_id: str
-    artifact_uri: str
+    artifact_uri: ArtifactUri
     artifact_version: str | None = None
 
 

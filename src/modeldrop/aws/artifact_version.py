@@ -7,17 +7,16 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
-from modeldrop.contracts.s3uri import parse_s3_uri
 
 
-def artifact_identity(s3: Any, artifact_uri: str) -> tuple[str, str]:
+def artifact_identity(s3: Any, uri: Artifact) -> tuple[str, str]:
     """(identity, version): the artifact URI at its current version.
 
     An archive's version is its S3 VersionId (its ETag in an unversioned bucket); a prefix's is a
     digest of every object's key and ETag under it, so any change to the prefix is a new version.
     """
-    uri = parse_s3_uri(artifact_uri)
     try:
         if not uri.is_prefix:
             head = s3.head_object(Bucket=uri.bucket, Key=uri.key)
@@ -27,14 +26,14 @@ def artifact_identity(s3: Any, artifact_uri: str) -> tuple[str, str]:
         else:
             objects = prefix_objects(s3, uri.bucket, uri.key)
             if not objects:
-                raise CheckpointUnreadable(f"{artifact_uri} holds no objects", "upload the checkpoint first")
+                raise CheckpointUnreadable(f"{uri} holds no objects", "upload the checkpoint first")
             version = prefix_version(objects)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise CheckpointUnreadable(
-            f"cannot read {artifact_uri}: {code or exc}", "check the URI and that the artifact was uploaded"
+            f"cannot read {uri}: {code or exc}", "check the URI and that the artifact was uploaded"
         ) from None
-    return f"{artifact_uri}@{version}", version
+    return f"{uri}@{version}", version
 
 
 def prefix_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:

@@ -13,16 +13,16 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
+from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
-from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
 
 SERVED_PREFIX = "modeldrop-served/"
 
 
-def served_location(artifact_uri: str, deployment_id: str) -> S3Uri:
-    uri = parse_s3_uri(artifact_uri)
+def served_location(artifact: Artifact, deployment_id: str) -> Artifact:
+    """Where the served copy of ARTIFACT lives: the same shape, under the deployment's own prefix."""
     base = f"{SERVED_PREFIX}{deployment_id}/"
-    return S3Uri(uri.bucket, base if uri.is_prefix else base + "model.tar.gz")
+    return Artifact(artifact.bucket, base if artifact.is_prefix else base + "model.tar.gz")
 
 
 def version_args(version: str | None) -> dict[str, str]:
@@ -30,29 +30,28 @@ def version_args(version: str | None) -> dict[str, str]:
     return {"VersionId": version} if version and not version.startswith(("etag:", "objects:")) else {}
 
 
-def copy_pinned(s3: Any, artifact_uri: str, version: str | None, deployment_id: str) -> str:
-    """Server-side copy of the pinned version (every object of a prefix); returns the served URI."""
-    source = parse_s3_uri(artifact_uri)
-    target = served_location(artifact_uri, deployment_id)
+def copy_pinned(s3: Any, source: Artifact, version: str | None, deployment_id: str) -> Artifact:
+    """Server-side copy of the pinned version (every object of a prefix); returns the served copy."""
+    target = served_location(source, deployment_id)
     try:
         if not source.is_prefix:
             _copy(s3, {"Bucket": source.bucket, "Key": source.key, **version_args(version)}, target.bucket, target.key)
-            return str(target)
+            return target
         objects = prefix_objects(s3, source.bucket, source.key)
         for obj in objects:
             relative = obj["Key"][len(source.key) :]
             _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, target.key + relative)
     except ClientError as exc:
         raise CheckpointUnreadable(
-            f"cannot copy {artifact_uri} for serving: {exc.response.get('Error', {}).get('Code')}",
+            f"cannot copy {source} for serving: {exc.response.get('Error', {}).get('Code')}",
             "check that the artifact still exists",
         ) from None
     if version and prefix_version(objects) != version:
         delete_served(s3, target.bucket, deployment_id)
         raise CheckpointUnreadable(
-            f"{artifact_uri} changed while it was being deployed", "upload the prefix completely, then start again"
+            f"{source} changed while it was being deployed", "upload the prefix completely, then start again"
         )
-    return str(target)
+    return target
 
 
 MAX_SINGLE_COPY = 5 * 1024**3  # CopyObject's own limit
@@ -93,11 +92,11 @@ def _copy(s3: Any, source: dict[str, str], bucket: str, key: str) -> None:
         raise
 
 
-def delete_served_for(s3: Any, artifact_uri: str | None, deployment_id: str) -> list[str]:
-    """delete_served in the bucket the served copy of ARTIFACT_URI lives in (none: nothing to delete)."""
-    if not artifact_uri:
+def delete_served_for(s3: Any, artifact: Artifact | None, deployment_id: str) -> list[str]:
+    """delete_served in the bucket the served copy of ARTIFACT lives in (none: nothing to delete)."""
+    if artifact is None:
         return []
-    return delete_served(s3, served_location(artifact_uri, deployment_id).bucket, deployment_id)
+    return delete_served(s3, artifact.bucket, deployment_id)
 
 
 def delete_served(s3: Any, bucket: str, deployment_id: str) -> list[str]:

@@ -28,6 +28,7 @@ from modeldrop.checkpoint.safetensors_header import (
     read_header_length,
 )
 from modeldrop.contracts import progress
+from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.s3uri import S3Uri
 from modeldrop.contracts.text import printable
@@ -364,7 +365,7 @@ def scan_local(path: str) -> ArtifactScan:
         raise CheckpointUnreadable(
             f"{path}: no such file or directory", "pass a model directory, .tar, .tar.gz or s3:// URI"
         )
-    compressed = path.endswith((".gz", ".tgz"))
+    compressed = is_compressed(path)
     if compressed:
         fast = _scan_with_rapidgzip(p)
         if fast is not None:
@@ -452,8 +453,7 @@ def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:
         body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
     except s3.exceptions.NoSuchKey:
         raise CheckpointUnreadable(f"{uri}: no such object") from None
-    compressed = uri.key.endswith((".gz", ".tgz"))
-    scan = scan_tar_stream(body, str(uri), compressed)
+    scan = scan_tar_stream(body, str(uri), is_compressed(uri.key))
     scan.requests = 1
     return scan
 

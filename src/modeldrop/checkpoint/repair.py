@@ -26,6 +26,7 @@ from modeldrop.checkpoint.artifact_scan import ArtifactScan, decompressor, norma
 from modeldrop.checkpoint.base_compare import MIN_SHARED_FRACTION, compare_to_base, tensor_index
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.validation import ValidationReport, validate_scan
+from modeldrop.contracts.artifact import is_archive, is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable, RequestInvalid
 from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
 
@@ -55,7 +56,7 @@ class _Wanted:
 def _kind(location: str) -> str:
     if location.startswith("s3://"):
         return "s3-prefix" if location.endswith("/") else "s3-archive"
-    if location.endswith((".tar.gz", ".tgz", ".tar")):
+    if is_archive(location):
         return "archive"
     return "directory"
 
@@ -152,10 +153,10 @@ def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any)
         data = _read_from_prefix(s3, parse_s3_uri(base), wanted)
     elif kind == "s3-archive":
         uri = parse_s3_uri(base)
-        data = _read_from_archive(s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"], base.endswith("gz"), wanted)
+        data = _read_from_archive(s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"], is_compressed(base), wanted)
     else:
         with Path(base).open("rb") as fh:
-            data = _read_from_archive(fh, base.endswith(("gz", ".tgz")), wanted)
+            data = _read_from_archive(fh, is_compressed(base), wanted)
     short = [n for n in names if len(data.get(n, b"")) != wanted[n].info.nbytes]
     if short:
         raise CheckpointUnreadable(f"could not read {len(short)} tensors from the base, e.g. {short[0]}")
@@ -208,8 +209,8 @@ def _copy_archive(
 
 
 def _write_archive(source: str, out: str, s3: Any, extra: dict[str, bytes]) -> None:
-    compressed_in = source.endswith(("gz", ".tgz"))
-    compressed_out = out.endswith(("gz", ".tgz"))
+    compressed_in = is_compressed(source)
+    compressed_out = is_compressed(out)
     with tempfile.TemporaryFile() if out.startswith("s3://") else Path(out).open("xb") as dest:
         if source.startswith("s3://"):
             uri = parse_s3_uri(source)

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import parse_s3_uri
 
@@ -76,7 +77,7 @@ class EngineSettings(_Strict):
 class DeploymentRequest(_Strict):
     """What a training pipeline (or the S3 starter) asks modeldrop to deploy."""
 
-    artifact_uri: str = Field(
+    artifact_uri: ArtifactUri = Field(
         description="s3://bucket/key/model.tar.gz, or s3://bucket/prefix/ holding safetensors shards",
     )
     engine: Engine | None = Field(None, description="Serving container; stack default if omitted")
@@ -143,21 +144,6 @@ class DeploymentRequest(_Strict):
     force_plan: bool = Field(False, description="Deploy even when the memory plan predicts a CUDA OOM")
     source: Literal["direct", "s3-event"] = "direct"
 
-    @field_validator("artifact_uri")
-    @classmethod
-    def _artifact(cls, value: str) -> str:
-        uri = parse_s3_uri(value)
-        if not uri.key:
-            raise ValueError("artifact_uri needs a key or prefix inside the bucket")
-        # SageMaker loads exactly two shapes: ModelDataUrl must be a gzip-compressed tar (".tar.gz"),
-        # and an uncompressed model is an S3 prefix (ModelDataSource, CompressionType None).
-        if not uri.is_prefix and not uri.key.endswith(".tar.gz"):
-            raise ValueError(
-                f"SageMaker cannot load {value!r}: give s3://bucket/key/model.tar.gz (a gzip-compressed tar) "
-                "or s3://bucket/prefix/ (ending in '/') holding the uncompressed safetensors and config files"
-            )
-        return value
-
     @field_validator("instance_type")
     @classmethod
     def _instance_type(cls, value: str | None) -> str | None:
@@ -194,7 +180,7 @@ class NormalizedRequest(_Strict):
 
     deployment_id: str
     execution_name: str
-    artifact_uri: str
+    artifact_uri: ArtifactUri
     engine: Engine
     instance_type: str
     ttl_hours: float
@@ -268,7 +254,7 @@ class ValidationSummary(BaseModel):
     report_uri: str | None = None
     # The pinned source version and the immutable copy of it that SageMaker is given.
     artifact_version: str | None = None
-    served_uri: str | None = None
+    served_uri: ArtifactUri | None = None
     modalities: list[str] = Field(default_factory=list)
     dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
 

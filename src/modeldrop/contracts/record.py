@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from modeldrop.contracts import clock
+from modeldrop.contracts.artifact import ArtifactUri
 
 # Every step that writes the record. A fallback attempt's plan is stored as build_env_2, build_env_3...
 StepName = Literal[
@@ -57,7 +58,7 @@ class DeploymentRecord(BaseModel):
     steps: dict[str, Any] = Field(default_factory=dict)
     created_at: str | None = None
     updated_at: str | None = None
-    artifact_uri: str | None = None
+    artifact_uri: ArtifactUri | None = None
     artifact_version: str | None = None
     engine: str | None = None
     instance_type: str | None = None
@@ -76,7 +77,7 @@ class DeploymentRecord(BaseModel):
     error: str | None = None
     failure_class: str | None = None
     failure_reason: str | None = None
-    served_uri: str | None = None
+    served_uri: ArtifactUri | None = None
     # Set when teardown left something behind: the reaper deletes it on a later run.
     reaper_retry: bool = False
 

@@ -186,7 +186,7 @@ def _deploy(
                 {
                     "deployment_id": deployment_id,
                     "resource_name": (done_record.endpoint_name if done_record else None) or "",
-                    "artifact_uri": done_record.artifact_uri if done_record else None,
+                    "artifact_uri": str(done_record.artifact_uri) if done_record and done_record.artifact_uri else None,
                     "attempt": int(created.get("attempt") or 0),
                     "deadline_at": deadline,
                 },

@@ -142,6 +142,8 @@ def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, art
         )["executionArn"]
     except sfn.exceptions.ExecutionAlreadyExists:
         return StartOutcome(
-            status="duplicate", execution_name=name, artifact_uri=request.artifact_uri, reason="already handled"
+            status="duplicate", execution_name=name, artifact_uri=str(request.artifact_uri), reason="already handled"
         )
-    return StartOutcome(status="started", execution_name=name, execution_arn=arn, artifact_uri=request.artifact_uri)
+    return StartOutcome(
+        status="started", execution_name=name, execution_arn=arn, artifact_uri=str(request.artifact_uri)
+    )

@@ -27,6 +27,7 @@ from modeldrop.aws.served_copy import copy_pinned
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts import clock
+from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     CheckpointRefused,
     DeployDeadlineExceeded,
@@ -57,7 +58,6 @@ from modeldrop.contracts.models import (
     deployment_id_for,
     resource_name_for,
 )
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
@@ -145,7 +145,7 @@ def register(registry: Registry, s3: Any, req: NormalizedRequest, region: str) -
         req.execution_name,
         req.model_dump(mode="json"),
         {
-            "artifact_uri": req.artifact_uri,
+            "artifact_uri": str(req.artifact_uri),
             "engine": req.engine,
             "instance_type": req.instance_type,
             "instance_count": req.instance_count,
@@ -165,11 +165,9 @@ def register(registry: Registry, s3: Any, req: NormalizedRequest, region: str) -
     return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
 
 
-def report_prefix(artifact_uri: str, deployment_id: str) -> tuple[str, str]:
+def report_prefix(artifact: Artifact, deployment_id: str) -> tuple[str, str]:
     """(bucket, key prefix) for reports next to the artifact."""
-    uri = parse_s3_uri(artifact_uri)
-    base = uri.key if uri.is_prefix else (uri.key.rsplit("/", 1)[0] + "/" if "/" in uri.key else "")
-    return uri.bucket, f"{base}modeldrop-reports/{deployment_id}/"
+    return artifact.bucket, f"{artifact.folder}modeldrop-reports/{deployment_id}/"
 
 
 def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
@@ -182,22 +180,22 @@ def validate(
     s3: Any,
     registry: Registry,
     deployment_id: str,
-    artifact_uri: str,
+    artifact: Artifact,
     metrics: MetricSink | None = None,
     artifact_version: str | None = None,
 ) -> ValidationSummary:
     """Copy the pinned version server-side into the deployment's own prefix, then validate that copy:
     what was validated is exactly what SageMaker is given, whatever happens to the upload's key."""
     started = time.monotonic()
-    served = copy_pinned(s3, artifact_uri, artifact_version, deployment_id)
-    report = validate_scan(scan_source(served, s3))
+    served = copy_pinned(s3, artifact, artifact_version, deployment_id)
+    report = validate_scan(scan_source(str(served), s3))
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
         metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))
         metrics.add_metric(
             name="ValidationMBps", unit="Megabytes/Second", value=round(report.total_bytes / 1e6 / seconds, 2)
         )
-    bucket, prefix = report_prefix(artifact_uri, deployment_id)
+    bucket, prefix = report_prefix(artifact, deployment_id)
     uri = _put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
     summary.served_uri, summary.artifact_version = served, artifact_version
@@ -207,7 +205,7 @@ def validate(
         summary.model_dump(mode="json"),
         status="validated" if report.deployable else "refused",
         validation_report_uri=uri,
-        served_uri=served,
+        served_uri=str(served),
     )
     if not report.deployable:
         errors = [f for f in report.findings if f.severity == "error"]
@@ -297,7 +295,7 @@ def create(
     plan: EnginePlan,
     role_arn: str,
     stack_tag: str,
-    served_uri: str | None = None,
+    served_uri: Artifact | None = None,
     quota_waits: int = 0,
     quota_wait_until: str | None = None,
 ) -> CreateOutcome:
@@ -309,7 +307,6 @@ def create(
     name = req.resource_name
     part = attempt_name(name, plan.attempt)
     model_data = served_uri or req.artifact_uri  # the immutable copy of the validated version
-    uri = parse_s3_uri(model_data)
     sm = clients.sagemaker
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
@@ -321,8 +318,8 @@ def create(
             sm,
             name,
             image.image_uri,
-            model_data,
-            compressed=not uri.is_prefix,
+            str(model_data),
+            compressed=model_data.compressed,
             env=env,
             role_arn=role_arn,
             instance_type=plan.instance_type,

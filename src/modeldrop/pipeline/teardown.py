@@ -15,6 +15,7 @@ from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, delete_all, describe_endpoint, list_tags
 from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
+from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import SageMakerThrottled, TeardownIncomplete
 from modeldrop.contracts.models import TeardownProgress, TeardownResult, deployment_id_for, resource_name_for
 from modeldrop.pipeline.attempts import attempt_name
@@ -27,7 +28,7 @@ def teardown(
     resource_name: str,
     owner: str | None = None,
     s3: Any | None = None,
-    artifact_uri: str | None = None,
+    artifact_uri: Artifact | None = None,
     attempt: int = 0,
 ) -> TeardownResult:
     """Delete at once what the deployment OWNER (default: DEPLOYMENT_ID) created under RESOURCE_NAME,
@@ -44,7 +45,7 @@ def teardown(
 
 
 def delete_now(
-    sm: Any, s3: Any | None, resource_name: str, attempt: int, owner: str, artifact_uri: str | None
+    sm: Any, s3: Any | None, resource_name: str, attempt: int, owner: str, artifact_uri: Artifact | None
 ) -> tuple[list[str], list[str], list[str], list[str]]:
     """Endpoint, then its config and model (named by the live endpoint, else by ATTEMPT: a fallback
     attempt's are named apart from the endpoint), then the served copy unless something was left.
@@ -78,7 +79,7 @@ def teardown_pass(
     resource_name: str,
     attempt: int = 0,
     deadline_at: str | None = None,
-    artifact_uri: str | None = None,
+    artifact_uri: Artifact | None = None,
     final: bool = True,
     sagemaker: bool = True,
 ) -> TeardownProgress:
