@@ -247,6 +247,7 @@ def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: byt
 def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkeypatch: Any) -> None:
     """Two deployments both passed the quota pre-check for the last slot (it cannot see the other's
     create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
+    from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.models import EnginePlan, ImageChoice
     from modeldrop.local import moto_shims
     from modeldrop.pipeline import steps
@@ -256,6 +257,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     monkeypatch.setattr(steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
     stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/sweep/model.tar.gz", Body=archive)
     uri = f"s3://{stack.bucket}/direct/sweep/model.tar.gz"
+    served = Artifact.parse(uri)
     clients = steps.CreateClients(
         sagemaker=stack.client("sagemaker"),
         quotas=stack.client("service-quotas"),
@@ -277,7 +279,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
 
     def create(req: Any, quota_waits: int = 0, quota_wait_until: str | None = None) -> Any:
         return steps.create(
-            clients, stack.registry(), req, image, plan, role, "modeldrop-local", uri, quota_waits, quota_wait_until
+            clients, stack.registry(), req, image, plan, role, "modeldrop-local", served, quota_waits, quota_wait_until
         )
 
     requests = []

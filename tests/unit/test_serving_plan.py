@@ -1,4 +1,4 @@
-"""Image resolution, the engine-env matrix and the GPU memory plan (calibrated on the seed)."""
+"""Image resolution, the engine-env matrix and the GPU memory plan (calibrated on the source lab's measurements)."""
 
 from __future__ import annotations
 

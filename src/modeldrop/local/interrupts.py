@@ -42,10 +42,6 @@ def _on_signal(signum: int, _frame: FrameType | None) -> None:
         raise Interrupted(signum)
 
 
-def pending() -> int | None:
-    return _pending
-
-
 def raise_if_interrupted() -> None:
     """Raise the recorded signal if one arrived (even one whose exception was swallowed)."""
     if _pending is not None and not _deferred:
