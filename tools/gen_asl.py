@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,30 +54,84 @@ FAIL_ERROR = (
     "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error = 'States.Timeout' ? 'StepTimedOut' : "
     "'StepFailed') : $failure.Error %}"
 )
-# A teardown step that fails outright: the record is marked failed, and the execution-ended rule and
-# the reaper delete what is left.
-TEARDOWN_FAILED = {
-    "ErrorEquals": ["States.ALL"],
-    "Next": "MarkFailed",
-    "Assign": {"teardown": {"error": "{% $states.errorOutput %}"}},
-}
 FAIL_CAUSE = (
     "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error & ': ' & ($exists($failure.Cause) ? "
     "$failure.Cause : 'no cause was given')) : ($exists($failure.Cause) ? $failure.Cause : 'no cause was given') %}"
 )
+RETRY_EVERYTHING = {
+    "ErrorEquals": ["States.ALL"],
+    "IntervalSeconds": 2,
+    "MaxAttempts": 5,
+    "BackoffRate": 2,
+    "MaxDelaySeconds": 30,
+    "JitterStrategy": "FULL",
+}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Where a failing step goes. What exists by then decides it: nothing (request), a record and
+    maybe the validated copy (prepare), SageMaker resources (endpoint), a healthy endpoint (bookkeeping)."""
+
+    target: str
+    name: str | None = None  # the $phase RecordFailure and FailurePhase read
+    record_failure: bool = True  # assign $failure (the error, and the state it came from)
+    assign: dict[str, Any] = field(default_factory=dict)
+    # Named errors that leave the phase's path: a capacity failure moves on to the next instance type.
+    redirects: dict[str, str] = field(default_factory=dict)
+    retry: dict[str, Any] | None = None  # beyond the Lambda (and throttling) retries every task has
+
+
+PHASES: dict[str, Phase] = {
+    "request": Phase("RequestRejected"),
+    "prepare": Phase("RecordFailure", "prepare"),
+    "endpoint": Phase("RecordFailure", "endpoint", redirects={"InsufficientCapacity": "NextAttempt"}),
+    # RecordFailure itself: a diagnosis that cannot be written must not stop the teardown.
+    "diagnosis": Phase(
+        "FailurePhase", record_failure=False, assign={"after_teardown": "fail", "teardown_deadline": None}
+    ),
+    # A teardown step that fails outright: the record is marked failed, and the execution-ended rule
+    # and the reaper delete what is left.
+    "teardown": Phase("MarkFailed", record_failure=False, assign={"teardown": {"error": "{% $states.errorOutput %}"}}),
+    # After the eval passed: retried, and never a teardown of the healthy endpoint.
+    "bookkeeping": Phase(
+        "DeployedUnrecorded",
+        record_failure=False,
+        assign={"bookkeeping": "{% $states.errorOutput %}"},
+        retry=RETRY_EVERYTHING,
+    ),
+    "final": Phase("DeploymentFailed", record_failure=False),
+}
+
+
+def catches(phase: Phase, errors: list[str]) -> list[dict[str, Any]]:
+    """The step's own errors by name (so the contract test sees each routed), then everything else."""
+    assign: dict[str, Any] = {"failure": FAILURE} if phase.record_failure else {}
+    if phase.name is not None:
+        assign["phase"] = phase.name
+    assign.update(phase.assign)
+
+    def entry(names: list[str], target: str) -> dict[str, Any]:
+        return {"ErrorEquals": names, "Next": target, **({"Assign": assign} if assign else {})}
+
+    redirected = [entry([e], phase.redirects[e]) for e in errors if e in phase.redirects]
+    named = [e for e in errors if e not in phase.redirects]
+    return [*redirected, *([entry(named, phase.target)] if named else []), entry(["States.ALL"], phase.target)]
 
 
 def task(
     function: str,
     payload: dict[str, Any],
     next_state: str,
+    phase: str,
+    errors: list[str] | None = None,
     assign: dict[str, Any] | None = None,
     timeout: int = 60,
     throttled: bool = False,
-    catches: list[dict[str, Any]] | None = None,
     comment: str | None = None,
-    extra_retry: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """A Lambda task whose failures go where its PHASE sends them; ERRORS are the ones it raises."""
+    routing = PHASES[phase]
     state: dict[str, Any] = {"Type": "Task"}
     if comment:
         state["Comment"] = comment
@@ -85,32 +140,18 @@ def task(
             "Resource": "arn:aws:states:::lambda:invoke",
             "Arguments": {"FunctionName": "${" + function + "FunctionArn}", "Payload": payload},
             "TimeoutSeconds": timeout,
-            "Retry": [LAMBDA_RETRY, *([THROTTLE_RETRY] if throttled else []), *(extra_retry or [])],
+            "Retry": [
+                LAMBDA_RETRY,
+                *([THROTTLE_RETRY] if throttled else []),
+                *([routing.retry] if routing.retry else []),
+            ],
         }
     )
     if assign:
         state["Assign"] = assign
     state["Next"] = next_state
-    if catches:
-        state["Catch"] = catches
+    state["Catch"] = catches(routing, errors or [])
     return state
-
-
-def catch(errors: list[str], next_state: str, phase: str | None, assign_failure: bool = True) -> dict[str, Any]:
-    entry: dict[str, Any] = {"ErrorEquals": errors, "Next": next_state}
-    assign: dict[str, Any] = {}
-    if assign_failure:
-        assign["failure"] = FAILURE
-    if phase is not None:
-        assign["phase"] = phase
-    if assign:
-        entry["Assign"] = assign
-    return entry
-
-
-def routed(named: list[str], phase: str, next_state: str = "RecordFailure") -> list[dict[str, Any]]:
-    """The step's own errors by name (so the contract test sees each routed), then everything else."""
-    return [catch(named, next_state, phase), catch(["States.ALL"], next_state, phase)]
 
 
 def definition() -> dict[str, Any]:
@@ -121,10 +162,8 @@ def definition() -> dict[str, Any]:
         "RegisterDeployment",
         comment="Parse the request (direct start or S3 starter) and apply the stack defaults.",
         assign={"req": "{% $states.result.Payload %}"},
-        catches=[
-            {"ErrorEquals": ["RequestInvalid"], "Next": "RequestRejected", "Assign": {"failure": FAILURE}},
-            {"ErrorEquals": ["States.ALL"], "Next": "RequestRejected", "Assign": {"failure": FAILURE}},
-        ],
+        phase="request",
+        errors=["RequestInvalid"],
     )
     s["RequestRejected"] = {
         "Type": "Fail",
@@ -146,9 +185,8 @@ def definition() -> dict[str, Any]:
             "after_teardown": "fail",
             "teardown_deadline": None,
         },
-        catches=routed(
-            ["DuplicateDeployment", "CheckpointUnreadable", "ExecutionRoleUnusable", "QuotaExceeded"], "prepare"
-        ),
+        phase="prepare",
+        errors=["DuplicateDeployment", "CheckpointUnreadable", "ExecutionRoleUnusable", "QuotaExceeded"],
     )
     s["ValidateCheckpoint"] = task(
         "Validate",
@@ -160,7 +198,8 @@ def definition() -> dict[str, Any]:
         "ResolveImage",
         timeout=900,
         assign={"validation": "{% $states.result.Payload %}"},
-        catches=routed(["CheckpointRefused", "CheckpointUnreadable"], "prepare"),
+        phase="prepare",
+        errors=["CheckpointRefused", "CheckpointUnreadable"],
     )
     s["ResolveImage"] = task(
         "ResolveImage",
@@ -171,7 +210,8 @@ def definition() -> dict[str, Any]:
         },
         "BuildEngineEnv",
         assign={"image": "{% $states.result.Payload %}"},
-        catches=routed(["ImageUnresolvable"], "prepare"),
+        phase="prepare",
+        errors=["ImageUnresolvable"],
     )
     s["BuildEngineEnv"] = task(
         "BuildEnv",
@@ -185,7 +225,8 @@ def definition() -> dict[str, Any]:
         comment="The plan for this attempt's instance type (re-planned per type); the first lists the types.",
         assign={"plan": "{% $states.result.Payload %}"},
         # A later attempt's BuildEngineEnv runs after the previous attempt was torn down: nothing exists.
-        catches=routed(["PlanRefused"], "prepare"),
+        phase="prepare",
+        errors=["PlanRefused"],
     )
     s["CreateEndpoint"] = task(
         "CreateEndpoint",
@@ -207,7 +248,8 @@ def definition() -> dict[str, Any]:
             "quota_wait_until": "{% $states.result.Payload.quota_wait_until %}",
             "polls": 0,
         },
-        catches=routed(["QuotaExceeded", "ResourceNameTaken"], "endpoint"),
+        phase="endpoint",
+        errors=["QuotaExceeded", "ResourceNameTaken"],
     )
     s["EndpointCreated"] = {
         "Type": "Choice",
@@ -236,10 +278,8 @@ def definition() -> dict[str, Any]:
         "EndpointInService",
         throttled=True,
         assign={"poll": "{% $states.result.Payload %}", "polls": "{% $polls + 1 %}"},
-        catches=[
-            catch(["InsufficientCapacity"], "NextAttempt", "endpoint"),
-            *routed(["EndpointFailed", "DeployDeadlineExceeded"], "endpoint"),
-        ],
+        phase="endpoint",
+        errors=["InsufficientCapacity", "EndpointFailed", "DeployDeadlineExceeded"],
     )
     s["EndpointInService"] = {
         "Type": "Choice",
@@ -253,7 +293,8 @@ def definition() -> dict[str, Any]:
         timeout=900,
         throttled=True,
         assign={"eval_result": "{% $states.result.Payload %}"},
-        catches=routed(["EvalFailed"], "endpoint"),
+        phase="endpoint",
+        errors=["EvalFailed"],
     )
     s["MarkSucceeded"] = task(
         "Finalize",
@@ -271,23 +312,7 @@ def definition() -> dict[str, Any]:
         },
         "Deployed",
         comment="After the eval passed: the bookkeeping is retried, and never tears the endpoint down.",
-        extra_retry=[
-            {
-                "ErrorEquals": ["States.ALL"],
-                "IntervalSeconds": 2,
-                "MaxAttempts": 5,
-                "BackoffRate": 2,
-                "MaxDelaySeconds": 30,
-                "JitterStrategy": "FULL",
-            }
-        ],
-        catches=[
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Next": "DeployedUnrecorded",
-                "Assign": {"bookkeeping": "{% $states.errorOutput %}"},
-            }
-        ],
+        phase="bookkeeping",
     )
     s["DeployedUnrecorded"] = {
         "Type": "Fail",
@@ -325,7 +350,8 @@ def definition() -> dict[str, Any]:
         "Teardown",
         comment="Record the failed attempt; release it (the teardown loop), then plan the next type.",
         assign={"next": "{% $states.result.Payload %}", "after_teardown": "retry", "teardown_deadline": None},
-        catches=routed(["CapacityUnavailable", "QuotaExceeded"], "endpoint"),
+        phase="endpoint",
+        errors=["CapacityUnavailable", "QuotaExceeded"],
     )
     s["RecordFailure"] = task(
         "RecordFailure",
@@ -338,13 +364,7 @@ def definition() -> dict[str, Any]:
         "FailurePhase",
         comment="Capture the endpoint's FailureReason before anything is deleted; it is gone afterwards.",
         assign={"failure_record": "{% $states.result.Payload %}", "after_teardown": "fail", "teardown_deadline": None},
-        catches=[
-            {
-                "ErrorEquals": ["States.ALL"],
-                "Next": "FailurePhase",
-                "Assign": {"after_teardown": "fail", "teardown_deadline": None},
-            }
-        ],
+        phase="diagnosis",
     )
     s["FailurePhase"] = {
         "Type": "Choice",
@@ -362,7 +382,7 @@ def definition() -> dict[str, Any]:
         "MarkFailed",
         comment="Nothing exists in SageMaker yet: only the validated copy (if any) is deleted.",
         assign={"teardown": "{% $states.result.Payload %}"},
-        catches=[TEARDOWN_FAILED],
+        phase="teardown",
     )
     s["Teardown"] = task(
         "Teardown",
@@ -382,7 +402,7 @@ def definition() -> dict[str, Any]:
             "teardown": "{% $states.result.Payload %}",
             "teardown_deadline": "{% $states.result.Payload.deadline_at %}",
         },
-        catches=[TEARDOWN_FAILED],
+        phase="teardown",
     )
     s["TeardownDone"] = {
         "Type": "Choice",
@@ -434,7 +454,7 @@ def definition() -> dict[str, Any]:
             "summary": {"failure": "{% $failure %}", "teardown": "{% $teardown %}"},
         },
         "DeploymentFailed",
-        catches=[{"ErrorEquals": ["States.ALL"], "Next": "DeploymentFailed"}],
+        phase="final",
     )
     s["DeploymentFailed"] = {"Type": "Fail", "Error": FAIL_ERROR, "Cause": FAIL_CAUSE}
     return {

@@ -66,6 +66,21 @@ def test_committed_asl_matches_generator() -> None:
     assert json.loads(ASL.read_text()) == gen_asl.build()
 
 
+def test_every_task_fails_by_its_phase_alone() -> None:
+    """No Task carries a Catch of its own: each one's Catch is its phase's routing of the errors it
+    names, so where a failure goes is read from the phase table, not from twelve hand-made lists."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_asl
+
+    definition = json.loads(ASL.read_text())
+    tasks = {name: state for name, state in _states(definition).items() if state["Type"] == "Task"}
+    assert len(tasks) >= 12
+    for name, state in tasks.items():
+        named = [e for block in state["Catch"] for e in block["ErrorEquals"] if e != "States.ALL"]
+        phases = [p for p in gen_asl.PHASES.values() if gen_asl.catches(p, named) == state["Catch"]]
+        assert phases, f"{name}'s Catch is not any phase's routing: {state['Catch']}"
+
+
 def test_committed_schema_matches_model() -> None:
     sys.path.insert(0, str(ROOT / "tools"))
     import gen_schema
