@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
 
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import ObjectTypeDef
 
-def artifact_identity(s3: Any, uri: Artifact) -> tuple[str, str]:
+
+def artifact_identity(s3: S3Client, uri: Artifact) -> tuple[str, str]:
     """(identity, version): the artifact URI at its current version.
 
     An archive's version is its S3 VersionId (its ETag in an unversioned bucket); a prefix's is a
@@ -36,13 +40,13 @@ def artifact_identity(s3: Any, uri: Artifact) -> tuple[str, str]:
     return f"{uri}@{version}", version
 
 
-def prefix_objects(s3: Any, bucket: str, prefix: str) -> list[dict[str, Any]]:
+def prefix_objects(s3: S3Client, bucket: str, prefix: str) -> list[ObjectTypeDef]:
     """Every object under PREFIX, as ListObjectsV2 gives them."""
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
     return [obj for page in pages for obj in page.get("Contents", [])]
 
 
-def prefix_version(objects: list[dict[str, Any]]) -> str:
+def prefix_version(objects: list[ObjectTypeDef]) -> str:
     """A prefix's version: a digest of every object's key and ETag, so any change is a new version."""
     digest = hashlib.sha256()
     for obj in objects:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_logs import CloudWatchLogsClient
 
 _ERROR_LINE = re.compile(r"error|exception|traceback|killed|exited with code|did not pass|out of memory", re.I)
 _OOM = re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", re.I)
@@ -55,7 +58,7 @@ def diagnose(lines: list[str]) -> LogDiagnosis:
     return LogDiagnosis(excerpt, None, None)
 
 
-def read_recent(logs: Any, endpoint_name: str, limit: int = 300) -> list[str] | None:
+def read_recent(logs: CloudWatchLogsClient, endpoint_name: str, limit: int = 300) -> list[str] | None:
     """The last lines of the endpoint's newest log stream; None when it has no log group (no instance started)."""
     group = log_group_for(endpoint_name)
     try:
@@ -71,7 +74,7 @@ def read_recent(logs: Any, endpoint_name: str, limit: int = 300) -> list[str] | 
     return [str(e.get("message", "")) for e in events.get("events", [])]
 
 
-def group_exists(logs: Any, endpoint_name: str) -> bool:
+def group_exists(logs: CloudWatchLogsClient, endpoint_name: str) -> bool:
     """Whether the endpoint's log group exists: SageMaker creates it when an instance starts the container.
     Unknown (access denied, throttled) counts as existing: it must never make a live start look stuck."""
     try:

@@ -7,13 +7,17 @@ checking first names the quota code and how to raise it. Endpoints still Creatin
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.pages import all_items
 from modeldrop.aws.sagemaker_resources import list_endpoints
 from modeldrop.contracts.errors import QuotaExceeded
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_service_quotas import ServiceQuotasClient
 
 COUNTED_STATUSES = ("InService", "Creating", "Updating", "SystemUpdating", "RollingBack")
 
@@ -29,12 +33,12 @@ class QuotaCheck:
     note: str = ""
 
 
-def find_quota(quotas: Any, instance_type: str) -> tuple[str, float] | None:
+def find_quota(quotas: ServiceQuotasClient, instance_type: str) -> tuple[str, float] | None:
     """(quota code, value) of '<instance type> for endpoint usage', or None if the API does not list it."""
     return endpoint_quotas(quotas).get(instance_type)
 
 
-def endpoint_quotas(quotas: Any) -> dict[str, tuple[str, float]]:
+def endpoint_quotas(quotas: ServiceQuotasClient) -> dict[str, tuple[str, float]]:
     """Every '<instance type> for endpoint usage' quota: type -> (quota code, value), in one listing."""
     found: dict[str, tuple[str, float]] = {}
     for quota in all_items(quotas, "list_service_quotas", "Quotas", page_size=100, ServiceCode="sagemaker"):
@@ -44,7 +48,7 @@ def endpoint_quotas(quotas: Any) -> dict[str, tuple[str, float]]:
     return found
 
 
-def instances_in_use(sm: Any, instance_type: str) -> tuple[int, list[str]]:
+def instances_in_use(sm: SageMakerClient, instance_type: str) -> tuple[int, list[str]]:
     total = 0
     using: list[str] = []
     for ep in list_endpoints(sm):
@@ -63,7 +67,9 @@ def instances_in_use(sm: Any, instance_type: str) -> tuple[int, list[str]]:
     return total, using
 
 
-def check_endpoint_quota(quotas: Any, sm: Any, instance_type: str, needed: int = 1) -> QuotaCheck:
+def check_endpoint_quota(
+    quotas: ServiceQuotasClient, sm: SageMakerClient, instance_type: str, needed: int = 1
+) -> QuotaCheck:
     """Raise QuotaExceeded when `needed` more instances would pass the quota; otherwise say what was seen."""
     try:
         found = find_quota(quotas, instance_type)

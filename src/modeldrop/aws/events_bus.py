@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from modeldrop.contracts.record import DeploymentRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
 
 SOURCE = "modeldrop"
 DetailType = Literal[
@@ -17,7 +20,7 @@ DetailType = Literal[
 ]
 
 
-def publish(events: Any, bus_name: str, detail_type: DetailType, detail: dict[str, Any]) -> None:
+def publish(events: EventBridgeClient, bus_name: str, detail_type: DetailType, detail: dict[str, Any]) -> None:
     response = events.put_events(
         Entries=[
             {

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import urllib.parse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+
+if TYPE_CHECKING:
+    from mypy_boto3_iam import IAMClient
 
 SAGEMAKER = "sagemaker.amazonaws.com"
 TRUST_FIX = (
@@ -42,7 +45,7 @@ class RoleUnreadable(Exception):
     """GetRole refused (AccessDenied and the like): the trust cannot be checked, CreateModel decides."""
 
 
-def role_problem(iam: Any, role_arn: str) -> tuple[str, str] | None:
+def role_problem(iam: IAMClient, role_arn: str) -> tuple[str, str] | None:
     """(what is wrong, the fix) when SageMaker cannot assume ROLE_ARN; None when it can. Raises
     RoleUnreadable when the role cannot be read."""
     name = role_arn.rsplit("/", 1)[-1]

@@ -5,11 +5,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
 from modeldrop.aws.pages import all_items
+
+if TYPE_CHECKING:
+    from mypy_boto3_stepfunctions import SFNClient
 
 
 class StateRun(BaseModel):
@@ -61,12 +64,12 @@ class _Tracker:
                 self.emit(StateRun(name=name, outcome=desc.get("error", "failed"), seconds=0.0))
 
 
-def _history(sfn: Any, arn: str) -> list[dict[str, Any]]:
+def _history(sfn: SFNClient, arn: str) -> list[dict[str, Any]]:
     return all_items(sfn, "get_execution_history", "events", page_size=1000, executionArn=arn)
 
 
 def watch(
-    sfn: Any,
+    sfn: SFNClient,
     arn: str,
     on_state: Callable[[StateRun], None] | None = None,
     poll_seconds: float = 2.0,
@@ -83,7 +86,8 @@ def watch(
     while True:
         if on_poll is not None:
             on_poll()
-        desc: dict[str, Any] = sfn.describe_execution(executionArn=arn)
+        # Read as plain data: the tracker and the run's result pick the fields they show.
+        desc = cast(dict[str, Any], sfn.describe_execution(executionArn=arn))
         events = _history(sfn, arn)
         for event in events[seen:]:
             tracker.event(event)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.pages import all_items
 from modeldrop.contracts.errors import QuotaExceeded, ResourceNameTaken, SageMakerThrottled
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.literals import ProductionVariantInstanceTypeType
+    from mypy_boto3_sagemaker.type_defs import (
+        ContainerDefinitionTypeDef,
+        DescribeEndpointOutputTypeDef,
+        ProductionVariantTypeDef,
+        TagTypeDef,
+    )
 
 MANAGED_BY_TAG = "modeldrop:managed-by"
 DEPLOYMENT_TAG = "modeldrop:deployment-id"
@@ -36,7 +46,7 @@ def _is_missing(exc: ClientError) -> bool:
     )
 
 
-def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[dict[str, str]]:
+def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[TagTypeDef]:
     return [
         {"Key": MANAGED_BY_TAG, "Value": stack_tag},
         {"Key": DEPLOYMENT_TAG, "Value": deployment_id},
@@ -45,7 +55,7 @@ def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[dict[s
 
 
 def create_all(
-    sm: Any,
+    sm: SageMakerClient,
     name: str,
     image_uri: str,
     model_data_uri: str,
@@ -55,7 +65,7 @@ def create_all(
     instance_type: str,
     startup_timeout: int,
     download_timeout: int,
-    tags: list[dict[str, str]],
+    tags: list[TagTypeDef],
     config_name: str | None = None,
     model_name: str | None = None,
     instance_count: int = 1,
@@ -70,7 +80,7 @@ def create_all(
     config_name = config_name or name
     model_name = model_name or name
     if compressed:
-        container: dict[str, Any] = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
+        container: ContainerDefinitionTypeDef = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
     else:
         container = {
             "Image": image_uri,
@@ -79,11 +89,12 @@ def create_all(
                 "S3DataSource": {"S3Uri": model_data_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}
             },
         }
-    variant = {
+    variant: ProductionVariantTypeDef = {
         "VariantName": "AllTraffic",
         "ModelName": model_name,
         "InitialInstanceCount": instance_count,
-        "InstanceType": instance_type,
+        # Checked against botocore's own list of hosting types when the request was read.
+        "InstanceType": cast("ProductionVariantInstanceTypeType", instance_type),
         "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
         "ModelDataDownloadTimeoutInSeconds": download_timeout,
     }
@@ -137,10 +148,9 @@ def _already_exists(exc: ClientError) -> bool:
     return _code(exc) == "ValidationException" and "Cannot create already existing" in message
 
 
-def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
+def describe_endpoint(sm: SageMakerClient, name: str) -> DescribeEndpointOutputTypeDef | None:
     try:
-        result: dict[str, Any] = sm.describe_endpoint(EndpointName=name)
-        return result
+        return sm.describe_endpoint(EndpointName=name)
     except ClientError as exc:
         if _is_missing(exc):
             return None
@@ -149,7 +159,7 @@ def describe_endpoint(sm: Any, name: str) -> dict[str, Any] | None:
 
 
 def delete_all(
-    sm: Any, endpoint: str | None, config: str, model: str, owner: str | None = None
+    sm: SageMakerClient, endpoint: str | None, config: str, model: str, owner: str | None = None
 ) -> tuple[list[str], list[str], list[str], list[str]]:
     """Delete endpoint -> endpoint config -> model (no endpoint: only the other two). Returns
     (deleted, already_gone, failed, not_ours).
@@ -165,8 +175,9 @@ def delete_all(
         (
             "endpoint",
             endpoint,
-            lambda: sm.delete_endpoint(EndpointName=endpoint),
-            lambda: sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"],
+            # Called only when there is an endpoint (name None is skipped below).
+            lambda: sm.delete_endpoint(EndpointName=endpoint or ""),
+            lambda: sm.describe_endpoint(EndpointName=endpoint or "")["EndpointArn"],
         ),
         (
             "endpoint-config",
@@ -204,15 +215,15 @@ def delete_all(
     return deleted, gone, failed, not_ours
 
 
-def list_tags(sm: Any, arn: str) -> dict[str, str]:
+def list_tags(sm: SageMakerClient, arn: str) -> dict[str, str]:
     return {t["Key"]: t["Value"] for t in all_items(sm, "list_tags", "Tags", ResourceArn=arn)}
 
 
-def list_endpoints(sm: Any) -> list[dict[str, Any]]:
+def list_endpoints(sm: SageMakerClient) -> list[dict[str, Any]]:
     return all_items(sm, "list_endpoints", "Endpoints", page_size=100)
 
 
-def endpoint_container_env(sm: Any, endpoint_name: str) -> tuple[str, dict[str, str]] | None:
+def endpoint_container_env(sm: SageMakerClient, endpoint_name: str) -> tuple[str, dict[str, str]] | None:
     """(status, the primary container's env) of an endpoint; None when it does not exist."""
     desc = describe_endpoint(sm, endpoint_name)
     if desc is None:

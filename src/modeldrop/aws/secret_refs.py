@@ -11,11 +11,15 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from modeldrop.contracts.errors import RequestInvalid
+
+if TYPE_CHECKING:
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_ssm import SSMClient
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,127}$")
 _REF = re.compile(r"^(?P<store>secretsmanager|ssm):(?P<name>[^#\s]+)(?:#(?P<key>[^\s]+))?$")
@@ -73,7 +77,7 @@ def check_refs(secrets: Mapping[str, str], allowed_prefix: str, engine_keys: set
     return parsed
 
 
-def resolve(secretsmanager: Any, ssm: Any, refs: Mapping[str, SecretRef]) -> dict[str, str]:
+def resolve(secretsmanager: SecretsManagerClient, ssm: SSMClient, refs: Mapping[str, SecretRef]) -> dict[str, str]:
     """Read the values. Errors name the reference, never a value."""
     values: dict[str, str] = {}
     for env_name, ref in refs.items():

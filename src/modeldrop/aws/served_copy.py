@@ -8,13 +8,17 @@ deployment. Keys under this prefix never start a deployment from their upload ev
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef
 
 SERVED_PREFIX = "modeldrop-served/"
 
@@ -25,17 +29,20 @@ def served_location(artifact: Artifact, deployment_id: str) -> Artifact:
     return Artifact(artifact.bucket, base if artifact.is_prefix else base + "model.tar.gz")
 
 
-def version_args(version: str | None) -> dict[str, str]:
-    """A VersionId to pin reads to (an unversioned bucket's 'etag:' version has none)."""
-    return {"VersionId": version} if version and not version.startswith(("etag:", "objects:")) else {}
+def version_id(version: str | None) -> str | None:
+    """The VersionId to pin reads to (an unversioned bucket's 'etag:' version has none)."""
+    return version if version and not version.startswith(("etag:", "objects:")) else None
 
 
-def copy_pinned(s3: Any, source: Artifact, version: str | None, deployment_id: str) -> Artifact:
+def copy_pinned(s3: S3Client, source: Artifact, version: str | None, deployment_id: str) -> Artifact:
     """Server-side copy of the pinned version (every object of a prefix); returns the served copy."""
     target = served_location(source, deployment_id)
     try:
         if not source.is_prefix:
-            _copy(s3, {"Bucket": source.bucket, "Key": source.key, **version_args(version)}, target.bucket, target.key)
+            pinned: CopySourceTypeDef = {"Bucket": source.bucket, "Key": source.key}
+            if (pinned_id := version_id(version)) is not None:
+                pinned["VersionId"] = pinned_id
+            _copy(s3, pinned, target.bucket, target.key)
             return target
         objects = prefix_objects(s3, source.bucket, source.key)
         for obj in objects:
@@ -59,22 +66,19 @@ PART_BYTES = 512 * 1024**2
 COPY_THREADS = 8
 
 
-def _copy(s3: Any, source: dict[str, str], bucket: str, key: str) -> None:
+def _copy(s3: S3Client, source: CopySourceTypeDef, bucket: str, key: str) -> None:
     """A server-side copy in the calling thread: one CopyObject up to 5 GiB, else a multipart copy."""
-    head = s3.head_object(
-        **{
-            "Bucket": source["Bucket"],
-            "Key": source["Key"],
-            **({"VersionId": source["VersionId"]} if "VersionId" in source else {}),
-        }
-    )
+    if "VersionId" in source:
+        head = s3.head_object(Bucket=source["Bucket"], Key=source["Key"], VersionId=source["VersionId"])
+    else:
+        head = s3.head_object(Bucket=source["Bucket"], Key=source["Key"])
     size = int(head["ContentLength"])
     if size <= MAX_SINGLE_COPY:
         s3.copy_object(CopySource=source, Bucket=bucket, Key=key)
         return
     upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
 
-    def part(number: int, start: int) -> dict[str, Any]:
+    def part(number: int, start: int) -> CompletedPartTypeDef:
         end = min(start + PART_BYTES, size) - 1
         etag = s3.upload_part_copy(
             Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, CopySource=source,
@@ -92,14 +96,14 @@ def _copy(s3: Any, source: dict[str, str], bucket: str, key: str) -> None:
         raise
 
 
-def delete_served_for(s3: Any, artifact: Artifact | None, deployment_id: str) -> list[str]:
+def delete_served_for(s3: S3Client, artifact: Artifact | None, deployment_id: str) -> list[str]:
     """delete_served in the bucket the served copy of ARTIFACT lives in (none: nothing to delete)."""
     if artifact is None:
         return []
     return delete_served(s3, artifact.bucket, deployment_id)
 
 
-def delete_served(s3: Any, bucket: str, deployment_id: str) -> list[str]:
+def delete_served(s3: S3Client, bucket: str, deployment_id: str) -> list[str]:
     """Delete every version of the deployment's served copy; returns what was deleted."""
     prefix = f"{SERVED_PREFIX}{deployment_id}/"
     deleted: list[str] = []

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -32,6 +32,9 @@ from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.s3uri import S3Uri
 from modeldrop.contracts.text import printable
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 # The only files validation reads (at the artifact's root); every other file counts by size alone,
 # so memory stays bounded whatever an archive holds.
@@ -448,9 +451,9 @@ def _last_member_holds(stream: IO[bytes], total: int, crc: int, isize: int) -> b
     return running == crc
 
 
-def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:
+def scan_s3_object(s3: S3Client, uri: S3Uri) -> ArtifactScan:
     try:
-        body = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]
+        body = cast(IO[bytes], s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"])
     except s3.exceptions.NoSuchKey:
         raise CheckpointUnreadable(f"{uri}: no such object") from None
     scan = scan_tar_stream(body, str(uri), is_compressed(uri.key))
@@ -458,14 +461,14 @@ def scan_s3_object(s3: Any, uri: S3Uri) -> ArtifactScan:
     return scan
 
 
-def _list_prefix(s3: Any, uri: S3Uri) -> Iterable[tuple[str, int]]:
+def _list_prefix(s3: S3Client, uri: S3Uri) -> Iterable[tuple[str, int]]:
     paginator = s3.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=uri.bucket, Prefix=uri.key):
         for obj in page.get("Contents", []):
             yield obj["Key"], obj["Size"]
 
 
-def scan_s3_prefix(s3: Any, uri: S3Uri) -> ArtifactScan:
+def scan_s3_prefix(s3: S3Client, uri: S3Uri) -> ArtifactScan:
     """Headers only: at most two ranged GETs per shard (length + header)."""
     scan = ArtifactScan(source=str(uri), format="s3-prefix")
     for key, size in _list_prefix(s3, uri):
@@ -494,7 +497,7 @@ def scan_s3_prefix(s3: Any, uri: S3Uri) -> ArtifactScan:
     return scan
 
 
-def _ranged_get(s3: Any, bucket: str, key: str, start: int, end: int, scan: ArtifactScan) -> bytes:
+def _ranged_get(s3: S3Client, bucket: str, key: str, start: int, end: int, scan: ArtifactScan) -> bytes:
     if end < start:
         return b""
     scan.requests += 1
@@ -502,14 +505,14 @@ def _ranged_get(s3: Any, bucket: str, key: str, start: int, end: int, scan: Arti
     return body
 
 
-def scan_source(source: str, s3: Any | None = None) -> ArtifactScan:
+def scan_source(source: str, s3: S3Client | None = None) -> ArtifactScan:
     """Scan a local path or s3:// URI."""
     scan = _scan_source(source, s3)
     scan.source = printable(scan.source)
     return scan
 
 
-def _scan_source(source: str, s3: Any | None) -> ArtifactScan:
+def _scan_source(source: str, s3: S3Client | None) -> ArtifactScan:
     if source.startswith("s3://"):
         from modeldrop.contracts.s3uri import parse_s3_uri
 

@@ -18,7 +18,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
@@ -29,6 +29,9 @@ from modeldrop.checkpoint.validation import ValidationReport, validate_scan
 from modeldrop.contracts.artifact import is_archive, is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable, RequestInvalid
 from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 INDEX = "model.safetensors.index.json"
 RESTORED_SHARD = "model-restored-from-base.safetensors"
@@ -105,7 +108,7 @@ def _read_from_directory(root: Path, wanted: dict[str, _Wanted]) -> dict[str, by
     return out
 
 
-def _read_from_prefix(s3: Any, uri: S3Uri, wanted: dict[str, _Wanted]) -> dict[str, bytes]:
+def _read_from_prefix(s3: S3Client, uri: S3Uri, wanted: dict[str, _Wanted]) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
     for name, w in wanted.items():
         start = w.data_start + w.info.begin
@@ -143,7 +146,9 @@ def _read_from_archive(raw: IO[bytes], compressed: bool, wanted: dict[str, _Want
     return out
 
 
-def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any) -> dict[str, tuple[TensorInfo, bytes]]:
+def _read_base_tensors(
+    base: str, scan: ArtifactScan, names: list[str], s3: S3Client
+) -> dict[str, tuple[TensorInfo, bytes]]:
     """name -> (its header entry in the base, its bytes)."""
     wanted = _wanted(scan, tensor_index(scan), names)
     kind = _kind(base)
@@ -153,7 +158,8 @@ def _read_base_tensors(base: str, scan: ArtifactScan, names: list[str], s3: Any)
         data = _read_from_prefix(s3, parse_s3_uri(base), wanted)
     elif kind == "s3-archive":
         uri = parse_s3_uri(base)
-        data = _read_from_archive(s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"], is_compressed(base), wanted)
+        body = cast(IO[bytes], s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"])
+        data = _read_from_archive(body, is_compressed(base), wanted)
     else:
         with Path(base).open("rb") as fh:
             data = _read_from_archive(fh, is_compressed(base), wanted)
@@ -208,14 +214,18 @@ def _copy_archive(
             sink.close()
 
 
-def _write_archive(source: str, out: str, s3: Any, extra: dict[str, bytes]) -> None:
+def _write_archive(source: str, out: str, s3: S3Client, extra: dict[str, bytes]) -> None:
     compressed_in = is_compressed(source)
     compressed_out = is_compressed(out)
     with tempfile.TemporaryFile() if out.startswith("s3://") else Path(out).open("xb") as dest:
         if source.startswith("s3://"):
             uri = parse_s3_uri(source)
             _copy_archive(
-                s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"], compressed_in, dest, compressed_out, extra
+                cast(IO[bytes], s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"]),
+                compressed_in,
+                dest,
+                compressed_out,
+                extra,
             )
         else:
             with Path(source).open("rb") as raw:
@@ -226,7 +236,7 @@ def _write_archive(source: str, out: str, s3: Any, extra: dict[str, bytes]) -> N
             s3.upload_fileobj(dest, target.bucket, target.key)
 
 
-def _write_prefix(s3: Any, source: S3Uri, out: S3Uri, extra: dict[str, bytes]) -> None:
+def _write_prefix(s3: S3Client, source: S3Uri, out: S3Uri, extra: dict[str, bytes]) -> None:
     if out.bucket == source.bucket and out.key.startswith(source.key):
         raise RequestInvalid(f"--out {out} is inside the source prefix", "write the repaired copy under a new prefix")
     if s3.list_objects_v2(Bucket=out.bucket, Prefix=out.key, MaxKeys=1).get("KeyCount"):
@@ -242,13 +252,13 @@ def _write_prefix(s3: Any, source: S3Uri, out: S3Uri, extra: dict[str, bytes]) -
         s3.put_object(Bucket=out.bucket, Key=out.key + rel, Body=extra[rel])
 
 
-def _keys(s3: Any, uri: S3Uri) -> Iterator[str]:
+def _keys(s3: S3Client, uri: S3Uri) -> Iterator[str]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=uri.bucket, Prefix=uri.key):
         for obj in page.get("Contents", []):
             yield obj["Key"]
 
 
-def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairResult:
+def repair(source: str, base: str, out: str, s3: S3Client | None = None) -> RepairResult:
     kinds = (_kind(source), _kind(out))
     allowed = {
         ("directory", "directory"),
@@ -267,6 +277,8 @@ def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairRes
         import boto3
 
         s3 = boto3.client("s3")
+    # None only when no location is in S3, and then no helper below reads it.
+    aws = cast("S3Client", s3)
     fine_scan = scan_source(source, s3)
     base_scan = scan_source(base, s3)
     comparison = compare_to_base(fine_scan, base_scan)
@@ -282,7 +294,7 @@ def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairRes
         raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory", "")
     if RESTORED_SHARD in fine_scan.files:
         raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before", "")
-    restored = _read_base_tensors(base, base_scan, comparison.missing, s3)
+    restored = _read_base_tensors(base, base_scan, comparison.missing, aws)
     extra = {
         RESTORED_SHARD: encode_safetensors(restored, {"format": "pt", "modeldrop": f"restored from {base}"}),
         INDEX: updated_index(fine_scan, {n: info.nbytes for n, (info, _data) in restored.items()}, RESTORED_SHARD),
@@ -290,10 +302,10 @@ def repair(source: str, base: str, out: str, s3: Any | None = None) -> RepairRes
     if kinds == ("directory", "directory"):
         _write_directory(Path(source), Path(out), extra)
     elif kinds == ("s3-prefix", "s3-prefix"):
-        _write_prefix(s3, parse_s3_uri(source), parse_s3_uri(out), extra)
+        _write_prefix(aws, parse_s3_uri(source), parse_s3_uri(out), extra)
     else:
         try:
-            _write_archive(source, out, s3, extra)
+            _write_archive(source, out, aws, extra)
         except FileExistsError:
             raise RequestInvalid(f"{out} exists", "choose a new --out path") from None
     report = validate_scan(scan_source(out, s3))

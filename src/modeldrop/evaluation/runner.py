@@ -13,7 +13,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError, ReadTimeoutError
@@ -34,6 +34,10 @@ from modeldrop.evaluation.smoke_eval import CaseResult, EvalCase, EvalReport, Ti
 from modeldrop.evaluation.sse import SSEDecoder
 from modeldrop.serving.engine_env import engine_of_env, max_model_len_of_env
 from modeldrop.serving.plan import max_tokens_ceiling
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
 
 
 def runtime_client_config() -> Config:
@@ -73,7 +77,9 @@ class _CallFailed(Exception):
         self.detail = detail
 
 
-def _invoke_plain(runtime: Any, target: EvalTarget, body: dict[str, Any]) -> tuple[Completion, float | None]:
+def _invoke_plain(
+    runtime: SageMakerRuntimeClient, target: EvalTarget, body: dict[str, Any]
+) -> tuple[Completion, float | None]:
     response = runtime.invoke_endpoint(
         EndpointName=target.endpoint_name,
         ContentType="application/json",
@@ -84,7 +90,7 @@ def _invoke_plain(runtime: Any, target: EvalTarget, body: dict[str, Any]) -> tup
 
 
 def _invoke_stream(
-    runtime: Any, target: EvalTarget, body: dict[str, Any], started: float
+    runtime: SageMakerRuntimeClient, target: EvalTarget, body: dict[str, Any], started: float
 ) -> tuple[Completion, float | None]:
     response = runtime.invoke_endpoint_with_response_stream(
         EndpointName=target.endpoint_name,
@@ -99,7 +105,7 @@ def _invoke_stream(
     for event in response["Body"]:
         if "PayloadPart" not in event:
             # Stream errors arrive as modeled events when botocore does not raise them.
-            kind, info = next(iter(event.items()))
+            kind, info = next(iter(cast(dict[str, dict[str, Any]], event).items()))
             raise _CallFailed("error", f"{kind}: {info.get('Message')} ({info.get('ErrorCode')})")
         for sse in decoder.feed(event["PayloadPart"]["Bytes"]):
             if sse.is_done:
@@ -151,7 +157,12 @@ def _classify(exc: Exception, target: EvalTarget) -> _CallFailed:
 
 
 def invoke_case(
-    runtime: Any, target: EvalTarget, case: EvalCase, max_tokens: int, source: str, retry: RetryPolicy
+    runtime: SageMakerRuntimeClient,
+    target: EvalTarget,
+    case: EvalCase,
+    max_tokens: int,
+    source: str,
+    retry: RetryPolicy,
 ) -> CaseResult:
     body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams)
     attempt = 0
@@ -192,7 +203,7 @@ def _failure(case: EvalCase, max_tokens: int, source: str, failed: _CallFailed, 
 
 
 def run_eval(
-    runtime: Any,
+    runtime: SageMakerRuntimeClient,
     target: EvalTarget,
     cases: list[EvalCase],
     thresholds: EvalThresholds,
@@ -227,8 +238,8 @@ def run_eval(
 
 
 def evaluate_endpoint(
-    sm: Any,
-    runtime: Any,
+    sm: SageMakerClient,
+    runtime: SageMakerRuntimeClient,
     endpoint_name: str,
     cases: list[EvalCase],
     thresholds: EvalThresholds,

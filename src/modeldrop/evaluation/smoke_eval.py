@@ -13,7 +13,7 @@ import math
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -21,6 +21,9 @@ from modeldrop.contracts.errors import RequestInvalid, describe_validation
 from modeldrop.contracts.models import ChatMessage, EvalThresholds
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.evaluation.chat_protocol import Completion
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
 
 CaseOutcome = Literal["pass", "check_failed", "truncated", "context_overflow", "error", "timeout"]
 OUTCOMES: tuple[CaseOutcome, ...] = ("pass", "check_failed", "truncated", "context_overflow", "error", "timeout")
@@ -134,11 +137,13 @@ def default_eval_set() -> list[EvalCase]:
     return parse_eval_set(text, "default eval set")
 
 
-def load_eval_set(source: str | None, s3: Any = None) -> list[EvalCase]:
+def load_eval_set(source: str | None, s3: S3Client | None = None) -> list[EvalCase]:
     """The default set, an s3:// JSONL object (read with the client passed in) or a local JSONL file."""
     if not source:
         return default_eval_set()
     if source.startswith("s3://"):
+        if s3 is None:
+            raise RequestInvalid(f"cannot read eval set {source}: no S3 client was given", "")
         uri = parse_s3_uri(source)
         try:
             text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 import uuid
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from botocore.exceptions import ClientError
@@ -29,6 +29,14 @@ from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.pipeline.teardown import teardown as teardown_now
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudformation import CloudFormationClient
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
+    from mypy_boto3_stepfunctions import SFNClient
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
 LIVE = {"succeeded"}
@@ -63,7 +71,7 @@ def parse_ttl(text: str) -> float:
     return value
 
 
-def stack_info(cfn: Any, stack_name: str, region: str) -> StackInfo:
+def stack_info(cfn: CloudFormationClient, stack_name: str, region: str) -> StackInfo:
     try:
         stacks = cfn.describe_stacks(StackName=stack_name)["Stacks"]
     except ClientError as exc:
@@ -87,7 +95,7 @@ def stack_info(cfn: Any, stack_name: str, region: str) -> StackInfo:
     )
 
 
-def start_deployment(sfn: Any, info: StackInfo, request: DeploymentRequest, name: str | None = None) -> str:
+def start_deployment(sfn: SFNClient, info: StackInfo, request: DeploymentRequest, name: str | None = None) -> str:
     name = name or f"cli-{clock.utcnow().strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     arn: str = sfn.start_execution(
         stateMachineArn=info.state_machine_arn, name=name, input=request.model_dump_json(exclude_none=True)
@@ -172,7 +180,7 @@ def find_deployment(registry: Registry, id_or_endpoint: str) -> DeploymentRecord
     raise OperateError(f"no deployment or endpoint {id_or_endpoint!r} in this stack's registry", "see `modeldrop list`")
 
 
-def _managed_endpoint(sm: Any, info: StackInfo, name: str) -> dict[str, Any] | None:
+def _managed_endpoint(sm: SageMakerClient, info: StackInfo, name: str) -> DescribeEndpointOutputTypeDef | None:
     """The endpoint if it exists; refuses one this stack does not manage."""
     desc = describe_endpoint(sm, name)
     if desc is None:
@@ -188,7 +196,9 @@ def _managed_endpoint(sm: Any, info: StackInfo, name: str) -> dict[str, Any] | N
     return desc
 
 
-def extend(sm: Any, registry: Registry, info: StackInfo, id_or_endpoint: str, ttl_hours: float) -> DeploymentRecord:
+def extend(
+    sm: SageMakerClient, registry: Registry, info: StackInfo, id_or_endpoint: str, ttl_hours: float
+) -> DeploymentRecord:
     """Move the expiry to now + ttl, on the endpoint's tag and in the record together."""
     item = find_deployment(registry, id_or_endpoint)
     if item.status not in LIVE:
@@ -204,7 +214,12 @@ def extend(sm: Any, registry: Registry, info: StackInfo, id_or_endpoint: str, tt
 
 
 def teardown(
-    sm: Any, registry: Registry, events: Any, info: StackInfo, id_or_endpoint: str, s3: Any | None = None
+    sm: SageMakerClient,
+    registry: Registry,
+    events: EventBridgeClient,
+    info: StackInfo,
+    id_or_endpoint: str,
+    s3: S3Client | None = None,
 ) -> dict[str, Any]:
     """Delete a managed deployment now, with the state machine's own teardown order, and announce it."""
     try:

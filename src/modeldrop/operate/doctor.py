@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
@@ -20,6 +20,13 @@ from modeldrop.aws.pages import all_items
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
 from modeldrop.serving.image import resolve_image
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudformation import CloudFormationClient
+    from mypy_boto3_iam import IAMClient
+    from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_service_quotas import ServiceQuotasClient
 
 REQUIRED_OUTPUTS = ("StateMachineArn", "DeploymentsTableName", "ArtifactBucketName", "EventBusName")
 
@@ -41,7 +48,7 @@ class StackView(BaseModel):
     resources: dict[str, str]  # logical id -> physical id
 
 
-def read_stack(cfn: Any, stack_name: str, region: str) -> StackView:
+def read_stack(cfn: CloudFormationClient, stack_name: str, region: str) -> StackView:
     stack = cfn.describe_stacks(StackName=stack_name)["Stacks"][0]
     summaries = all_items(cfn, "list_stack_resources", "StackResourceSummaries", StackName=stack_name)
     resources = {res["LogicalResourceId"]: res.get("PhysicalResourceId", "") for res in summaries}
@@ -66,7 +73,7 @@ def check_outputs(view: StackView) -> Check:
     return Check(name="stack outputs", status="ok", detail=f"{view.stack_name}: {len(view.outputs)} outputs")
 
 
-def check_role_trust(iam: Any, role_arn: str) -> Check:
+def check_role_trust(iam: IAMClient, role_arn: str) -> Check:
     name = role_arn.rsplit("/", 1)[-1]
     try:
         problem = role_problem(iam, role_arn)
@@ -77,7 +84,7 @@ def check_role_trust(iam: Any, role_arn: str) -> Check:
     return Check(name="SageMaker execution role", status="ok", detail=f"{name} trusts {SAGEMAKER}")
 
 
-def check_role_reads_bucket(iam: Any, role_arn: str, bucket: str | None) -> Check:
+def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -> Check:
     if not bucket:
         return Check(name="role reads the artifact bucket", status="warn", detail="the stack names no artifact bucket")
     try:
@@ -106,7 +113,7 @@ def check_role_reads_bucket(iam: Any, role_arn: str, bucket: str | None) -> Chec
     )
 
 
-def check_quota(quotas: Any, sm: Any, instance_type: str) -> Check:
+def check_quota(quotas: ServiceQuotasClient, sm: SageMakerClient, instance_type: str) -> Check:
     name = f"endpoint quota for {instance_type}"
     try:
         found = find_quota(quotas, instance_type)
@@ -142,7 +149,9 @@ def check_image(engine: str, region: str, env: dict[str, str]) -> Check:
     return Check(name=f"{engine} image in {region}", status="ok", detail=choice.image_uri)
 
 
-def check_reaper(logs: Any, function_name: str | None, period_minutes: int, now: datetime | None = None) -> Check:
+def check_reaper(
+    logs: CloudWatchLogsClient, function_name: str | None, period_minutes: int, now: datetime | None = None
+) -> Check:
     if not function_name:
         return Check(name="reaper", status="warn", detail="the stack has no ReaperFunction resource")
     group = f"/aws/lambda/{function_name}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from modeldrop.aws.events_bus import publish
 from modeldrop.aws.registry import Registry
@@ -20,6 +20,9 @@ from modeldrop.contracts.errors import CapacityUnavailable, QuotaExceeded, cause
 from modeldrop.contracts.models import AttemptStep, CreateOutcome, EndpointRef, EnginePlan, NormalizedRequest
 from modeldrop.serving.instance_choice import usable
 from modeldrop.serving.memory_plan import hourly_price
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
 
 
 def attempt_name(resource_name: str, attempt: int) -> str:
@@ -100,7 +103,7 @@ def capacity_wait_stuck(desc: Mapping[str, Any], capacity_wait_seconds: int) -> 
 
 def next_attempt(
     registry: Registry,
-    events: Any,
+    events: EventBridgeClient,
     bus: str,
     req: NormalizedRequest,
     plan: EnginePlan,

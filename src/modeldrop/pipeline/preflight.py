@@ -7,7 +7,7 @@ below the request's instance count on every type it may use is, as no wait can h
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -18,8 +18,14 @@ from modeldrop.contracts.errors import ExecutionRoleUnusable, QuotaExceeded
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.serving.instance_choice import AUTO
 
+if TYPE_CHECKING:
+    from mypy_boto3_iam import IAMClient
+    from mypy_boto3_service_quotas import ServiceQuotasClient
 
-def preflight(registry: Registry, iam: Any, quotas: Any, req: NormalizedRequest, role_arn: str) -> dict[str, Any]:
+
+def preflight(
+    registry: Registry, iam: IAMClient, quotas: ServiceQuotasClient, req: NormalizedRequest, role_arn: str
+) -> dict[str, Any]:
     """Raise ExecutionRoleUnusable or QuotaExceeded; otherwise record (and return) what was checked."""
     try:
         problem = role_problem(iam, role_arn)
@@ -34,7 +40,7 @@ def preflight(registry: Registry, iam: Any, quotas: Any, req: NormalizedRequest,
     return checked
 
 
-def _quota_floor(quotas: Any, req: NormalizedRequest) -> str:
+def _quota_floor(quotas: ServiceQuotasClient, req: NormalizedRequest) -> str:
     types = req.instance_types or [req.instance_type]
     if AUTO in types:
         return "not checked: the types follow from the validated checkpoint"

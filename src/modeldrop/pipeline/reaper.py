@@ -6,7 +6,7 @@ Only resources tagged managed-by = this stack are ever touched.
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
@@ -26,6 +26,12 @@ from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.record import DeploymentRecord
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
 BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
 ORPHAN_GRACE = timedelta(hours=1)
@@ -63,16 +69,16 @@ def expiry_of(tags: dict[str, str], created: Any, default_ttl: timedelta) -> tup
 
 
 def reap(
-    sm: Any,
+    sm: SageMakerClient,
     registry: Registry,
-    events: Any,
+    events: EventBridgeClient,
     bus: str,
     stack_tag: str,
     resource_prefix: str,
     now: datetime | None = None,
     period: timedelta = timedelta(minutes=15),
     default_ttl: timedelta = timedelta(hours=4),
-    s3: Any | None = None,
+    s3: S3Client | None = None,
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -99,9 +105,9 @@ def reap(
 
 
 def _reap_endpoint(
-    sm: Any,
+    sm: SageMakerClient,
     registry: Registry,
-    events: Any,
+    events: EventBridgeClient,
     bus: str,
     stack_tag: str,
     ep: dict[str, Any],
@@ -109,7 +115,7 @@ def _reap_endpoint(
     overdue_after: timedelta,
     default_ttl: timedelta,
     result: ReapResult,
-    s3: Any | None = None,
+    s3: S3Client | None = None,
 ) -> None:
     name = ep["EndpointName"]
     tags = list_tags(sm, ep["EndpointArn"])
@@ -144,7 +150,7 @@ def _own_record(registry: Registry, deployment_id: str | None, endpoint_name: st
     return record if record is not None and record.endpoint_name == endpoint_name else None
 
 
-def _delete_served_copy(s3: Any | None, record: DeploymentRecord, deployment_id: str) -> None:
+def _delete_served_copy(s3: S3Client | None, record: DeploymentRecord, deployment_id: str) -> None:
     if s3 is not None and record.artifact_uri:
         delete_served_for(s3, record.artifact_uri, deployment_id)
 
@@ -173,11 +179,11 @@ def _deadline_of(record: DeploymentRecord) -> datetime | None:
 
 
 def _expire(
-    sm: Any,
+    sm: SageMakerClient,
     registry: Registry,
-    events: Any,
+    events: EventBridgeClient,
     bus: str,
-    desc: dict[str, Any],
+    desc: DescribeEndpointOutputTypeDef,
     deployment_id: str | None,
     result: ReapResult,
     dead: bool = False,
@@ -210,7 +216,13 @@ def _expire(
 
 
 def _remove_orphans(
-    sm: Any, registry: Registry, stack_tag: str, resource_prefix: str, live: set[str], now: datetime, result: ReapResult
+    sm: SageMakerClient,
+    registry: Registry,
+    stack_tag: str,
+    resource_prefix: str,
+    live: set[str],
+    now: datetime,
+    result: ReapResult,
 ) -> None:
     kinds = (
         (
@@ -251,7 +263,7 @@ def _remove_orphans(
                 result.errors.append(f"{kind}/{name}: {exc}")
 
 
-def _in_use(sm: Any, live: set[str], resource_prefix: str) -> set[str]:
+def _in_use(sm: SageMakerClient, live: set[str], resource_prefix: str) -> set[str]:
     """Names of the configs behind live endpoints and of their models (a fallback attempt's config
     and model are named apart from the endpoint)."""
     in_use: set[str] = set()

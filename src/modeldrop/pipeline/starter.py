@@ -10,13 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from modeldrop.aws.served_copy import SERVED_PREFIX
 from modeldrop.contracts.errors import ModeldropError, RequestInvalid, describe_validation
 from modeldrop.contracts.models import DeploymentRequest
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_stepfunctions import SFNClient
 
 ARCHIVE_SUFFIX = "model.tar.gz"
 MARKER_NAME = "modeldrop.json"
@@ -96,7 +100,7 @@ def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> Deploym
 
 
 def start_from_event(
-    event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str
+    event: dict[str, Any], s3: S3Client, sfn: SFNClient, state_machine_arn: str, artifact_bucket: str
 ) -> StartOutcome:
     """Start at most one execution. A bad marker or event is rejected rather than raised: EventBridge
     would only retry the same bad input, and nothing must start for it."""
@@ -106,7 +110,9 @@ def start_from_event(
         return StartOutcome(status="rejected", reason=f"{type(exc).__name__}: {exc}")
 
 
-def _start(event: dict[str, Any], s3: Any, sfn: Any, state_machine_arn: str, artifact_bucket: str) -> StartOutcome:
+def _start(
+    event: dict[str, Any], s3: S3Client, sfn: SFNClient, state_machine_arn: str, artifact_bucket: str
+) -> StartOutcome:
     detail = event.get("detail") or {}
     try:
         bucket = detail["bucket"]["name"]

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -67,6 +67,16 @@ from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
 from modeldrop.serving.plan import max_tokens_ceiling, plan_checkpoint
+
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_service_quotas import ServiceQuotasClient
+    from mypy_boto3_ssm import SSMClient
 
 
 def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> NormalizedRequest:
@@ -136,7 +146,7 @@ def _requested_types(request: DeploymentRequest) -> list[str] | None:
     return types
 
 
-def register(registry: Registry, s3: Any, req: NormalizedRequest, region: str) -> dict[str, Any]:
+def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: str) -> dict[str, Any]:
     """Create the record, then claim the artifact version: a second deployment of it fails here."""
     identity, version = artifact_identity(s3, req.artifact_uri)
     price = hourly_price(req.instance_type, region)
@@ -170,14 +180,14 @@ def report_prefix(artifact: Artifact, deployment_id: str) -> tuple[str, str]:
     return artifact.bucket, f"{artifact.folder}modeldrop-reports/{deployment_id}/"
 
 
-def _put_json(s3: Any, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
+def _put_json(s3: S3Client, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
     data = body.model_dump_json(indent=2) if isinstance(body, BaseModel) else json.dumps(body, indent=2, default=str)
     s3.put_object(Bucket=bucket, Key=key, Body=data.encode(), ContentType="application/json")
     return f"s3://{bucket}/{key}"
 
 
 def validate(
-    s3: Any,
+    s3: S3Client,
     registry: Registry,
     deployment_id: str,
     artifact: Artifact,
@@ -281,10 +291,10 @@ def build_plan(
 
 @dataclass
 class CreateClients:
-    sagemaker: Any
-    quotas: Any
-    secretsmanager: Any
-    ssm: Any
+    sagemaker: SageMakerClient
+    quotas: ServiceQuotasClient
+    secretsmanager: SecretsManagerClient
+    ssm: SSMClient
 
 
 def create(
@@ -380,7 +390,11 @@ def deploy_deadline(plan: EnginePlan, cap_seconds: int) -> dict[str, Any]:
 
 
 def poll(
-    sm: Any, ref: EndpointRef, polls: int, logs: Any | None = None, capacity_wait_seconds: int = 1800
+    sm: SageMakerClient,
+    ref: EndpointRef,
+    polls: int,
+    logs: CloudWatchLogsClient | None = None,
+    capacity_wait_seconds: int = 1800,
 ) -> EndpointPoll:
     desc = describe_endpoint(sm, ref.endpoint_name)
     if desc is None:
@@ -425,8 +439,8 @@ def hint_for_failure(reason: str) -> str:
 
 
 def smoke_eval(
-    runtime: Any,
-    s3: Any,
+    runtime: SageMakerRuntimeClient,
+    s3: S3Client,
     registry: Registry,
     req: NormalizedRequest,
     ref: EndpointRef,
@@ -472,8 +486,8 @@ def smoke_eval(
 
 
 def record_failure(
-    sm: Any,
-    logs: Any,
+    sm: SageMakerClient,
+    logs: CloudWatchLogsClient,
     registry: Registry,
     deployment_id: str,
     resource_name: str,
@@ -515,7 +529,12 @@ def record_failure(
 
 
 def finalize(
-    registry: Registry, events: Any, bus: str, deployment_id: str, outcome: str, summary: Mapping[str, Any]
+    registry: Registry,
+    events: EventBridgeClient,
+    bus: str,
+    deployment_id: str,
+    outcome: str,
+    summary: Mapping[str, Any],
 ) -> dict[str, Any]:
     now = clock.iso(clock.utcnow())
     if outcome == "succeeded":

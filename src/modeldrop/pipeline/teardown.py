@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
@@ -20,14 +20,19 @@ from modeldrop.contracts.errors import SageMakerThrottled, TeardownIncomplete
 from modeldrop.contracts.models import TeardownProgress, TeardownResult, deployment_id_for, resource_name_for
 from modeldrop.pipeline.attempts import attempt_name
 
+if TYPE_CHECKING:
+    from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+
 
 def teardown(
-    sm: Any,
+    sm: SageMakerClient,
     registry: Registry | None,
     deployment_id: str,
     resource_name: str,
     owner: str | None = None,
-    s3: Any | None = None,
+    s3: S3Client | None = None,
     artifact_uri: Artifact | None = None,
     attempt: int = 0,
 ) -> TeardownResult:
@@ -45,7 +50,12 @@ def teardown(
 
 
 def delete_now(
-    sm: Any, s3: Any | None, resource_name: str, attempt: int, owner: str, artifact_uri: Artifact | None
+    sm: SageMakerClient,
+    s3: S3Client | None,
+    resource_name: str,
+    attempt: int,
+    owner: str,
+    artifact_uri: Artifact | None,
 ) -> tuple[list[str], list[str], list[str], list[str]]:
     """Endpoint, then its config and model (named by the live endpoint, else by ATTEMPT: a fallback
     attempt's are named apart from the endpoint), then the served copy unless something was left.
@@ -56,8 +66,8 @@ def delete_now(
         desc = describe_endpoint(sm, resource_name)
         if desc is not None:
             config = str(desc.get("EndpointConfigName") or config)
-            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or [{}]
-            model = str(variants[0].get("ModelName") or model)
+            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or []
+            model = str(variants[0].get("ModelName") or model) if variants else model
     except (ClientError, SageMakerThrottled):
         pass  # the names stay the attempt's, and the deletes below say what is wrong
     deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
@@ -72,8 +82,8 @@ TEARDOWN_RECHECK_SECONDS = 15
 
 
 def teardown_pass(
-    sm: Any,
-    s3: Any | None,
+    sm: SageMakerClient,
+    s3: S3Client | None,
     registry: Registry | None,
     deployment_id: str,
     resource_name: str,
@@ -126,7 +136,7 @@ def _record_teardown(registry: Registry, deployment_id: str, progress: TeardownP
     registry.record(deployment_id, "teardown", progress.model_dump(mode="json"), **fields)
 
 
-def _endpoint_pass(sm: Any, deployment_id: str, name: str, progress: TeardownProgress) -> bool:
+def _endpoint_pass(sm: SageMakerClient, deployment_id: str, name: str, progress: TeardownProgress) -> bool:
     """Ask for the endpoint's deletion (again) unless it is already Deleting; True once it is gone."""
     try:
         desc = describe_endpoint(sm, name)
@@ -156,10 +166,10 @@ ENDED_STATUSES = {"ABORTED": "aborted", "TIMED_OUT": "timed_out", "FAILED": "fai
 
 
 def on_execution_ended(
-    sm: Any,
-    s3: Any | None,
+    sm: SageMakerClient,
+    s3: S3Client | None,
     registry: Registry,
-    events: Any,
+    events: EventBridgeClient,
     bus: str,
     detail: Mapping[str, Any],
     resource_prefix: str,
