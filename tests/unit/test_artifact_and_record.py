@@ -58,3 +58,31 @@ def test_a_record_is_decoded_once_from_the_table_item() -> None:
     dumped = record.to_json()
     assert dumped["artifact_uri"] == "s3://bucket-a/m/model.tar.gz" and dumped["written_by_a_newer_version"] is True
     json.dumps(dumped)  # plain JSON: no Decimal, no Artifact
+
+
+def test_every_request_field_reaches_the_steps_as_given() -> None:
+    """A new request field needs no code in normalize: every field not given a stack default there
+    passes through unchanged."""
+    from modeldrop.contracts.models import NormalizedRequest
+    from modeldrop.pipeline.config import DefaultsSettings
+    from modeldrop.pipeline.steps import normalize
+
+    raw = {
+        "artifact_uri": "s3://bucket-a/m/model.tar.gz",
+        "instance_count": 3,
+        "max_hourly_price": 9.5,
+        "quota_wait_minutes": 5,
+        "max_model_len": 8192,
+        "engine_env": {"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "4096"},
+        "engine_settings": {"gpu_memory_utilization": 0.8},
+        "force_plan": True,
+    }
+    req = normalize(raw, "run-1", DefaultsSettings())
+    assert set(DeploymentRequest.model_fields) <= set(NormalizedRequest.model_fields)
+    given = DeploymentRequest.model_validate(raw)
+    redefined = set(NormalizedRequest.model_fields) - set(DeploymentRequest.model_fields) | {
+        "engine", "instance_type", "instance_types", "ttl_hours"
+    }  # fmt: skip
+    for name in set(DeploymentRequest.model_fields) - redefined:
+        assert getattr(req, name) == getattr(given, name), name
+    assert req.engine == "vllm" and req.instance_count == 3 and req.quota_wait_seconds == 300

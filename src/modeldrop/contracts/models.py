@@ -175,31 +175,28 @@ class DeploymentRequest(_Strict):
         return value
 
 
-class NormalizedRequest(_Strict):
-    """The request with every default applied and the names of what it will create."""
+class NormalizedRequest(DeploymentRequest):
+    """The request with every default applied and the names of what it will create.
+
+    Every field of the request is carried as it was given; only the ones redefined here change
+    (a default applied, a list made explicit), so a new request field needs no code here.
+    """
 
     deployment_id: str
     execution_name: str
-    artifact_uri: ArtifactUri
     engine: Engine
     instance_type: str
     ttl_hours: float
-    eval_set_uri: str | None
-    max_model_len: int | None
-    max_num_seqs: int | None
-    eval_thresholds: EvalThresholds
-    engine_env: dict[str, str] = Field(default_factory=dict)
-    engine_settings: EngineSettings = Field(default_factory=EngineSettings)
-    secrets: dict[str, str] = Field(default_factory=dict)
-    force_plan: bool = False
-    source: str
+    instance_types: list[str] | None = None  # None: only instance_type; ["auto"] expands after validation
     resource_name: str
     deploy_deadline_seconds: int
-    instance_types: list[str] | None = None  # None: only instance_type; ["auto"] expands after validation
-    max_hourly_price: float | None = None
-    instance_count: int = 1
     quota_wait_seconds: int = 0
     capacity_wait_seconds: int = 1800
+
+    @field_validator("instance_types")
+    @classmethod
+    def _instance_types(cls, value: list[str] | str | None) -> list[str] | str | None:
+        return value  # the request's list, checked where it was read, with the first type (or "auto") in front
 
 
 _SLUG = re.compile(r"[^a-z0-9-]+")

@@ -91,30 +91,20 @@ def normalize(raw: Any, execution_name: str, defaults: DefaultsSettings) -> Norm
     problem = instance_type_problem(first)
     if problem:  # the stack's default is checked too: nothing may be created for a type that cannot serve
         raise RequestInvalid(*problem)
-    return NormalizedRequest(
-        deployment_id=deployment_id,
-        execution_name=execution_name,
-        artifact_uri=request.artifact_uri,
-        engine=request.engine or defaults.default_engine,
-        instance_type=first,
-        ttl_hours=request.ttl_hours or defaults.default_ttl_hours,
-        eval_set_uri=request.eval_set_uri,
-        max_model_len=request.max_model_len,
-        max_num_seqs=request.max_num_seqs,
-        eval_thresholds=request.eval_thresholds,
-        engine_env=request.engine_env,
-        engine_settings=request.engine_settings,
-        secrets=request.secrets,
-        force_plan=request.force_plan,
-        source=request.source,
-        resource_name=_endpoint_name(request, defaults.resource_prefix, deployment_id),
-        deploy_deadline_seconds=defaults.deploy_deadline_seconds,
-        instance_types=types,
-        max_hourly_price=request.max_hourly_price,
-        instance_count=request.instance_count,
-        quota_wait_seconds=round(request.quota_wait_minutes * 60),
-        capacity_wait_seconds=round(request.capacity_wait_minutes * 60),
-    )
+    # The stack's defaults, in this one place; every other field passes through as the request gave it.
+    defaulted = {
+        "deployment_id": deployment_id,
+        "execution_name": execution_name,
+        "engine": request.engine or defaults.default_engine,
+        "instance_type": first,
+        "instance_types": types,
+        "ttl_hours": request.ttl_hours or defaults.default_ttl_hours,
+        "resource_name": _endpoint_name(request, defaults.resource_prefix, deployment_id),
+        "deploy_deadline_seconds": defaults.deploy_deadline_seconds,
+        "quota_wait_seconds": round(request.quota_wait_minutes * 60),
+        "capacity_wait_seconds": round(request.capacity_wait_minutes * 60),
+    }
+    return NormalizedRequest.model_validate({**dict(request), **defaulted})
 
 
 def _endpoint_name(request: DeploymentRequest, prefix: str, deployment_id: str) -> str:
