@@ -75,7 +75,7 @@ def test_readme_commands_exist() -> None:
     help_text = _run("run-local", "--help").stdout
     for option in ("--fault", "--engine", "--deploy-engine", "--json"):
         assert option in readme and option in help_text
-    from modeldrop.local.hosting import FAULTS
+    from modeldrop.local.faults import FAULTS
 
     for fault in FAULTS:
         assert f"`{fault}`" in readme, fault

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -40,8 +40,10 @@ from modeldrop.cli._shared import (
 )
 from modeldrop.cli.eval_commands import eval_table
 from modeldrop.cli.states import StatePrinter
-from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.local.hosting import FAULTS
+from modeldrop.local.faults import FAULTS
+
+if TYPE_CHECKING:
+    from modeldrop.contracts.record import DeploymentRecord
 
 
 @app.command("run-local")
@@ -86,7 +88,6 @@ def run_local_cmd(
     request.update(request_fields(locals()))
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
-    from modeldrop.local.hosting import FAULTS
     from modeldrop.local.run import run_local
 
     if fault not in FAULTS:
@@ -150,6 +151,8 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
 
 def _plan_rows(result: Any) -> list[tuple[str, str]]:
     """What was deployed where, with which env and memory plan (from the output, else the record)."""
+    from modeldrop.contracts.record import DeploymentRecord
+
     rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
     out = result.output or {}
     built = rec.step_dict("build_env")
@@ -180,6 +183,8 @@ def _times(rec: DeploymentRecord) -> str:
 
 def _outcome_rows(result: Any) -> list[tuple[str, str]]:
     """The attempts that fell back, the eval, and what teardown deleted."""
+    from modeldrop.contracts.record import DeploymentRecord
+
     rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
     rows = [
         (

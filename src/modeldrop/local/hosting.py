@@ -39,6 +39,7 @@ from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local import engines
+from modeldrop.local.faults import FAULTS
 
 PING_FAILED = (
     "The primary container for production variant AllTraffic did not pass the ping health check. "
@@ -48,22 +49,6 @@ CAPACITY = (
     "InsufficientInstanceCapacity: We currently do not have sufficient capacity for {instance} in the "
     "Availability Zone you requested. Please try again later or choose a different instance type."
 )
-FAULTS: dict[str, str] = {
-    "none": "no fault",
-    "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
-    "capacity": "the first instance type tried has no capacity (Failed: InsufficientInstanceCapacity); others do",
-    "quota-busy": "the type's endpoint quota is 1, held by another team's endpoint deleted after 10 virtual min",
-    "abort": "the execution is stopped (StopExecution) while the endpoint is Creating",
-    "slow-start": "the engine is still loading when the startup health check times out: Failed",
-    "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
-    "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
-    "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
-    "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
-    "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
-    "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
-    "reupload": "right after ValidateCheckpoint the artifact's key is overwritten with a corrupt archive",
-    "untrusted-role": "the SageMaker execution role trusts only bedrock.amazonaws.com (RegisterDeployment refuses)",
-}
 TEARDOWN_THROTTLES = 10
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.
 FUNCTION_FAULTS = {"finalize-error": ("FinalizeFunction", "ProvisionedThroughputExceededException")}

@@ -1,0 +1,23 @@
+"""The failures run-local can play out through the real state machine (`--fault NAME`).
+
+Data only, so that the command line can list them without loading the emulator.
+"""
+
+from __future__ import annotations
+
+FAULTS: dict[str, str] = {
+    "none": "no fault",
+    "oom": "the engine dies during load with a CUDA OOM line in its log: the endpoint goes Failed",
+    "capacity": "the first instance type tried has no capacity (Failed: InsufficientInstanceCapacity); others do",
+    "quota-busy": "the type's endpoint quota is 1, held by another team's endpoint deleted after 10 virtual min",
+    "abort": "the execution is stopped (StopExecution) while the endpoint is Creating",
+    "slow-start": "the engine is still loading when the startup health check times out: Failed",
+    "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
+    "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
+    "stream-break": "the engine dies in the middle of a streamed answer (ModelStreamError)",
+    "create-throttle": "CreateEndpoint is throttled once after the model and config exist (the retry adopts them)",
+    "finalize-error": "the first record write after the eval passed fails (retried: the endpoint is kept)",
+    "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
+    "reupload": "right after ValidateCheckpoint the artifact's key is overwritten with a corrupt archive",
+    "untrusted-role": "the SageMaker execution role trusts only bedrock.amazonaws.com (RegisterDeployment refuses)",
+}
