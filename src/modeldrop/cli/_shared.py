@@ -143,6 +143,8 @@ def session_for(region: str | None, profile: str | None = None) -> Any:
     import boto3
     from botocore.exceptions import ProfileNotFound
 
+    from modeldrop.aws.clients import RETRIES
+
     # AWS_REGION is what other SDKs and Lambda read; botocore reads only AWS_DEFAULT_REGION.
     try:
         session = boto3.session.Session(
@@ -150,6 +152,8 @@ def session_for(region: str | None, profile: str | None = None) -> Any:
         )
     except ProfileNotFound:
         fail(f"no AWS profile named {profile!r}", "see `aws configure list-profiles`", error="NoProfile")
+    # Every client the commands make retries as the pipeline's do (a client's own config adds to it).
+    session._session.set_default_client_config(RETRIES)
     if session.region_name is None:
         fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     return session
