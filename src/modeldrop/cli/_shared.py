@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn, TypeVar, cast
 
 try:
     import typer
@@ -250,6 +252,41 @@ SpeculativeModelOpt = Annotated[
 ]
 SpeculativeTokensOpt = Annotated[int | None, typer.Option(min=1, max=16, help="tokens the draft proposes (3)")]
 ParallelDraftingOpt = Annotated[bool, typer.Option(help="P-EAGLE parallel drafting (needs a head trained for it)")]
+
+# The named engine-setting options, declared once for every command that plans (see engine_options).
+ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {
+    "gpu_memory_utilization": (GpuMemoryOpt, None),
+    "tensor_parallel_size": (TensorParallelOpt, None),
+    "dtype": (DtypeOpt, None),
+    "quantization": (QuantizationOpt, None),
+    "limit_mm_per_prompt": (MediaLimitOpt, None),
+    "speculative_model": (SpeculativeModelOpt, None),
+    "speculative_tokens": (SpeculativeTokensOpt, None),
+    "parallel_drafting": (ParallelDraftingOpt, False),
+}
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def engine_options(command: Command) -> Command:
+    """Give COMMAND the named engine-setting options after its own; it receives them, as typed, in
+    one `named_settings` parameter (for engine_settings / request_fields)."""
+    own = inspect.signature(command, eval_str=True)
+    params = [p for p in own.parameters.values() if p.name != "named_settings"]
+    params += [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+        for name, (annotation, default) in ENGINE_OPTIONS.items()
+    ]
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        named = {name: kwargs.pop(name) for name in ENGINE_OPTIONS}
+        return command(*args, named_settings=named, **kwargs)
+
+    # typer reads the signature and the type hints: both name the added options, none names `named_settings`.
+    run.__signature__ = own.replace(parameters=params)  # type: ignore[attr-defined]
+    run.__annotations__ = {p.name: p.annotation for p in params}
+    return cast(Command, run)
 
 
 # The EngineSettings fields whose option has the same name and type.

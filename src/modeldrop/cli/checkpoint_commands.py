@@ -11,24 +11,17 @@ from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import (
-    DtypeOpt,
     EnvOpt,
     ForceOpt,
-    GpuMemoryOpt,
     InstanceCountOpt,
     MaxHourlyPriceOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
-    MediaLimitOpt,
-    ParallelDraftingOpt,
-    QuantizationOpt,
-    SpeculativeModelOpt,
-    SpeculativeTokensOpt,
-    TensorParallelOpt,
     app,
     aws_errors,
     byte_progress,
     console,
+    engine_options,
     engine_settings,
     fail,
     fields,
@@ -150,6 +143,7 @@ def repair_cmd(
 
 
 @app.command("plan")
+@engine_options
 def plan_cmd(
     source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
     engine: Annotated[str, typer.Option(help="vllm | sglang | lmi")] = "vllm",
@@ -160,19 +154,12 @@ def plan_cmd(
     ] = "ml.g6.2xlarge",
     max_hourly_price: MaxHourlyPriceOpt = None,
     instance_count: InstanceCountOpt = 1,
-    gpu_memory_utilization: GpuMemoryOpt = None,
-    tensor_parallel_size: TensorParallelOpt = None,
-    dtype: DtypeOpt = None,
-    quantization: QuantizationOpt = None,
-    limit_mm_per_prompt: MediaLimitOpt = None,
-    speculative_model: SpeculativeModelOpt = None,
-    speculative_tokens: SpeculativeTokensOpt = None,
-    parallel_drafting: ParallelDraftingOpt = False,
     max_model_len: MaxModelLenOpt = None,
     max_num_seqs: MaxNumSeqsOpt = None,
     env: EnvOpt = None,
     force: ForceOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
     json_mode(as_json)
@@ -192,7 +179,7 @@ def plan_cmd(
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     passthrough = pairs("--env", env)
-    named = engine_settings(locals())
+    named = engine_settings(named_settings or {})
     from modeldrop.contracts.models import EngineSettings
 
     with aws_errors(), byte_progress("validating"):

@@ -9,10 +9,8 @@ import typer
 from rich.markup import escape
 
 from modeldrop.cli._shared import (
-    DtypeOpt,
     EnvOpt,
     ForceOpt,
-    GpuMemoryOpt,
     InstanceCountOpt,
     InstanceTypesOpt,
     MaxErrorsOpt,
@@ -20,17 +18,12 @@ from modeldrop.cli._shared import (
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     MaxTruncatedOpt,
-    MediaLimitOpt,
-    ParallelDraftingOpt,
-    QuantizationOpt,
     QuotaWaitOpt,
     SecretOpt,
-    SpeculativeModelOpt,
-    SpeculativeTokensOpt,
-    TensorParallelOpt,
     app,
     byte_progress,
     console,
+    engine_options,
     err,
     fail,
     fields,
@@ -47,6 +40,7 @@ if TYPE_CHECKING:
 
 
 @app.command("run-local")
+@engine_options
 def run_local_cmd(
     artifact: Annotated[
         Path | None, typer.Argument(help="model dir, .tar or .tar.gz; default: a generated sample")
@@ -65,14 +59,6 @@ def run_local_cmd(
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
     instance_count: InstanceCountOpt = 1,
-    gpu_memory_utilization: GpuMemoryOpt = None,
-    tensor_parallel_size: TensorParallelOpt = None,
-    dtype: DtypeOpt = None,
-    quantization: QuantizationOpt = None,
-    limit_mm_per_prompt: MediaLimitOpt = None,
-    speculative_model: SpeculativeModelOpt = None,
-    speculative_tokens: SpeculativeTokensOpt = None,
-    parallel_drafting: ParallelDraftingOpt = False,
     max_num_seqs: MaxNumSeqsOpt = None,
     max_model_len: MaxModelLenOpt = None,
     env: EnvOpt = None,
@@ -81,11 +67,12 @@ def run_local_cmd(
     max_truncated: MaxTruncatedOpt = None,
     max_errors: MaxErrorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
-    request.update(request_fields(locals()))
+    request.update(request_fields({**locals(), **(named_settings or {})}))
     from modeldrop.local import interrupts
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.run import run_local

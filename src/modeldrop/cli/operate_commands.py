@@ -11,27 +11,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import (
-    DtypeOpt,
     EnvOpt,
     ForceOpt,
-    GpuMemoryOpt,
     InstanceCountOpt,
     MaxErrorsOpt,
     MaxHourlyPriceOpt,
     MaxModelLenOpt,
     MaxNumSeqsOpt,
     MaxTruncatedOpt,
-    MediaLimitOpt,
-    ParallelDraftingOpt,
-    QuantizationOpt,
     QuotaWaitOpt,
     SecretOpt,
-    SpeculativeModelOpt,
-    SpeculativeTokensOpt,
-    TensorParallelOpt,
     app,
     aws_errors,
     console,
+    engine_options,
     fail,
     fields,
     instance_choice,
@@ -73,6 +66,7 @@ def _ago(hours: float | None) -> str:
 
 
 @app.command("deploy")
+@engine_options
 def deploy_cmd(
     artifact: Annotated[str, typer.Argument(help="s3://bucket/key.tar.gz or s3://bucket/prefix/")],
     stack: StackOpt = "modeldrop",
@@ -86,14 +80,6 @@ def deploy_cmd(
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
     instance_count: InstanceCountOpt = 1,
-    gpu_memory_utilization: GpuMemoryOpt = None,
-    tensor_parallel_size: TensorParallelOpt = None,
-    dtype: DtypeOpt = None,
-    quantization: QuantizationOpt = None,
-    limit_mm_per_prompt: MediaLimitOpt = None,
-    speculative_model: SpeculativeModelOpt = None,
-    speculative_tokens: SpeculativeTokensOpt = None,
-    parallel_drafting: ParallelDraftingOpt = False,
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
@@ -111,6 +97,7 @@ def deploy_cmd(
         bool, typer.Option("--wait/--no-wait", help="follow the execution and exit with its outcome (the default)")
     ] = True,
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
     json_mode(as_json)
@@ -129,7 +116,7 @@ def deploy_cmd(
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
             "endpoint_name": endpoint_name,
-            **request_fields(locals()),
+            **request_fields({**locals(), **(named_settings or {})}),
         }
         try:
             request = DeploymentRequest.model_validate({k: v for k, v in fields.items() if v is not None})
