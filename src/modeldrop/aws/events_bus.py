@@ -52,7 +52,7 @@ EVENT_FIELDS = (
 def lifecycle_detail(record: DeploymentRecord, status: str) -> dict[str, Any]:
     """An event's detail from the deployment record; cost is so far while live, final once ended."""
     cost_key = "cost_so_far_usd" if status == "succeeded" else "final_cost_usd"
-    fields = record.model_dump(mode="json")
+    fields = record.to_json()
     return {
         "deployment_id": record.deployment_id,
         "status": status,

@@ -17,12 +17,9 @@ ArtifactKind = Literal["tar.gz", "prefix"]
 
 
 @dataclass(frozen=True)
-class Artifact:
+class Artifact(S3Uri):
     """`s3://bucket/key.tar.gz` (ModelDataUrl, a gzip-compressed tar) or `s3://bucket/prefix/`
     (ModelDataSource with CompressionType None: the uncompressed files)."""
-
-    bucket: str
-    key: str
 
     @classmethod
     def parse(cls, uri: str) -> Artifact:
@@ -38,27 +35,16 @@ class Artifact:
 
     @property
     def kind(self) -> ArtifactKind:
-        return "prefix" if self.key.endswith("/") else "tar.gz"
-
-    @property
-    def is_prefix(self) -> bool:
-        return self.kind == "prefix"
+        return "prefix" if self.is_prefix else "tar.gz"
 
     @property
     def compressed(self) -> bool:
         return self.kind == "tar.gz"
 
     @property
-    def location(self) -> S3Uri:
-        return S3Uri(self.bucket, self.key)
-
-    @property
     def folder(self) -> str:
-        """The key prefix the artifact sits in (its own prefix, or the archive's folder)."""
-        return self.key if self.is_prefix else self.key.rpartition("/")[0] + "/" if "/" in self.key else ""
-
-    def __str__(self) -> str:
-        return f"s3://{self.bucket}/{self.key}"
+        """The key prefix the artifact sits in: its own prefix, or the archive's folder."""
+        return self.key if self.is_prefix else self.key[: self.key.rfind("/") + 1]
 
 
 def _artifact(value: object) -> Artifact:

@@ -42,7 +42,9 @@ if TYPE_CHECKING:
 
 def runtime_client_config() -> Config:
     """Retries off (the eval retries throttling itself and counts attempts); read past the 60 s cap."""
-    return Config(retries={"mode": "standard", "total_max_attempts": 1}, read_timeout=70)
+    from modeldrop.aws.clients import RUNTIME
+
+    return RUNTIME
 
 
 @dataclass(frozen=True)
