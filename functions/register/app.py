@@ -10,7 +10,6 @@ from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RegisterSettings
 from modeldrop.pipeline.lambda_support import handler, logger
-from modeldrop.pipeline.preflight import preflight
 
 
 class Event(BaseModel):
@@ -22,7 +21,5 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegisterSettings.from_env()
     registry = settings.registry()
-    registered = steps.register(registry, clients.s3(), event.request, settings.aws_region)
-    # After the record exists, so that a refusal here is recorded (and shown by `modeldrop status`).
-    preflight(registry, clients.iam(), clients.service_quotas(), event.request, settings.sagemaker_role_arn)
-    return registered
+    aws = steps.RegisterClients(s3=clients.s3(), iam=clients.iam(), quotas=clients.service_quotas())
+    return steps.register_and_check(registry, aws, event.request, settings.aws_region, settings.sagemaker_role_arn)

@@ -63,6 +63,7 @@ from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
 from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
 from modeldrop.pipeline.config import DefaultsSettings
+from modeldrop.pipeline.preflight import preflight
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
@@ -70,6 +71,7 @@ from modeldrop.serving.plan import max_tokens_ceiling, plan_checkpoint
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
+    from mypy_boto3_iam import IAMClient
     from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
@@ -163,6 +165,23 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
             f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
         )
     return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
+
+
+@dataclass
+class RegisterClients:
+    s3: S3Client
+    iam: IAMClient
+    quotas: ServiceQuotasClient
+
+
+def register_and_check(
+    registry: Registry, aws: RegisterClients, req: NormalizedRequest, region: str, role_arn: str
+) -> dict[str, Any]:
+    """RegisterDeployment: the record and the artifact claim, then the preflight -- after the record
+    exists, so that a refusal there is recorded (and shown by `modeldrop status`)."""
+    registered = register(registry, aws.s3, req, region)
+    preflight(registry, aws.iam, aws.quotas, req, role_arn)
+    return registered
 
 
 def report_prefix(artifact: Artifact, deployment_id: str) -> tuple[str, str]:
