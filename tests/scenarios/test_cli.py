@@ -373,6 +373,7 @@ def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:
     kept = data["local_reports"]
     assert set(kept) == {"validation", "eval", "eval_markdown"}, kept
     assert json.loads(Path(kept["eval"]).read_text())["passed"] is True
+    assert data["eval_report"] == json.loads(Path(kept["eval"]).read_text())  # the kept copy, read once
     assert json.loads(Path(kept["validation"]).read_text())["deployable"] is True
     refused = _run("run-local", "--tensor-parallel-size", "2", "--json")
     data = json.loads(refused.stdout)

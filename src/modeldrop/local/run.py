@@ -198,6 +198,7 @@ def _deploy(
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
     status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
+    kept = _keep_reports(stack, record, deployment_id)
     return RunResult(
         status=status,
         error=desc.get("error") or ("ExecutionAborted" if status == "aborted" else None),
@@ -208,10 +209,10 @@ def _deploy(
         output=output,
         record=record,
         eval=(output or {}).get("eval") or (record.step("smoke_eval") if record else None),
-        eval_report=_eval_report(stack, record),
+        eval_report=json.loads(Path(kept["eval"]).read_text()) if "eval" in kept else None,
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
-        local_reports=_keep_reports(stack, record, deployment_id),
+        local_reports=kept,
     )
 
 
@@ -310,15 +311,3 @@ def _keep_reports(stack: Any, record: DeploymentRecord | None, deployment_id: st
             continue
         kept[kind] = str(dest)
     return kept
-
-
-def _eval_report(stack: Any, record: DeploymentRecord | None) -> dict[str, Any] | None:
-    uri = record.eval_report_uri if record else None
-    if not uri:
-        return None
-    from modeldrop.contracts.s3uri import parse_s3_uri
-
-    loc = parse_s3_uri(uri)
-    body = stack.client("s3").get_object(Bucket=loc.bucket, Key=loc.key)["Body"].read()
-    report: dict[str, Any] = json.loads(body)
-    return report
