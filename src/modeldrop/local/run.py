@@ -173,28 +173,9 @@ def _deploy(
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     stack.settle()  # what the execution's end set off (the ExecutionEnded rule) has finished
     deployment_id = deployment_id_for(desc["name"])
-    cleanup: list[str] = []
-    if desc["status"] == "SUCCEEDED":
-        # The emulator ends with this run: delete the live endpoint the way `modeldrop teardown` does,
-        # so that the leftover check below is a real one for a success too.
-        done_record = stack.registry().get(deployment_id)
-        created = done_record.step_dict("create_endpoint") if done_record else {}
-        deadline = None
-        for _ in range(20):  # the state machine's own teardown loop, without its waits
-            done = stack.invoke_function(
-                "TeardownFunction",
-                {
-                    "deployment_id": deployment_id,
-                    "resource_name": (done_record.endpoint_name if done_record else None) or "",
-                    "artifact_uri": str(done_record.artifact_uri) if done_record and done_record.artifact_uri else None,
-                    "attempt": int(created.get("attempt") or 0),
-                    "deadline_at": deadline,
-                },
-            )
-            deadline = done.get("deadline_at")
-            cleanup = list(done.get("deleted", []))  # every pass so far, in order
-            if done.get("done"):
-                break
+    # The emulator ends with this run: a live endpoint is deleted as `modeldrop teardown` does, so
+    # that the leftover check below is a real one for a success too.
+    cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" else []
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
     status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
@@ -214,6 +195,28 @@ def _deploy(
         deleted_at_exit=cleanup,
         local_reports=kept,
     )
+
+
+def _teardown_at_exit(stack: Any, deployment_id: str) -> list[str]:
+    """The state machine's own teardown loop, without its waits; returns what every pass deleted."""
+    record = stack.registry().get(deployment_id)
+    if record is None:
+        return []
+    event = {
+        "deployment_id": deployment_id,
+        "resource_name": record.endpoint_name or "",
+        "artifact_uri": str(record.artifact_uri) if record.artifact_uri else None,
+        "attempt": int(record.step_dict("create_endpoint").get("attempt") or 0),
+        "deadline_at": None,
+    }
+    deleted: list[str] = []
+    for _ in range(20):
+        done = stack.invoke_function("TeardownFunction", event)
+        event["deadline_at"] = done.get("deadline_at")
+        deleted = list(done.get("deleted", []))  # every pass so far, in order
+        if done.get("done"):
+            break
+    return deleted
 
 
 def _stop_running(stack: Any) -> None:
