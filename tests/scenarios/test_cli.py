@@ -404,3 +404,25 @@ def test_a_progress_bar_on_a_terminal_and_none_when_piped_or_json(tmp_path: Path
     assert piped.returncode == 0 and "validating" not in piped.stderr + piped.stdout
     as_json = _run("validate", str(packed), "--json")
     assert "validating" not in as_json.stderr and json.loads(as_json.stdout)["deployable"]
+
+
+def test_two_runs_with_one_deployment_id_keep_reports_of_their_own() -> None:
+    """Two run-locals started in the same second share a deployment id: neither overwrites the other's reports."""
+    import boto3
+    from moto import mock_aws
+
+    from modeldrop.contracts.record import DeploymentRecord
+    from modeldrop.local.run import _keep_reports
+
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="reports-x")
+        stack = type("Stack", (), {"client": staticmethod(lambda name: s3)})()
+        record = DeploymentRecord(deployment_id="local-20261201-221603", eval_report_uri="s3://reports-x/r/eval.json")
+        kept = []
+        for run in ("first", "second"):
+            s3.put_object(Bucket="reports-x", Key="r/eval.json", Body=json.dumps({"run": run}).encode())
+            kept.append(_keep_reports(stack, record, record.deployment_id)["eval"])
+    assert kept[0] != kept[1]
+    assert [json.loads(Path(k).read_text())["run"] for k in kept] == ["first", "second"]
+    assert all(Path(k).parent.name.startswith(record.deployment_id) for k in kept)

@@ -135,17 +135,10 @@ def _deploy(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
     packed = _artifact_file(artifact, workdir)
-    from boto3.s3.transfer import TransferConfig
-
     from modeldrop.contracts import progress
 
-    # Two parts in flight: the emulated S3 is in this process, more threads only hold more 8 MB parts.
     stack.client("s3").upload_file(
-        str(packed),
-        stack.bucket,
-        key,
-        Callback=progress.counter(packed.stat().st_size),
-        Config=TransferConfig(max_concurrency=2),
+        str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size), Config=upload_config()
     )
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
@@ -195,6 +188,19 @@ def _deploy(
         deleted_at_exit=cleanup,
         local_reports=kept,
     )
+
+
+def upload_config() -> Any:
+    """How run-local uploads into the emulated S3, which runs in this process.
+
+    Two parts in flight, and no more than two read ahead of them: more threads only hold more 8 MB
+    parts, and s3transfer's default read-ahead of ten parts held 136 MB on a busy machine.
+    """
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(max_concurrency=2)
+    config.max_in_memory_upload_chunks = 2  # s3transfer's knob, which boto3's constructor does not take
+    return config
 
 
 def _teardown_at_exit(stack: Any, deployment_id: str) -> list[str]:
@@ -302,12 +308,17 @@ def _keep_reports(stack: Any, record: DeploymentRecord | None, deployment_id: st
     }
     kept: dict[str, str] = {}
     s3 = stack.client("s3")
+    folder: Path | None = None
     for kind, uri in uris.items():
         if not uri:
             continue
         loc = parse_s3_uri(str(uri))
-        dest = REPORTS_DIR / deployment_id / loc.key.rsplit("/", 1)[-1]
-        dest.parent.mkdir(parents=True, exist_ok=True)
+        if folder is None:
+            # A folder of this run's own: two runs started in the same second get the same
+            # deployment id (each in its own emulator), and must not overwrite each other's reports.
+            REPORTS_DIR.mkdir(parents=True, exist_ok=True)
+            folder = Path(tempfile.mkdtemp(prefix=f"{deployment_id}-", dir=REPORTS_DIR))
+        dest = folder / loc.key.rsplit("/", 1)[-1]
         try:
             s3.download_file(loc.bucket, loc.key, str(dest))
         except Exception:  # a report that was never written (the run failed first): nothing to keep
