@@ -209,17 +209,82 @@ def test_local_archives_parallel_path_trusts_only_a_matching_trailer(
     )
     assert validate_scan(scan_local(str(tmp_path / "multi.tar.gz"))).deployable
     assert scans == ["sequential"]
-    # A small first member and a weights-like last one: the parallel inflater reads it, and the
-    # last member's CRC (the trailer's) vouches for the end - still one pass.
+    # A small first member and a weights-like last one pass the gate; the inflated size is not the
+    # trailer's (the last member's), so the sequential inflater checks every member's trailer.
     (tmp_path / "appended.tar.gz").write_bytes(gzip.compress(data[:1024]) + gzip.compress(data[1024:]))
     scans.clear()
     assert validate_scan(scan_local(str(tmp_path / "appended.tar.gz"))).deployable
-    assert scans == ["parallel"]
+    assert scans == ["parallel", "sequential"]
     cut = (tmp_path / "appended.tar.gz").read_bytes()
     (tmp_path / "appended-cut.tar.gz").write_bytes(cut[: len(cut) - 4096])
     assert artifact_scan._scan_with_rapidgzip(tmp_path / "appended-cut.tar.gz") is None
     with pytest.raises(CheckpointUnreadable, match=r"truncated|gzip"):
         scan_local(str(tmp_path / "appended-cut.tar.gz"))
+
+
+def test_a_bomb_behind_a_lying_trailer_is_stopped_at_the_inflaters_memory_bound(tmp_path: Path) -> None:
+    """A 1 MB zero bomb whose trailer claims a weights-like size passes the gate; the watchdog
+    kills the decoder (it reached 432 MB unwatched) and the sequential inflater refuses the file."""
+    import subprocess
+    import sys
+    import zlib
+
+    from modeldrop.checkpoint import parallel_inflate
+
+    info = tarfile.TarInfo("model.safetensors")
+    info.size = 1 << 30
+    deflate = zlib.compressobj(9, zlib.DEFLATED, 31)  # gzip framing
+    body = bytearray(deflate.compress(info.tobuf(format=tarfile.GNU_FORMAT)))
+    zeros = bytes(1 << 20)
+    for _ in range(info.size >> 20):
+        body += deflate.compress(zeros)
+    body += deflate.compress(bytes(1024)) + deflate.flush()  # the end-of-archive blocks
+    body[-4:] = int(len(body) * 1.2).to_bytes(4, "little")  # the trailer lies: 1.2x the file
+    bomb = tmp_path / "bomb.tar.gz"
+    bomb.write_bytes(bytes(body))
+    script = (
+        "import json, resource, sys; from pathlib import Path;"
+        "from modeldrop.checkpoint import artifact_scan as a;"
+        "fast = a._scan_with_rapidgzip(Path(sys.argv[1]));"
+        "print(json.dumps([fast is None, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(bomb)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    declined, child_peak = json.loads(done.stdout.strip().splitlines()[-1])
+    assert declined
+    assert child_peak < parallel_inflate.MAX_CHILD_RSS + (32 << 20), f"the decoder held {child_peak >> 20} MB"
+    with pytest.raises(CheckpointUnreadable, match=r"gzip|truncated"):
+        scan_local(str(bomb))
+
+
+def test_a_member_refused_mid_archive_stops_the_parallel_decoder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeldrop.checkpoint import parallel_inflate
+
+    d = write_checkpoint(tmp_path / "c")
+    (d / "extra-weights.bin").write_bytes(os.urandom(8 << 20))  # weights-like, so the parallel path takes it
+    raw = io.BytesIO()
+    with tarfile.open(fileobj=raw, mode="w:gz") as tar:
+        for p in sorted(d.iterdir()):
+            tar.add(p, arcname=p.name)
+        link = tarfile.TarInfo("escape")
+        link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(link)
+        tar.add(d / "extra-weights.bin", arcname="more-weights.bin")
+    (tmp_path / "linked.tar.gz").write_bytes(raw.getvalue())
+    started: list[parallel_inflate.ParallelInflate] = []
+    real = parallel_inflate.ParallelInflate
+
+    def recording(*args: object) -> parallel_inflate.ParallelInflate:
+        started.append(real(*args))  # type: ignore[arg-type]
+        return started[-1]
+
+    monkeypatch.setattr(parallel_inflate, "ParallelInflate", recording)
+    with pytest.raises(CheckpointUnreadable, match="symlink"):
+        scan_local(str(tmp_path / "linked.tar.gz"))
+    assert len(started) == 1  # refused on its merits by the parallel pass, not scanned again
+    assert started[0]._proc.returncode is not None  # the decoder was stopped and reaped
 
 
 def test_not_a_model_is_refused_with_findings(tmp_path: Path) -> None:

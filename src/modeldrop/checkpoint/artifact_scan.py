@@ -46,11 +46,8 @@ FIRST_RANGE_BYTES = 1024 * 1024
 # tarfile's stream mode copies what is left of its buffer on every read, 512-byte headers included:
 # with a 4 MiB buffer 10^6 empty members took 60 s. 256 KiB keeps that small and skips stay cheap.
 TAR_BUFSIZE = 256 * 1024
-# Measured (2 cores, 1 GB): 2 MiB chunks peaked at 64-94 MB on both bench kinds, 4 MiB at 65-131 MB
-# and 1 MiB at up to 181 MB (rapidgzip's prefetch is timing-dependent). Its seek index grows
-# ~5-8 MB per GB, so past RAPIDGZIP_MAX_BYTES the sequential inflater (flat memory) takes over.
-RAPIDGZIP_CHUNK = 2 * 1024 * 1024
-RAPIDGZIP_MAX_BYTES = 6 * 1024**3
+# Weights-like data: gzip saves 0-40 %, so the inflated size is 0.9-1.6x the file.
+RAPIDGZIP_MIN_RATIO = 0.9
 RAPIDGZIP_MAX_RATIO = 1.6
 
 
@@ -344,9 +341,12 @@ def _skip_reporting(stream: IO[bytes], end: int, total: int | None) -> None:
     if end - position <= SKIP_STEP:
         return
     while position < end:
-        position = stream.seek(min(position + SKIP_STEP, end))
-        compressed = getattr(stream, "tell_compressed", None)
-        progress.report(compressed() // 8 if compressed else position, total)
+        reached = stream.seek(min(position + SKIP_STEP, end))
+        if reached == position:  # the stream ended: tarfile's own read then names the truncation
+            return
+        position = reached
+        compressed = getattr(stream, "compressed_position", None)
+        progress.report(compressed() if compressed else position, total)
 
 
 class _Counted:
@@ -394,11 +394,11 @@ def scan_local(path: str) -> ArtifactScan:
 
 @cache
 def bound_allocator() -> None:
-    """Make glibc give rapidgzip's freed chunk buffers back to the OS.
+    """Make glibc give freed multi-MB buffers back to the OS.
 
-    By default each decoder thread gets its own malloc arena and glibc raises its mmap threshold
-    after large frees, so multi-MB buffers pile up on heaps that are never trimmed: measured, peak
-    RSS of a 4 GB validation went from ~95 MB to 150 MB. One arena, trimming, a fixed threshold.
+    By default each thread gets its own malloc arena and glibc raises its mmap threshold after
+    large frees, so multi-MB buffers pile up on heaps that are never trimmed. One arena, trimming,
+    a fixed threshold.
     """
     try:
         import ctypes
@@ -415,55 +415,37 @@ def bound_allocator() -> None:
 def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
     """Parallel inflate for a local .tar.gz; None when rapidgzip is absent or cannot vouch for the file.
 
-    rapidgzip stops quietly at a truncated end, so the result counts only if the gzip trailer
-    matches: the decompressed size, or for a multi-member gzip the last member's CRC; otherwise
-    (truncated) the sequential inflater, which checks every trailer, decides.
+    rapidgzip stops quietly at a stream cut inside a deflate block, so the result counts only if
+    the gzip trailer's size is the size inflated. A multi-member gzip fails that test too (the
+    trailer describes its last member only); the sequential inflater, which checks every member's
+    trailer, then decides. Such a file reaches this path only when its last member holds nearly
+    all the data, since the trailer gate below sends any other one straight to the sequential path.
     """
+    from modeldrop.checkpoint import parallel_inflate
+
     size = path.stat().st_size
-    if size > RAPIDGZIP_MAX_BYTES or size < 8:
+    if size < 8 or not parallel_inflate.available():
         return None
     with path.open("rb") as fh:
-        fh.seek(-8, os.SEEK_END)
-        crc, isize = int.from_bytes(fh.read(4), "little"), int.from_bytes(fh.read(4), "little")
-    # rapidgzip's memory grows with the compression ratio (a 1 GB zero bomb took it to 625 MB):
-    # only weights-like data (gzip saves 0-40 %, so the trailer's size is 1-1.6x the file) goes
-    # parallel; anything else is inflated sequentially, in flat memory.
-    if not size * 0.9 <= isize <= size * RAPIDGZIP_MAX_RATIO:
+        fh.seek(-4, os.SEEK_END)
+        isize = int.from_bytes(fh.read(4), "little")
+    # Only weights-like data goes parallel: a bomb's ratio is far past it, and a multi-member
+    # file's last member is usually small. The trailer holds the size modulo 2^32.
+    expected = isize + max(0, -(-(int(size * RAPIDGZIP_MIN_RATIO) - isize) // 2**32)) * 2**32
+    if expected > size * RAPIDGZIP_MAX_RATIO:
         return None
     try:
-        import rapidgzip
-    except ImportError:
-        return None
-    bound_allocator()
-    try:
-        with rapidgzip.RapidgzipFile(
-            str(path), parallelization=os.cpu_count() or 1, chunk_size=RAPIDGZIP_CHUNK
-        ) as stream:
+        with parallel_inflate.ParallelInflate(path, size, expected) as stream:
             scan = _scan_tar(cast(IO[bytes], stream), str(path), "tar.gz", seekable=True, compressed_size=size)
-            total = stream.seek(0, os.SEEK_END)
-            progress.report(size, size)
-            complete = isize == total % 2**32 or _last_member_holds(stream, total, crc, isize)
+            complete = stream.finished() and stream.tell() % 2**32 == isize
     except CheckpointUnreadable as exc:
         if getattr(exc, "stream_fault", False):
             return None  # the sequential inflater, which checks every trailer, decides
         raise  # a hostile member is refused once, not scanned again
-    except Exception:  # rapidgzip's own errors on a stream it cannot read: let the sequential path judge
+    except OSError:  # the decoder could not start or the pipe failed: the sequential path judges
         return None
+    progress.report(size, size)
     return scan if complete else None
-
-
-def _last_member_holds(stream: IO[bytes], total: int, crc: int, isize: int) -> bool:
-    """A multi-member gzip (a concatenation, bgzip): the trailer describes only the last member,
-    so its CRC is checked over the last `isize` bytes (rapidgzip checks every earlier member's
-    own). A stream cut inside its last member ends in deflate data, which passes this by chance
-    only (2^-32); the sequential inflater then never has to inflate the whole file again."""
-    if isize >= total:
-        return False
-    stream.seek(total - isize)
-    running = 0
-    while block := stream.read(4 * 1024 * 1024):
-        running = zlib.crc32(block, running)
-    return running == crc
 
 
 def scan_s3_object(s3: S3Client, uri: S3Uri) -> ArtifactScan:
