@@ -7,8 +7,9 @@ deployments table on every round. `reset()` forgets them (tests, after the emula
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.config import Config
@@ -32,83 +33,77 @@ RETRIES = Config(retries={"mode": "standard", "max_attempts": 8})
 # The smoke eval counts and retries throttling itself; a streamed answer may take past the 60 s default.
 RUNTIME = Config(retries={"mode": "standard", "total_max_attempts": 1}, read_timeout=70)
 
+_Factory = TypeVar("_Factory", bound=Callable[..., Any])
+_KEPT: list[Any] = []
 
-@cache
+
+def _kept(factory: _Factory) -> _Factory:
+    """Build on first use, keep for the container's life, and let `reset()` forget it."""
+    cached = cache(factory)
+    _KEPT.append(cached)
+    return cached  # type: ignore[return-value]
+
+
+@_kept
 def sagemaker() -> SageMakerClient:
     return boto3.client("sagemaker", config=RETRIES)
 
 
-@cache
+@_kept
 def sagemaker_runtime() -> SageMakerRuntimeClient:
     return boto3.client("sagemaker-runtime", config=RUNTIME)
 
 
-@cache
+@_kept
 def s3() -> S3Client:
     return boto3.client("s3", config=RETRIES)
 
 
-@cache
+@_kept
 def events() -> EventBridgeClient:
     return boto3.client("events", config=RETRIES)
 
 
-@cache
+@_kept
 def logs() -> CloudWatchLogsClient:
     return boto3.client("logs", config=RETRIES)
 
 
-@cache
+@_kept
 def iam() -> IAMClient:
     return boto3.client("iam", config=RETRIES)
 
 
-@cache
+@_kept
 def service_quotas() -> ServiceQuotasClient:
     return boto3.client("service-quotas", config=RETRIES)
 
 
-@cache
+@_kept
 def secretsmanager() -> SecretsManagerClient:
     return boto3.client("secretsmanager", config=RETRIES)
 
 
-@cache
+@_kept
 def ssm() -> SSMClient:
     return boto3.client("ssm", config=RETRIES)
 
 
-@cache
+@_kept
 def stepfunctions() -> SFNClient:
     return boto3.client("stepfunctions", config=RETRIES)
 
 
-@cache
+@_kept
 def cloudformation() -> CloudFormationClient:
     return boto3.client("cloudformation", config=RETRIES)
 
 
-@cache
+@_kept
 def table(name: str) -> Table:
     return boto3.resource("dynamodb", config=RETRIES).Table(name)
 
 
-_ALL = (
-    sagemaker,
-    sagemaker_runtime,
-    s3,
-    events,
-    logs,
-    iam,
-    service_quotas,
-    secretsmanager,
-    ssm,
-    stepfunctions,
-    cloudformation,
-    table,
-)
-
-
 def reset() -> None:
-    for factory in _ALL:
+    for factory in _KEPT:
         factory.cache_clear()

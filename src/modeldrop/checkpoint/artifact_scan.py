@@ -9,13 +9,13 @@ kept in memory, bounded in size.
 from __future__ import annotations
 
 import gzip
+import math
 import os
 import posixpath
 import tarfile
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
@@ -392,26 +392,6 @@ def scan_local(path: str) -> ArtifactScan:
         return scan_tar_stream(cast(IO[bytes], _Counted(fh, p.stat().st_size)), path, compressed)
 
 
-@cache
-def bound_allocator() -> None:
-    """Make glibc give freed multi-MB buffers back to the OS.
-
-    By default each thread gets its own malloc arena and glibc raises its mmap threshold after
-    large frees, so multi-MB buffers pile up on heaps that are never trimmed. One arena, trimming,
-    a fixed threshold.
-    """
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc: nothing to tune
-        return
-    m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8
-    libc.mallopt(m_arena_max, 1)
-    libc.mallopt(m_trim_threshold, 0)
-    libc.mallopt(m_mmap_threshold, 1024 * 1024)
-
-
 def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
     """Parallel inflate for a local .tar.gz; None when rapidgzip is absent or cannot vouch for the file.
 
@@ -430,8 +410,10 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         fh.seek(-4, os.SEEK_END)
         isize = int.from_bytes(fh.read(4), "little")
     # Only weights-like data goes parallel: a bomb's ratio is far past it, and a multi-member
-    # file's last member is usually small. The trailer holds the size modulo 2^32.
-    expected = isize + max(0, -(-(int(size * RAPIDGZIP_MIN_RATIO) - isize) // 2**32)) * 2**32
+    # file's last member is usually small. The trailer holds the size modulo 2^32: the smallest
+    # size it can stand for at or above the weights-like minimum is the one to gate on.
+    wraps = max(0, math.ceil((size * RAPIDGZIP_MIN_RATIO - isize) / 2**32))
+    expected = isize + wraps * 2**32
     if expected > size * RAPIDGZIP_MAX_RATIO:
         return None
     try:
@@ -444,8 +426,10 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         raise  # a hostile member is refused once, not scanned again
     except OSError:  # the decoder could not start or the pipe failed: the sequential path judges
         return None
+    if not complete:
+        return None
     progress.report(size, size)
-    return scan if complete else None
+    return scan
 
 
 def scan_s3_object(s3: S3Client, uri: S3Uri) -> ArtifactScan:

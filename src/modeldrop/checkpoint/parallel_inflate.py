@@ -100,24 +100,19 @@ class ParallelInflate:
         self._position += len(out)
         return bytes(out)
 
-    def readinto(self, buffer: bytearray | memoryview) -> int:
-        data = self.read(len(buffer))
-        buffer[: len(data)] = data
-        return len(data)
-
     def tell(self) -> int:
         return self._position
 
     def seekable(self) -> bool:
         return True  # forward only; tarfile's seekable mode seeks only forward
 
-    def readable(self) -> bool:
-        return True
-
     def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
-        target = {os.SEEK_SET: offset, os.SEEK_CUR: self._position + offset}.get(whence, -1)
         if whence == os.SEEK_END:
             target = sys.maxsize
+        elif whence == os.SEEK_CUR:
+            target = self._position + offset
+        else:
+            target = offset
         if target < self._position:
             raise OSError(f"cannot seek back in a parallel inflate (to {target} from {self._position})")
         while self._position < target:

@@ -21,6 +21,7 @@ import mmap
 import tempfile
 import threading
 from collections.abc import Iterator
+from functools import cache
 from typing import IO, Any
 
 LARGE = 32 * 1024 * 1024
@@ -108,11 +109,29 @@ class SharedBuffer:
         return getattr(self.buffer, name)
 
 
+@cache
+def bound_allocator() -> None:
+    """Make glibc give freed multi-MB buffers back to the OS.
+
+    By default each thread gets its own malloc arena and glibc raises its mmap threshold after
+    large frees, so multi-MB buffers pile up on heaps that are never trimmed. One arena, trimming,
+    a fixed threshold.
+    """
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # not glibc: nothing to tune
+        return
+    m_trim_threshold, m_mmap_threshold, m_arena_max = -1, -3, -8
+    libc.mallopt(m_arena_max, 1)
+    libc.mallopt(m_trim_threshold, 0)
+    libc.mallopt(m_mmap_threshold, 1024 * 1024)
+
+
 def install() -> None:
     from moto.core import botocore_stubber
     from moto.s3 import models
-
-    from modeldrop.checkpoint.artifact_scan import bound_allocator
 
     # Request bodies are 8 MB each: with glibc's sliding mmap threshold they land on the heap and
     # stay there after they are freed; a fixed threshold gives them back.

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
@@ -18,6 +18,9 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
+
+if TYPE_CHECKING:
+    from boto3.s3.transfer import TransferConfig
 
 
 class RunResult(BaseModel):
@@ -190,7 +193,7 @@ def _deploy(
     )
 
 
-def upload_config() -> Any:
+def upload_config() -> TransferConfig:
     """How run-local uploads into the emulated S3, which runs in this process.
 
     Two parts in flight, and no more than two read ahead of them: more threads only hold more 8 MB
