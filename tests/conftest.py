@@ -30,8 +30,8 @@ def make_stack() -> Iterator[Callable[..., Any]]:
     built: list[Any] = []
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
 
-        def make(parameters: dict[str, str] | None = None, **hosting: Any) -> Any:
-            stack = build_stack(ROOT, parameters, hosting=LocalHosting(**hosting))
+        def make(parameters: dict[str, str] | None = None, root: Path = ROOT, **hosting: Any) -> Any:
+            stack = build_stack(root, parameters, hosting=LocalHosting(**hosting))
             built.append(stack)
             return stack
 

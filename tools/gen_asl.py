@@ -40,6 +40,15 @@ LAMBDA_RETRY = {
     "MaxDelaySeconds": 60,
     "JitterStrategy": "FULL",
 }
+# The deployments table busy past the SDK's own retries: every step is retried, with backoff.
+REGISTRY_RETRY = {
+    "ErrorEquals": ["RegistryBusy"],
+    "IntervalSeconds": 3,
+    "MaxAttempts": 6,
+    "BackoffRate": 2,
+    "MaxDelaySeconds": 60,
+    "JitterStrategy": "FULL",
+}
 THROTTLE_RETRY = {
     "ErrorEquals": ["SageMakerThrottled"],
     "IntervalSeconds": 5,
@@ -58,6 +67,10 @@ FAIL_CAUSE = (
     "{% $substring($failure.Error, 0, 7) = 'States.' ? ($failure.Error & ': ' & ($exists($failure.Cause) ? "
     "$failure.Cause : 'no cause was given')) : ($exists($failure.Cause) ? $failure.Cause : 'no cause was given') %}"
 )
+# The execution that owns the deployment: the registry refuses its steps' writes to any other record.
+EXECUTION = "{% $states.context.Execution.Id %}"
+# The current attempt's endpoint: the resource name, or <name>-aN when an earlier attempt's still held it.
+ATTEMPT_ENDPOINT = "{% $endpoint != null ? $endpoint.endpoint_name : $req.resource_name %}"
 RETRY_EVERYTHING = {
     "ErrorEquals": ["States.ALL"],
     "IntervalSeconds": 2,
@@ -104,8 +117,17 @@ PHASES: dict[str, Phase] = {
 }
 
 
+# Every step: a record that another execution owns is never touched, whatever the phase (nothing of
+# that deployment is recorded, diagnosed or torn down); a deployment that ended under a step (stopped,
+# torn down) goes down its phase's path, whose steps tolerate an ended record.
+NOT_OURS = "NotOurDeployment"
+EVERY_STEP_ERRORS = ["DeploymentEnded"]
+
+
 def catches(phase: Phase, errors: list[str]) -> list[dict[str, Any]]:
     """The step's own errors by name (so the contract test sees each routed), then everything else."""
+    errors = [e for e in errors if e != "RecordNotOwned"]
+    errors += [e for e in EVERY_STEP_ERRORS if e not in errors]
     assign: dict[str, Any] = {"failure": FAILURE} if phase.record_failure else {}
     if phase.name is not None:
         assign["phase"] = phase.name
@@ -116,7 +138,13 @@ def catches(phase: Phase, errors: list[str]) -> list[dict[str, Any]]:
 
     redirected = [entry([e], phase.redirects[e]) for e in errors if e in phase.redirects]
     named = [e for e in errors if e not in phase.redirects]
-    return [*redirected, *([entry(named, phase.target)] if named else []), entry(["States.ALL"], phase.target)]
+    not_ours = {"ErrorEquals": ["RecordNotOwned"], "Next": NOT_OURS, "Assign": {"failure": FAILURE}}
+    return [
+        not_ours,
+        *redirected,
+        *([entry(named, phase.target)] if named else []),
+        entry(["States.ALL"], phase.target),
+    ]
 
 
 def task(
@@ -142,6 +170,7 @@ def task(
             "TimeoutSeconds": timeout,
             "Retry": [
                 LAMBDA_RETRY,
+                REGISTRY_RETRY,
                 *([THROTTLE_RETRY] if throttled else []),
                 *([routing.retry] if routing.retry else []),
             ],
@@ -158,13 +187,24 @@ def definition() -> dict[str, Any]:
     s: dict[str, Any] = {}
     s["NormalizeRequest"] = task(
         "Normalize",
-        {"request": "{% $states.input %}", "execution_name": "{% $states.context.Execution.Name %}"},
+        {
+            "request": "{% $states.input %}",
+            "execution_name": "{% $states.context.Execution.Name %}",
+            "execution_arn": EXECUTION,
+            "started_at": "{% $states.context.Execution.StartTime %}",
+        },
         "RegisterDeployment",
         comment="Parse the request (direct start or S3 starter) and apply the stack defaults.",
         assign={"req": "{% $states.result.Payload %}"},
         phase="request",
-        errors=["RequestInvalid"],
+        errors=["RequestInvalid", "LimitExceeded"],
     )
+    s[NOT_OURS] = {
+        "Type": "Fail",
+        "Comment": "The deployment id's record belongs to another execution: nothing of it was touched.",
+        "Error": "RecordNotOwned",
+        "Cause": "{% $exists($failure.Cause) ? $failure.Cause : 'the deployment belongs to another execution' %}",
+    }
     s["RequestRejected"] = {
         "Type": "Fail",
         "Comment": "Nothing was registered or created: the request itself is invalid.",
@@ -194,9 +234,10 @@ def definition() -> dict[str, Any]:
             "deployment_id": "{% $req.deployment_id %}",
             "artifact_uri": "{% $req.artifact_uri %}",
             "artifact_version": "{% $artifact.artifact_version %}",
+            "execution_arn": EXECUTION,
         },
         "ResolveImage",
-        timeout=900,
+        timeout=960,
         assign={"validation": "{% $states.result.Payload %}"},
         phase="prepare",
         errors=["CheckpointRefused", "CheckpointUnreadable"],
@@ -207,6 +248,7 @@ def definition() -> dict[str, Any]:
             "deployment_id": "{% $req.deployment_id %}",
             "engine": "{% $req.engine %}",
             "model_type": "{% $validation.model_type %}",
+            "execution_arn": EXECUTION,
         },
         "BuildEngineEnv",
         assign={"image": "{% $states.result.Payload %}"},
@@ -235,6 +277,7 @@ def definition() -> dict[str, Any]:
             "image": "{% $image %}",
             "plan": "{% $plan %}",
             "served_uri": "{% $validation.served_uri %}",
+            "served_digest": "{% $validation.served_digest %}",
             "quota_waits": "{% $quota_waits %}",
             "quota_wait_until": "{% $quota_wait_until %}",
         },
@@ -249,7 +292,7 @@ def definition() -> dict[str, Any]:
             "polls": 0,
         },
         phase="endpoint",
-        errors=["QuotaExceeded", "ResourceNameTaken"],
+        errors=["QuotaExceeded", "ResourceNameTaken", "CheckpointUnreadable"],
     )
     s["EndpointCreated"] = {
         "Type": "Choice",
@@ -266,7 +309,12 @@ def definition() -> dict[str, Any]:
         "Assign": {"failure": {"Error": "QuotaExceeded", "Cause": "{% $create.reason %}", "State": "CreateEndpoint"}},
         "Next": "NextAttempt",
     }
-    s["WaitForEndpoint"] = {"Type": "Wait", "Seconds": "{% ${PollIntervalSeconds} %}", "Next": "PollEndpoint"}
+    s["WaitForEndpoint"] = {
+        "Type": "Wait",
+        "Comment": "The stack's poll interval, stretched for a long deadline (the history limit is 25,000 events).",
+        "Seconds": "{% $max([${PollIntervalSeconds}, $endpoint.min_poll_seconds]) %}",
+        "Next": "PollEndpoint",
+    }
     s["PollEndpoint"] = task(
         "PollEndpoint",
         {
@@ -290,7 +338,7 @@ def definition() -> dict[str, Any]:
         "SmokeEval",
         {"request": "{% $req %}", "endpoint": "{% $endpoint %}", "plan": "{% $plan %}"},
         "MarkSucceeded",
-        timeout=900,
+        timeout=960,
         throttled=True,
         assign={"eval_result": "{% $states.result.Payload %}"},
         phase="endpoint",
@@ -301,6 +349,7 @@ def definition() -> dict[str, Any]:
         {
             "deployment_id": "{% $req.deployment_id %}",
             "outcome": "succeeded",
+            "execution_arn": EXECUTION,
             "request": "{% $req %}",
             "summary": {
                 "endpoint": "{% $endpoint %}",
@@ -357,9 +406,10 @@ def definition() -> dict[str, Any]:
         "RecordFailure",
         {
             "deployment_id": "{% $req.deployment_id %}",
-            "resource_name": "{% $req.resource_name %}",
+            "resource_name": ATTEMPT_ENDPOINT,
             "failure": "{% $failure %}",
             "phase": "{% $phase %}",
+            "execution_arn": EXECUTION,
         },
         "FailurePhase",
         comment="Capture the endpoint's FailureReason before anything is deleted; it is gone afterwards.",
@@ -378,8 +428,10 @@ def definition() -> dict[str, Any]:
             "resource_name": "{% $req.resource_name %}",
             "artifact_uri": "{% $req.artifact_uri %}",
             "sagemaker": False,
+            "execution_arn": EXECUTION,
         },
         "MarkFailed",
+        timeout=120,
         comment="Nothing exists in SageMaker yet: only the validated copy (if any) is deleted.",
         assign={"teardown": "{% $states.result.Payload %}"},
         phase="teardown",
@@ -393,6 +445,8 @@ def definition() -> dict[str, Any]:
             "attempt": "{% $plan.attempt %}",
             "deadline_at": "{% $teardown_deadline %}",
             "final": "{% $after_teardown = 'fail' %}",
+            "execution_arn": EXECUTION,
+            "endpoint_name": ATTEMPT_ENDPOINT,
         },
         "TeardownDone",
         timeout=120,
@@ -450,6 +504,7 @@ def definition() -> dict[str, Any]:
         {
             "deployment_id": "{% $req.deployment_id %}",
             "outcome": "failed",
+            "execution_arn": EXECUTION,
             "request": "{% $req %}",
             "summary": {"failure": "{% $failure %}", "teardown": "{% $teardown %}"},
         },

@@ -8,7 +8,7 @@ from pydantic import BaseModel
 from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import CreateOutcome, EnginePlan, ImageChoice, NormalizedRequest
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import endpoint_steps
 from modeldrop.pipeline.config import DeploySettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -18,6 +18,7 @@ class Event(BaseModel):
     image: ImageChoice
     plan: EnginePlan
     served_uri: ArtifactUri | None = None
+    served_digest: str | None = None
     quota_waits: int = 0
     quota_wait_until: str | None = None
 
@@ -27,13 +28,14 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> CreateOutcome:
     settings = DeploySettings.from_env()
     registry = settings.registry()
-    aws = steps.CreateClients(
+    aws = endpoint_steps.CreateClients(
         sagemaker=clients.sagemaker(),
         quotas=clients.service_quotas(),
         secretsmanager=clients.secretsmanager(),
         ssm=clients.ssm(),
+        s3=clients.s3(),
     )
-    return steps.create(
+    return endpoint_steps.create(
         aws,
         registry,
         event.request,
@@ -44,4 +46,5 @@ def lambda_handler(event: Event, context: Any) -> CreateOutcome:
         served_uri=event.served_uri,
         quota_waits=event.quota_waits,
         quota_wait_until=event.quota_wait_until,
+        served_digest=event.served_digest,
     )

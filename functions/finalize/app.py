@@ -5,7 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import closing_steps
 from modeldrop.pipeline.config import RegistrySettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
@@ -15,6 +15,7 @@ class Event(BaseModel):
     outcome: Literal["succeeded", "failed"]
     summary: dict[str, Any]
     request: dict[str, Any] | None = None
+    execution_arn: str
 
 
 @logger.inject_lambda_context
@@ -24,6 +25,12 @@ def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegistrySettings.from_env()
     registry = settings.registry()
     metrics.add_metric(name=f"Deployments{event.outcome.capitalize()}", unit="Count", value=1)
-    return steps.finalize(
-        registry, clients.events(), settings.event_bus_name, event.deployment_id, event.outcome, event.summary
+    return closing_steps.finalize(
+        registry,
+        clients.events(),
+        settings.event_bus_name,
+        event.deployment_id,
+        event.outcome,
+        event.summary,
+        owner=event.execution_arn,
     )

@@ -13,9 +13,13 @@ from modeldrop.pipeline.lambda_support import handler, logger
 class Event(BaseModel):
     request: Any
     execution_name: str
+    execution_arn: str
+    started_at: str
 
 
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> NormalizedRequest:
-    return steps.normalize(event.request, event.execution_name, DefaultsSettings.from_env())
+    return steps.normalize(
+        event.request, event.execution_name, DefaultsSettings.from_env(), event.execution_arn, event.started_at
+    )

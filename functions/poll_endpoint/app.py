@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.models import EndpointPoll, EndpointRef
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import endpoint_steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 
@@ -20,7 +20,7 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EndpointPoll:
-    return steps.poll(
+    return endpoint_steps.poll(
         clients.sagemaker(),
         event.endpoint,
         event.polls,

@@ -24,8 +24,10 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         period=timedelta(minutes=settings.reaper_period_minutes),
         default_ttl=timedelta(hours=settings.default_ttl_hours),
         s3=clients.s3(),
+        bucket=settings.artifact_bucket,
     )
-    metrics.add_metric(name="ReaperDeletions", unit="Count", value=len(result.expired) + len(result.orphans_deleted))
+    deletions = len(result.expired) + len(result.orphans_deleted) + len(result.served_copies_deleted)
+    metrics.add_metric(name="ReaperDeletions", unit="Count", value=deletions)
     metrics.add_metric(name="OverdueEndpoints", unit="Count", value=len(result.overdue))
     logger.info("reaper run", extra=result.model_dump())
     return result.model_dump(mode="json")

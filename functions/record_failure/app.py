@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.models import FailureRecord
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import closing_steps
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -16,6 +16,7 @@ class Event(BaseModel):
     resource_name: str
     failure: dict[str, Any]
     phase: str = "endpoint"
+    execution_arn: str
 
 
 @logger.inject_lambda_context
@@ -23,7 +24,7 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> FailureRecord:
     settings = RecordSettings.from_env()
     registry = settings.registry()
-    return steps.record_failure(
+    return closing_steps.record_failure(
         clients.sagemaker(),
         clients.logs(),
         registry,
@@ -31,4 +32,5 @@ def lambda_handler(event: Event, context: Any) -> FailureRecord:
         event.resource_name,
         event.failure,
         event.phase,
+        owner=event.execution_arn,
     )

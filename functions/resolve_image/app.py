@@ -15,6 +15,7 @@ class Event(BaseModel):
     deployment_id: str
     engine: Engine
     model_type: str | None = None
+    execution_arn: str
 
 
 @logger.inject_lambda_context
@@ -23,5 +24,11 @@ def lambda_handler(event: Event, context: Any) -> ImageChoice:
     settings = RecordSettings.from_env()
     registry = settings.registry()
     return steps.resolve(
-        registry, event.deployment_id, event.engine, settings.aws_region, dict(os.environ), event.model_type
+        registry,
+        event.deployment_id,
+        event.engine,
+        settings.aws_region,
+        dict(os.environ),
+        event.model_type,
+        owner=event.execution_arn,
     )

@@ -21,6 +21,8 @@ class Event(BaseModel):
     deadline_at: str | None = None
     final: bool = True  # False: releasing a failed attempt before the next instance type (the copy stays)
     sagemaker: bool = True  # False: nothing was created in SageMaker; only the served copy goes
+    execution_arn: str | None = None  # the owner: its teardown step is written to no other record
+    endpoint_name: str | None = None  # the attempt's endpoint (default: resource_name)
 
 
 @logger.inject_lambda_context
@@ -38,4 +40,6 @@ def lambda_handler(event: Event, context: Any) -> TeardownProgress:
         artifact_uri=event.artifact_uri,
         final=event.final,
         sagemaker=event.sagemaker,
+        owner=event.execution_arn,
+        endpoint_name=event.endpoint_name,
     )

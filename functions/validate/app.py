@@ -16,6 +16,7 @@ class Event(BaseModel):
     deployment_id: str
     artifact_uri: ArtifactUri
     artifact_version: str | None = None
+    execution_arn: str
 
 
 @logger.inject_lambda_context
@@ -32,4 +33,5 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         event.artifact_uri,
         metrics=metrics,
         artifact_version=event.artifact_version,
+        owner=event.execution_arn,
     )

@@ -151,8 +151,8 @@ def test_sample_events_are_valid_inputs() -> None:
         DeploymentRequest.model_validate_json(path.read_text())
     parse_marker((events / "modeldrop-marker.example.json").read_bytes(), "events/modeldrop-marker.example.json")
     for path in sorted(events.glob("s3-object-created-*.json")):
-        detail = json.loads(path.read_text())["detail"]
-        assert classify_key(S3Object.from_detail(detail["object"]).key) is not None, path
+        _bucket, obj = S3Object.from_event(json.loads(path.read_text()))
+        assert classify_key(obj.key) is not None, path
 
 
 def test_dashboard_and_alarm_metrics_are_emitted_by_the_code() -> None:
@@ -209,3 +209,58 @@ def test_the_starter_rule_has_a_dead_letter_queue_that_alarms() -> None:
     assert rule["DeadLetterConfig"]["Arn"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "Arn"]}
     alarm = resources["StarterDeadLetterAlarm"]["Properties"]
     assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["StarterDeadLetterQueue", "QueueName"]}
+
+
+def _template_functions() -> dict[str, Any]:
+    from modeldrop.local.stack import load_template
+
+    resources = load_template(ROOT)["Resources"]
+    return {k: v for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}
+
+
+def test_every_task_outlasts_its_lambda() -> None:
+    """A Task timeout equal to its Lambda's lets either timer fire first: the Task's is longer, so a
+    Lambda that times out is reported as the Lambda's own error, never as States.Timeout."""
+    functions = _template_functions()
+    definition = json.loads(ASL.read_text())
+    for name, state in _states(definition).items():
+        if state["Type"] != "Task":
+            continue
+        logical = state["Arguments"]["FunctionName"].removeprefix("${").removesuffix("Arn}")
+        lambda_timeout = int(functions[logical]["Properties"]["Timeout"])
+        assert state["TimeoutSeconds"] >= lambda_timeout + 30, (name, state["TimeoutSeconds"], lambda_timeout)
+
+
+def test_an_execution_stays_within_the_history_limit() -> None:
+    """Standard workflows end at 25,000 history events. The worst case adds up every loop at its bound:
+    each instance type's poll loop (MAX_POLLS, the Wait stretched to fit the deadline), its quota
+    re-checks (MAX_QUOTA_CHECKS) and its teardown passes (deadline / recheck), for MAX_INSTANCE_TYPES."""
+    from modeldrop.contracts.models import MAX_INSTANCE_TYPES
+    from modeldrop.pipeline.attempts import MAX_QUOTA_CHECKS
+    from modeldrop.pipeline.endpoint_steps import MAX_POLLS
+    from modeldrop.pipeline.teardown import TEARDOWN_DEADLINE_SECONDS, TEARDOWN_RECHECK_SECONDS
+
+    states = _states(json.loads(ASL.read_text()))
+    # Entered and exited for every state; a Task adds scheduled, started and succeeded.
+    events = {name: 2 + (3 if s["Type"] == "Task" else 0) for name, s in states.items()}
+
+    def loop(*names: str) -> int:
+        assert [states[n].get("Next") or states[n].get("Default") for n in names[:-1]] == list(names[1:]), names
+        return sum(events[n] for n in names)
+
+    poll = loop("WaitForEndpoint", "PollEndpoint", "EndpointInService")
+    quota = loop("WaitForQuota", "CreateEndpoint", "EndpointCreated")
+    teardown = loop("Teardown", "TeardownDone", "WaitForTeardown")
+    passes = TEARDOWN_DEADLINE_SECONDS // TEARDOWN_RECHECK_SECONDS
+    per_type = MAX_POLLS * poll + MAX_QUOTA_CHECKS * quota + passes * teardown + 40
+    worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + 500  # every state once, and retries
+    assert worst < 25_000, worst
+
+
+def test_the_inference_ami_table_is_botocores() -> None:
+    """The AMI versions and their drivers come from botocore's SageMaker model, not from a hand-kept list."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_host_table
+
+    assert gen_host_table.committed_amis() == gen_host_table.amis()
+    assert "al2023-ami-sagemaker-inference-gpu-4-1" in gen_host_table.amis()

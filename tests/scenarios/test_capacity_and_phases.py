@@ -12,8 +12,6 @@ from typing import Any
 import pytest
 from conftest import ROOT, subscribe
 
-from modeldrop.contracts.models import deployment_id_for
-
 MODELDROP = [sys.executable, "-m", "modeldrop"]
 
 
@@ -37,7 +35,7 @@ def _start(stack: Any, archive: bytes, name: str, **request: Any) -> str:
 
 
 def _record(stack: Any, name: str) -> dict[str, Any]:
-    record = stack.registry().get(deployment_id_for(name))
+    record = stack.record_of(name)
     assert record is not None, name
     return dict(record.to_json())
 
@@ -240,7 +238,9 @@ def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: byt
     assert record["status"] == "aborted" and record["steps"]["execution_ended"]["status"] == "ABORTED"
     assert stack.leftover_resources() == []
     # The event again (EventBridge delivers at least once): nothing more to do, the record stays.
-    again = stack.invoke_function("ExecutionEndedFunction", {"detail": {"status": "ABORTED", "name": "stopped"}})
+    desc = stack.client("stepfunctions").describe_execution(executionArn=arn)
+    detail = {"status": "ABORTED", "name": "stopped", "executionArn": arn, "startDate": desc["startDate"].isoformat()}
+    again = stack.invoke_function("ExecutionEndedFunction", {"detail": detail})
     assert again["deleted"] == [] and again["marked"] is False
 
 
@@ -250,15 +250,15 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.models import EnginePlan, ImageChoice
     from modeldrop.local import moto_shims
-    from modeldrop.pipeline import steps
+    from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
 
     moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
-    monkeypatch.setattr(steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
+    monkeypatch.setattr(endpoint_steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
     stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/sweep/model.tar.gz", Body=archive)
     uri = f"s3://{stack.bucket}/direct/sweep/model.tar.gz"
     served = Artifact.parse(uri)
-    clients = steps.CreateClients(
+    clients = endpoint_steps.CreateClients(
         sagemaker=stack.client("sagemaker"),
         quotas=stack.client("service-quotas"),
         secretsmanager=stack.client("secretsmanager"),
@@ -278,14 +278,19 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
 
     def create(req: Any, quota_waits: int = 0, quota_wait_until: str | None = None) -> Any:
-        return steps.create(
+        return endpoint_steps.create(
             clients, stack.registry(), req, image, plan, role, "modeldrop-local", served, quota_waits, quota_wait_until
         )
 
     requests = []
     for name in ("sweep-a", "sweep-b"):
-        req = steps.normalize({"artifact_uri": uri, "quota_wait_minutes": 60}, name, DefaultsSettings())
-        stack.registry().register(req.deployment_id, name, req.model_dump(mode="json"), {})
+        req = steps.normalize(
+            {"artifact_uri": uri, "quota_wait_minutes": 60}, name, DefaultsSettings(), f"arn:local:{name}", 0
+        )
+        registry = stack.registry()
+        registry.register(req.deployment_id, name, req.model_dump(mode="json"), {}, req.execution_arn)
+        registry.record(req.deployment_id, "validate", {}, status="validated")  # as far as the plan
+        registry.record(req.deployment_id, "build_env", {}, status="planned")
         requests.append(req)
     req_a, req_b = requests
     first, second = create(req_a), create(req_b)

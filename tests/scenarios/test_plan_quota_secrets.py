@@ -104,7 +104,10 @@ def _plan_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_plan_command(checkpoint: Path) -> None:
-    result = _plan_cli(str(checkpoint), "--engine", "sglang", "--region", "eu-west-1", "--json")
+    # SGLang's DLC runs on H100/Blackwell only: an ml.p5 type.
+    result = _plan_cli(
+        str(checkpoint), "--engine", "sglang", "--instance-type", "ml.p5.48xlarge", "--region", "eu-west-1", "--json"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["image"].startswith("763104351884.dkr.ecr.eu-west-1.amazonaws.com/sglang:")

@@ -148,8 +148,66 @@ def test_a_failed_deployments_endpoint_is_reaped_whatever_its_ttl(stack: Any, ar
     stack.client("s3").put_object(Bucket=stack.bucket, Key="dead/weights.tar.gz", Body=archive)
     desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/dead/weights.tar.gz"}, name="dead-run"))
     out = json.loads(desc["output"])
-    # Its record says failed (a teardown that never ran), its endpoint is still up, TTL far away.
-    stack.registry().record(out["deployment_id"], "result", {}, status="failed")
+    # Its record says failed (a teardown that never ran), its endpoint is still up, TTL far away: the
+    # state written straight into the table, as no step may move a succeeded record to failed.
+    stack.table().update_item(
+        Key={"deployment_id": out["deployment_id"]},
+        UpdateExpression="SET #s = :failed",
+        ExpressionAttributeNames={"#s": "status"},
+        ExpressionAttributeValues={":failed": "failed"},
+    )
     result = stack.invoke_function("ReaperFunction", {})
     assert result["expired"] == [out["endpoint_name"]], result
     assert stack.table().get_item(Key={"deployment_id": out["deployment_id"]})["Item"]["status"] == "failed"
+
+
+def test_the_reaper_deletes_served_copies_of_ended_deployments_only(stack: Any, archive: bytes) -> None:
+    """A Lambda that ran on after its execution stopped may have written a served copy after the
+    cleanup: the reaper deletes the copies of ended deployments (and, after an hour, of unknown ones)."""
+    from modeldrop.local.iam_enforcement import acting_as
+
+    registry = stack.registry()
+    for deployment_id, status in (("ended-1", "aborted"), ("serving-1", None)):
+        registry.register(deployment_id, deployment_id, {}, {}, f"arn:local:{deployment_id}")
+        if status:
+            registry.record(deployment_id, "execution_ended", {}, status=status)
+    with acting_as(stack.functions["ValidateFunction"].principal):
+        for deployment_id in ("ended-1", "serving-1", "unknown-1"):
+            key = f"modeldrop-served/{deployment_id}/model.tar.gz"
+            stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=archive)
+    soon = stack.invoke_function("ReaperFunction", {})
+    assert soon["served_copies_deleted"] == [f"s3://{stack.bucket}/modeldrop-served/ended-1/model.tar.gz"]
+    from modeldrop.aws import clients
+    from modeldrop.pipeline.reaper import reap
+
+    later = reap(
+        stack.client("sagemaker"), registry, stack.client("events"), stack.resources["EventBus"], "modeldrop-local",
+        "modeldrop", now=clock.utcnow() + timedelta(hours=2), s3=clients.s3(), bucket=stack.bucket,
+    )  # fmt: skip
+    assert later.served_copies_deleted == [f"s3://{stack.bucket}/modeldrop-served/unknown-1/model.tar.gz"]
+    left = stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="modeldrop-served/")["Contents"]
+    assert [o["Key"] for o in left] == ["modeldrop-served/serving-1/model.tar.gz"]
+
+
+def test_an_ended_deployments_endpoint_whose_delete_keeps_failing_is_overdue(stack: Any, monkeypatch: Any) -> None:
+    from moto.sagemaker import models as sm_models
+    from moto.sagemaker.exceptions import SagemakerClientError
+
+    class Refused(SagemakerClientError):
+        code = "ValidationException"
+
+    registry = stack.registry()
+    registry.register("stuck-1", "stuck-1", {}, {"endpoint_name": "modeldrop-stuck"}, "arn:local:stuck-1")
+    registry.record("stuck-1", "result", {}, status="failed", ended_at=clock.iso(clock.utcnow()))
+    _create(
+        stack, "modeldrop-stuck", tags_for("modeldrop-local", "stuck-1", clock.iso(clock.utcnow() + timedelta(days=2)))
+    )
+
+    def refuse(self: Any, endpoint_name: str) -> None:
+        raise Refused("Cannot delete the endpoint right now")
+
+    monkeypatch.setattr(sm_models.SageMakerModelBackend, "delete_endpoint", refuse)
+    assert stack.invoke_function("ReaperFunction", {})["overdue"] == []  # just ended: retried next run
+    clock.advance(3600)
+    result = stack.invoke_function("ReaperFunction", {})
+    assert result["overdue"] == ["modeldrop-stuck"] and result["expired"] == [], result

@@ -27,9 +27,7 @@ def _only_execution(stack: Any) -> dict[str, Any]:
 
 
 def _record(stack: Any, desc: dict[str, Any]) -> dict[str, Any]:
-    from modeldrop.contracts.models import deployment_id_for
-
-    item = stack.table().get_item(Key={"deployment_id": deployment_id_for(desc["name"])}).get("Item")
+    item = stack.table().get_item(Key={"deployment_id": stack.deployment_id(desc["name"])}).get("Item")
     assert item is not None
     return item
 
@@ -93,7 +91,7 @@ def test_direct_start_with_prefix_and_overrides(stack: Any, checkpoint: Path) ->
     assert env["OPTION_TENSOR_PARALLEL_DEGREE"] == "max"
     assert env["OPTION_MAX_ROLLING_BATCH_SIZE"] == "16"
     assert env["HF_MODEL_ID"] == "/opt/ml/model"
-    model = stack.client("sagemaker").describe_model(ModelName="modeldrop-pipeline-run-7")
+    model = stack.client("sagemaker").describe_model(ModelName=json.loads(desc["output"])["endpoint_name"])
     assert model["PrimaryContainer"]["ModelDataSource"]["S3DataSource"]["CompressionType"] == "None"
 
 
@@ -246,10 +244,10 @@ def test_marker_closes_a_prefix_with_overrides(stack: Any, checkpoint: Path) -> 
     for path in sorted(checkpoint.iterdir()):
         _upload(stack, f"shards/{path.name}", path.read_bytes())
     assert _executions(stack) == []  # shards alone start nothing
-    _upload(stack, "shards/modeldrop.json", json.dumps({"engine": "sglang", "ttl_hours": 1}).encode())
+    _upload(stack, "shards/modeldrop.json", json.dumps({"engine": "lmi", "ttl_hours": 1}).encode())
     desc = _only_execution(stack)
     assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"), stack.invocations)
-    assert json.loads(desc["output"])["env"]["SM_SGLANG_MAX_RUNNING_REQUESTS"] == "32"
+    assert json.loads(desc["output"])["env"]["OPTION_MAX_ROLLING_BATCH_SIZE"] == "32"
 
 
 def test_bad_marker_is_rejected_once_and_starts_nothing(stack: Any, checkpoint: Path) -> None:
@@ -316,28 +314,31 @@ def test_quota_precheck_refuses_before_anything_is_created(stack: Any, archive: 
 
 
 def test_secrets_reach_the_container_but_never_the_state_or_the_record(stack: Any, archive: bytes) -> None:
-    value = "hf_live_5ecret_value"
-    stack.client("secretsmanager").create_secret(Name="modeldrop/hf", SecretString=json.dumps({"token": value}))
+    """A secret the container needs is in its env and nowhere else; a Hub token is not passed at all,
+    since the weights come from S3 (and DescribeModel shows the env in plain text)."""
+    value, token = "wandb_live_5ecret_value", "hf_live_5ecret_value_0123456789"
+    secrets = stack.client("secretsmanager")
+    secrets.create_secret(Name="modeldrop/wandb", SecretString=json.dumps({"key": value}))
+    secrets.create_secret(Name="modeldrop/hf", SecretString=json.dumps({"token": token}))
     _upload(stack, "gated/weights.tar.gz", archive)
-    arn = stack.start(
-        {
-            "artifact_uri": f"s3://{stack.bucket}/gated/weights.tar.gz",
-            "secrets": {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"},
-        },
-        name="gated-run",
-    )
+    refs = {"WANDB_API_KEY": "secretsmanager:modeldrop/wandb#key", "HF_TOKEN": "secretsmanager:modeldrop/hf#token"}
+    arn = stack.start({"artifact_uri": f"s3://{stack.bucket}/gated/weights.tar.gz", "secrets": refs}, name="gated-run")
     desc = stack.wait(arn)
     assert desc["status"] == "SUCCEEDED", desc.get("cause")
     name = json.loads(desc["output"])["endpoint_name"]
-    model = stack.client("sagemaker").describe_model(ModelName=name)
-    assert model["PrimaryContainer"]["Environment"]["HF_TOKEN"] == value
+    environment = stack.client("sagemaker").describe_model(ModelName=name)["PrimaryContainer"]["Environment"]
+    assert environment["WANDB_API_KEY"] == value and "HF_TOKEN" not in environment
     process = stack.hosting.endpoints[name].process
-    assert value.encode() in Path(f"/proc/{process.pid}/environ").read_bytes()
+    environ = Path(f"/proc/{process.pid}/environ").read_bytes()
+    assert value.encode() in environ and token.encode() not in environ
     history = stack.client("stepfunctions").get_execution_history(executionArn=arn, maxResults=1000)
-    assert value not in json.dumps(history, default=str) and value not in desc["output"]
+    for secret in (value, token):
+        assert secret not in json.dumps(history, default=str) and secret not in desc["output"]
     item = _record(stack, desc)
-    assert value not in json.dumps(item, default=str)
-    assert json.loads(item["request"])["secrets"] == {"HF_TOKEN": "secretsmanager:modeldrop/hf#token"}
+    assert value not in json.dumps(item, default=str) and token not in json.dumps(item, default=str)
+    assert json.loads(item["request"])["secrets"] == refs
+    warnings = json.loads(item["steps"]["build_env"])["warnings"]
+    assert any("HF_TOKEN not passed to the container" in w for w in warnings), warnings
 
 
 def test_secret_outside_the_prefix_is_refused_at_the_door(stack: Any) -> None:

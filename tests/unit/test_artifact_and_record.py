@@ -77,11 +77,12 @@ def test_every_request_field_reaches_the_steps_as_given() -> None:
         "engine_settings": {"gpu_memory_utilization": 0.8},
         "force_plan": True,
     }
-    req = normalize(raw, "run-1", DefaultsSettings())
+    defaults = DefaultsSettings(allow_force_plan=True, max_instance_count=3)
+    req = normalize(raw, "run-1", defaults, "arn:aws:states:us-east-1:1:execution:sm:run-1", 0)
     assert set(DeploymentRequest.model_fields) <= set(NormalizedRequest.model_fields)
     given = DeploymentRequest.model_validate(raw)
     redefined = set(NormalizedRequest.model_fields) - set(DeploymentRequest.model_fields) | {
-        "engine", "instance_type", "instance_types", "ttl_hours"
+        "engine", "instance_type", "instance_types", "ttl_hours", "max_hourly_price"
     }  # fmt: skip
     for name in set(DeploymentRequest.model_fields) - redefined:
         assert getattr(req, name) == getattr(given, name), name

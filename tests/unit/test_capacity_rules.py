@@ -14,7 +14,7 @@ from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, InsufficientCapacity, QuotaExceeded
 from modeldrop.contracts.models import EndpointRef, EnginePlan, NormalizedRequest
-from modeldrop.pipeline import attempts, steps
+from modeldrop.pipeline import attempts, endpoint_steps
 from modeldrop.serving.instance_choice import candidates, usable
 from modeldrop.serving.memory_plan import ModelShape, hourly_price
 from modeldrop.serving.plan import plan_serving
@@ -79,13 +79,16 @@ class _SageMaker:
 
 
 class _Logs:
-    def __init__(self, group: bool) -> None:
+    """An endpoint's log group: none, or its streams' creation times."""
+
+    def __init__(self, group: bool, streams: list[Any] | None = None) -> None:
         self.group = group
+        self.streams = streams or []
 
     def describe_log_streams(self, **_: Any) -> dict[str, Any]:
         if not self.group:
             raise ClientError({"Error": {"Code": "ResourceNotFoundException", "Message": "no"}}, "DescribeLogStreams")
-        return {"logStreams": []}
+        return {"logStreams": [{"creationTime": int(t.timestamp() * 1000)} for t in self.streams]}
 
 
 def _ref() -> EndpointRef:
@@ -102,24 +105,33 @@ def test_a_creating_endpoint_with_no_instance_after_the_capacity_wait_is_a_capac
     created = clock.utcnow() - timedelta(minutes=31)
     desc = {"EndpointStatus": "Creating", "CreationTime": created, "LastModifiedTime": created}
     with pytest.raises(InsufficientCapacity, match="no instance for 31 min"):
-        steps.poll(_SageMaker(desc), _ref(), 3, logs=_Logs(group=False), capacity_wait_seconds=1800)
-    # A log group (an instance started the container), a modification, or less time: still waiting.
-    assert steps.poll(_SageMaker(desc), _ref(), 3, logs=_Logs(group=True)).status == "Creating"
+        endpoint_steps.poll(_SageMaker(desc), _ref(), 3, logs=_Logs(group=False), capacity_wait_seconds=1800)
+    # A stream since it was created (an instance started the container), a modification, or less time:
+    # still waiting.
+    started = _Logs(group=True, streams=[created + timedelta(minutes=2)])
+    assert endpoint_steps.poll(_SageMaker(desc), _ref(), 3, logs=started).status == "Creating"
+    # A group an earlier endpoint of the same name left (log groups outlive endpoints) is no evidence.
+    reused = _Logs(group=True, streams=[created - timedelta(days=3)])
+    with pytest.raises(InsufficientCapacity):
+        endpoint_steps.poll(_SageMaker(desc), _ref(), 3, logs=reused, capacity_wait_seconds=1800)
     modified = {**desc, "LastModifiedTime": created + timedelta(minutes=5)}
-    assert steps.poll(_SageMaker(modified), _ref(), 3, logs=_Logs(group=False)).status == "Creating"
-    assert steps.poll(_SageMaker(desc), _ref(), 3, logs=_Logs(group=False), capacity_wait_seconds=3600).polls == 4
+    assert endpoint_steps.poll(_SageMaker(modified), _ref(), 3, logs=_Logs(group=False)).status == "Creating"
+    assert (
+        endpoint_steps.poll(_SageMaker(desc), _ref(), 3, logs=_Logs(group=False), capacity_wait_seconds=3600).polls == 4
+    )
 
 
 def test_an_oom_is_never_a_capacity_failure() -> None:
     desc = {"EndpointStatus": "Failed", "FailureReason": "did not pass the ping health check"}
     with pytest.raises(EndpointFailed):
-        steps.poll(_SageMaker(desc), _ref(), 0, logs=_Logs(group=False))
+        endpoint_steps.poll(_SageMaker(desc), _ref(), 0, logs=_Logs(group=False))
 
 
 def _request(wait_seconds: int) -> NormalizedRequest:
     return NormalizedRequest(
         deployment_id="d",
         execution_name="d",
+        execution_arn="arn:aws:states:us-east-1:123456789012:execution:sm:d",
         artifact_uri="s3://bucket-a/model.tar.gz",
         engine="vllm",
         instance_type="ml.g6.2xlarge",
@@ -172,3 +184,32 @@ def test_quota_waits_back_off_with_jitter_and_stop_at_the_deadline() -> None:
     assert sum(waits) <= 1800 and out.wait_seconds == 0  # the deadline ends the waiting
     # No wait asked for: at quota means move on at once.
     assert attempts.quota_busy(Registry(_Table()), _request(0), PLAN, busy, 0, None, clock.utcnow()).wait_seconds == 0
+
+
+class _Quotas:
+    """Service Quotas as AWS answers: the applied values, and the AWS defaults the rest are at."""
+
+    def __init__(self, applied: dict[str, float], defaults: dict[str, float]) -> None:
+        self.lists = {"list_service_quotas": applied, "list_aws_default_service_quotas": defaults}
+
+    def get_paginator(self, name: str) -> Any:
+        values = self.lists[name]
+
+        class _Pages:
+            def paginate(self, **_kwargs: Any) -> list[dict[str, Any]]:
+                quotas = [
+                    {"QuotaName": f"{t} for endpoint usage", "QuotaCode": f"L-{t}", "Value": v}
+                    for t, v in values.items()
+                ]
+                return [{"Quotas": quotas}]
+
+        return _Pages()
+
+
+def test_a_quota_left_at_its_aws_default_is_still_found() -> None:
+    from modeldrop.aws.endpoint_quota import endpoint_quotas
+
+    quotas = _Quotas(applied={"ml.g6e.2xlarge": 4}, defaults={"ml.g6.2xlarge": 0, "ml.g6e.2xlarge": 1})
+    found = endpoint_quotas(quotas)  # type: ignore[arg-type]
+    assert found["ml.g6.2xlarge"] == ("L-ml.g6.2xlarge", 0.0)  # only the default lists it
+    assert found["ml.g6e.2xlarge"] == ("L-ml.g6e.2xlarge", 4.0)  # the applied value wins

@@ -41,3 +41,34 @@ def test_one_get_role_decides_trusted_untrusted_missing_or_unreadable() -> None:
     with pytest.raises(RoleUnreadable, match="AccessDenied"):
         role_problem(denied, ARN)
     assert check_role_trust(denied, ARN).status == "warn"
+
+
+class _SimulatingIam:
+    """SimulatePrincipalPolicy as AWS answers it for a role with GetObject on bucket/* and
+    ListBucket on the bucket (and, with LIST=False, no ListBucket at all)."""
+
+    def __init__(self, list_allowed: bool = True) -> None:
+        self.list_allowed = list_allowed
+
+    def simulate_principal_policy(self, **kwargs: object) -> dict[str, object]:
+        bucket, objects = "arn:aws:s3:::b", "arn:aws:s3:::b/*"
+        grants = {("s3:GetObject", objects), *({("s3:ListBucket", bucket)} if self.list_allowed else set())}
+        results = []
+        for action in kwargs["ActionNames"]:  # type: ignore[attr-defined]
+            specific = [
+                {"EvalResourceName": r, "EvalResourceDecision": "allowed" if (action, r) in grants else "implicitDeny"}
+                for r in (objects, bucket)
+            ]
+            # The top-level decision is the most restrictive over every resource asked about.
+            top = "allowed" if all(s["EvalResourceDecision"] == "allowed" for s in specific) else "implicitDeny"
+            results.append({"EvalActionName": action, "EvalDecision": top, "ResourceSpecificResults": specific})
+        return {"EvaluationResults": results}
+
+
+def test_doctor_reads_each_action_on_its_own_resource() -> None:
+    from modeldrop.operate.doctor import check_role_reads_bucket
+
+    role = "arn:aws:iam::123456789012:role/sm"
+    assert check_role_reads_bucket(_SimulatingIam(), role, "b").status == "ok"  # type: ignore[arg-type]
+    missing = check_role_reads_bucket(_SimulatingIam(list_allowed=False), role, "b")  # type: ignore[arg-type]
+    assert missing.status == "fail" and "s3:ListBucket" in missing.detail and "s3:GetObject" not in missing.detail

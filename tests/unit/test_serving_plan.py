@@ -139,7 +139,7 @@ def test_raw_keys_the_plan_owns_or_that_contradict_the_request_are_refused() -> 
 
 
 def test_the_deadline_comes_from_the_plan_capped_by_the_stack() -> None:
-    from modeldrop.pipeline.steps import PROVISIONING_MARGIN_SECONDS, deploy_deadline
+    from modeldrop.pipeline.endpoint_steps import PROVISIONING_MARGIN_SECONDS, deploy_deadline
 
     plan = plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1")
     needed = plan.download_timeout_seconds + plan.startup_timeout_seconds + PROVISIONING_MARGIN_SECONDS

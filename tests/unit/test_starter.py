@@ -39,7 +39,13 @@ def test_marker_overrides_are_checked() -> None:
         parse_marker(b"{", "u")
 
 
-def test_ids_fit_sagemaker_names() -> None:
-    long = deployment_id_for("Pipeline Run #42 for Gemma-4 E4B with a very long description")
-    assert len(resource_name_for("modeldrop", long)) <= 63
-    assert deployment_id_for("run-7") == "run-7"
+def test_ids_fit_sagemaker_names_and_never_collide() -> None:
+    started = 1_764_648_445_400
+    long = deployment_id_for("Pipeline Run #42 for Gemma-4 E4B with a very long description", started)
+    assert len(resource_name_for("modeldrop-longest-pr", long)) <= 63
+    # A name that is not a slug, and an execution named exactly what that name's id looked like.
+    slugged = deployment_id_for("Train_Run_1", started)
+    assert deployment_id_for(slugged, started) != slugged
+    # A name reused after Step Functions' 90-day window: another start, another id.
+    assert deployment_id_for("run-7", started) != deployment_id_for("run-7", started + 90 * 86_400_000)
+    assert deployment_id_for("run-7", started).startswith("run-7-")

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
+
+from modeldrop.contracts.env_safety import redact
 
 if TYPE_CHECKING:
     from mypy_boto3_logs import CloudWatchLogsClient
@@ -32,8 +35,9 @@ class LogDiagnosis:
 
 
 def diagnose(lines: list[str]) -> LogDiagnosis:
-    """Pure: the error lines worth showing and what they mean."""
-    errors = [line.strip() for line in lines if _ERROR_LINE.search(line)]
+    """Pure: the error lines worth showing and what they mean. Credential-shaped text in them is
+    redacted: these lines are copied into the deployment record."""
+    errors = [redact(line.strip()) for line in lines if _ERROR_LINE.search(line)]
     excerpt = errors[-8:]
     text = "\n".join(lines)
     if _OOM.search(text):
@@ -74,11 +78,19 @@ def read_recent(logs: CloudWatchLogsClient, endpoint_name: str, limit: int = 300
     return [str(e.get("message", "")) for e in events.get("events", [])]
 
 
-def group_exists(logs: CloudWatchLogsClient, endpoint_name: str) -> bool:
-    """Whether the endpoint's log group exists: SageMaker creates it when an instance starts the container.
-    Unknown (access denied, throttled) counts as existing: it must never make a live start look stuck."""
+def ran_since(logs: CloudWatchLogsClient, endpoint_name: str, since: datetime | None) -> bool:
+    """Whether a container of this endpoint has started since SINCE (the attempt's CreationTime): an
+    instance writes a log stream when it starts the container. Log groups outlive endpoints, so a
+    group an earlier endpoint of the same name left says nothing about this one: only a stream
+    created since does. Unknown (access denied, throttled) counts as ran: it must never make a live
+    start look stuck."""
     try:
-        logs.describe_log_streams(logGroupName=log_group_for(endpoint_name), limit=1)
+        streams = logs.describe_log_streams(
+            logGroupName=log_group_for(endpoint_name), orderBy="LastEventTime", descending=True, limit=50
+        ).get("logStreams", [])
     except ClientError as exc:
         return exc.response.get("Error", {}).get("Code") != "ResourceNotFoundException"
-    return True
+    if since is None:
+        return bool(streams)
+    floor = since.timestamp() * 1000 - 1000  # the stream's creationTime is in milliseconds
+    return any(int(s.get("creationTime") or 0) >= floor for s in streams)

@@ -39,9 +39,20 @@ def find_quota(quotas: ServiceQuotasClient, instance_type: str) -> tuple[str, fl
 
 
 def endpoint_quotas(quotas: ServiceQuotasClient) -> dict[str, tuple[str, float]]:
-    """Every '<instance type> for endpoint usage' quota: type -> (quota code, value), in one listing."""
+    """Every '<instance type> for endpoint usage' quota: type -> (quota code, value). ListServiceQuotas
+    lists only quotas with an applied value; the others are at their AWS default, which
+    ListAWSDefaultServiceQuotas lists."""
+    applied = _listed(quotas, "list_service_quotas")
+    try:
+        defaults = _listed(quotas, "list_aws_default_service_quotas")
+    except ClientError:
+        defaults = {}  # not allowed to read the defaults: the applied values still count
+    return {**defaults, **applied}
+
+
+def _listed(quotas: ServiceQuotasClient, lister: str) -> dict[str, tuple[str, float]]:
     found: dict[str, tuple[str, float]] = {}
-    for quota in all_items(quotas, "list_service_quotas", "Quotas", page_size=100, ServiceCode="sagemaker"):
+    for quota in all_items(quotas, lister, "Quotas", page_size=100, ServiceCode="sagemaker"):
         name = str(quota.get("QuotaName", ""))
         if name.endswith(" for endpoint usage"):
             found[name.removesuffix(" for endpoint usage")] = (str(quota["QuotaCode"]), float(quota["Value"]))

@@ -3,6 +3,12 @@
 `Registry` is the only code that reads or writes it: it takes typed step results in and gives
 `DeploymentRecord`s out. Step results and the request are stored as JSON strings (see
 modeldrop.contracts.record).
+
+Every write is conditional. A pipeline step writes only a record its own execution owns
+(`owner`, the execution ARN), only while the deployment is in flight (`live`), and only along the
+record's allowed transitions (contracts.record.TRANSITIONS): a Lambda still running after its
+execution was stopped cannot bring an aborted record back, and a step can never write another
+deployment's record. Cleanup (teardown, the reaper, the execution-ended rule) writes without `live`.
 """
 
 from __future__ import annotations
@@ -14,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from modeldrop.contracts import clock
-from modeldrop.contracts.record import DeploymentRecord, StepName, step_key
+from modeldrop.contracts.errors import DeploymentEnded, RecordNotOwned, RegistryBusy, StepContractViolated
+from modeldrop.contracts.record import ENDED, TRANSITIONS, DeploymentRecord, StepName, step_key
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb.service_resource import Table
@@ -23,13 +30,27 @@ if TYPE_CHECKING:
 # to register claims the version in an item of its own (never listed as a deployment).
 CLAIM_PREFIX = "artifact#"
 
+# What DynamoDB answers when it is busy or briefly unwell: the step is retried, not failed.
+TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+    }
+)
+
 
 def _now() -> str:
     return clock.iso(clock.utcnow())
 
 
-class DeploymentRegistered(RuntimeError):
-    """The deployment id is already registered by another execution."""
+def _transient(exc: ClientError) -> None:
+    code = str(exc.response.get("Error", {}).get("Code", ""))
+    if code in TRANSIENT_CODES:
+        raise RegistryBusy(f"the deployments table is busy ({code})") from None
 
 
 class Registry:
@@ -37,9 +58,17 @@ class Registry:
         self.table = table
 
     def register(
-        self, deployment_id: str, execution_name: str, request: dict[str, Any], fields: dict[str, Any]
+        self,
+        deployment_id: str,
+        execution_name: str,
+        request: dict[str, Any],
+        fields: dict[str, Any],
+        execution_arn: str | None = None,
     ) -> bool:
-        """Create the record; False when this execution already created it (a retried task)."""
+        """Create the record; False when this execution already created it (a retried task).
+
+        The id's record held by another execution is RecordNotOwned; one this execution's own end
+        already closed (the execution-ended rule left a tombstone) is DeploymentEnded."""
         now = _now()
         item = {
             "deployment_id": deployment_id,
@@ -49,14 +78,35 @@ class Registry:
             "steps": {},
             "created_at": now,
             "updated_at": now,
+            **({"execution_arn": execution_arn} if execution_arn else {}),
             **{k: v for k, v in fields.items() if v is not None},
         }
         if self._put_if(item):
             return True
         existing = self.get(deployment_id)
-        if existing and existing.execution_name == execution_name:
-            return False
-        raise DeploymentRegistered(f"deployment {deployment_id} is registered by another execution")
+        if existing is None or not _same_owner(existing, execution_name, execution_arn):
+            raise RecordNotOwned(
+                f"deployment {deployment_id} is registered by another execution: nothing of it was touched"
+            )
+        if existing.status in ENDED:
+            raise DeploymentEnded(f"deployment {deployment_id} already ended ({existing.status})")
+        return False
+
+    def tombstone(self, deployment_id: str, execution_name: str, execution_arn: str, status: str) -> bool:
+        """An execution that ended before it registered: a closed record in its place, so that a
+        RegisterDeployment still running finds it ended and creates nothing. False if a record exists."""
+        now = _now()
+        item = {
+            "deployment_id": deployment_id,
+            "execution_name": execution_name,
+            "execution_arn": execution_arn,
+            "status": status,
+            "steps": {},
+            "created_at": now,
+            "updated_at": now,
+            "ended_at": now,
+        }
+        return self._put_if(item)
 
     def record(
         self,
@@ -66,14 +116,32 @@ class Registry:
         *,
         attempt: int = 0,
         status: str | None = None,
+        owner: str | None = None,
+        live: bool = False,
         **fields: Any,
     ) -> DeploymentRecord:
-        """Store one step's result (and any top-level fields) in one write; returns the updated record.
-        Fails (ConditionalCheckFailedException) when there is no record to update."""
-        names = {"#s": step_key(step, attempt)}
+        """Store one step's result (and any top-level fields) in one conditional write; returns the
+        updated record.
+
+        OWNER (an execution ARN): the record must be that execution's (RecordNotOwned otherwise).
+        LIVE: the deployment must not have ended (DeploymentEnded otherwise). STATUS: the record
+        must be in a status that may move there (StepContractViolated otherwise)."""
+        names: dict[str, str] = {"#s": step_key(step, attempt)}
         values: dict[str, Any] = {":v": json.dumps(result, sort_keys=True, default=str), ":now": _now()}
         sets = ["steps.#s = :v", "updated_at = :now"]
+        conditions = ["attribute_exists(deployment_id)"]
+        if owner is not None:
+            names["#ex"] = "execution_arn"
+            values[":owner"] = owner
+            conditions.append("#ex = :owner")
+        if live or status:
+            names["#st"] = "status"
+        if live:
+            conditions.append(_not_in("#st", sorted(ENDED), "e", values))
         if status:
+            if status not in TRANSITIONS:
+                raise StepContractViolated(f"internal error: {status!r} is no deployment status")
+            conditions.append(_in("#st", sorted(TRANSITIONS[status]), "t", values))
             fields["status"] = status
         for i, (key, value) in enumerate(fields.items()):
             if value is None:
@@ -81,15 +149,48 @@ class Registry:
             names[f"#f{i}"] = key
             values[f":f{i}"] = value
             sets.append(f"#f{i} = :f{i}")
-        response = self.table.update_item(
-            Key={"deployment_id": deployment_id},
-            UpdateExpression="SET " + ", ".join(sets),
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues=values,
-            ConditionExpression="attribute_exists(deployment_id)",
-            ReturnValues="ALL_NEW",
-        )
+        try:
+            response = self.table.update_item(
+                Key={"deployment_id": deployment_id},
+                UpdateExpression="SET " + ", ".join(sets),
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
+                ConditionExpression=" AND ".join(conditions),
+                ReturnValues="ALL_NEW",
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                _transient(exc)
+                raise
+            raise self._refusal(deployment_id, step, status, owner) from None
         return DeploymentRecord.from_item(response["Attributes"])
+
+    def _refusal(self, deployment_id: str, step: str, status: str | None, owner: str | None) -> Exception:
+        """Why a conditional write was refused, as the error the step raises."""
+        current = self.get(deployment_id)
+        if current is None:
+            return StepContractViolated(f"internal error: no record of deployment {deployment_id} to write {step}")
+        if owner is not None and current.execution_arn != owner:
+            return RecordNotOwned(
+                f"deployment {deployment_id} belongs to execution {current.execution_arn or current.execution_name}, "
+                f"not {owner}: nothing of it was touched"
+            )
+        if current.status in ENDED:
+            return DeploymentEnded(f"deployment {deployment_id} already ended ({current.status}) before {step}")
+        return StepContractViolated(
+            f"internal error: deployment {deployment_id} cannot move from {current.status} to {status} ({step})"
+        )
+
+    def live(self, deployment_id: str, owner: str) -> DeploymentRecord:
+        """OWNER's record, still in flight: a step checks this before work it would have to undo."""
+        current = self.get(deployment_id)
+        if current is None:
+            raise StepContractViolated(f"internal error: no record of deployment {deployment_id}")
+        if current.execution_arn != owner:
+            raise RecordNotOwned(f"deployment {deployment_id} belongs to another execution: nothing of it was touched")
+        if current.status in ENDED:
+            raise DeploymentEnded(f"deployment {deployment_id} already ended ({current.status})")
+        return current
 
     def get(self, deployment_id: str) -> DeploymentRecord | None:
         item = self._item(deployment_id)
@@ -131,7 +232,13 @@ class Registry:
         return self.get(str(claim["claimed_by"])) if claim else None
 
     def _item(self, key: str) -> dict[str, Any] | None:
-        item: dict[str, Any] | None = self.table.get_item(Key={"deployment_id": key}, ConsistentRead=True).get("Item")
+        try:
+            item: dict[str, Any] | None = self.table.get_item(Key={"deployment_id": key}, ConsistentRead=True).get(
+                "Item"
+            )
+        except ClientError as exc:
+            _transient(exc)
+            raise
         return item
 
     def _put_if(
@@ -148,9 +255,28 @@ class Registry:
             self.table.put_item(**kwargs)
         except ClientError as exc:
             if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
+                _transient(exc)
                 raise
             return False
         return True
+
+
+def _same_owner(record: DeploymentRecord, execution_name: str, execution_arn: str | None) -> bool:
+    if execution_arn and record.execution_arn:
+        return record.execution_arn == execution_arn
+    return record.execution_name == execution_name
+
+
+def _in(name: str, options: list[str], tag: str, values: dict[str, Any]) -> str:
+    placeholders = []
+    for i, option in enumerate(options):
+        values[f":{tag}{i}"] = option
+        placeholders.append(f":{tag}{i}")
+    return f"{name} IN ({', '.join(placeholders)})"
+
+
+def _not_in(name: str, options: list[str], tag: str, values: dict[str, Any]) -> str:
+    return f"NOT ({_in(name, options, tag, values)})"
 
 
 def is_claim(item: dict[str, Any]) -> bool:

@@ -11,7 +11,10 @@ from modeldrop.contracts.errors import QuotaExceeded, ResourceNameTaken, SageMak
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
-    from mypy_boto3_sagemaker.literals import ProductionVariantInstanceTypeType
+    from mypy_boto3_sagemaker.literals import (
+        ProductionVariantInferenceAmiVersionType,
+        ProductionVariantInstanceTypeType,
+    )
     from mypy_boto3_sagemaker.type_defs import (
         ContainerDefinitionTypeDef,
         DescribeEndpointOutputTypeDef,
@@ -69,6 +72,7 @@ def create_all(
     config_name: str | None = None,
     model_name: str | None = None,
     instance_count: int = 1,
+    inference_ami_version: str | None = None,
 ) -> list[str]:
     """Create model, endpoint config and endpoint (named ``name``; the config and model too unless
     given their own names), all tagged alike.
@@ -98,6 +102,8 @@ def create_all(
         "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
         "ModelDataDownloadTimeoutInSeconds": download_timeout,
     }
+    if inference_ami_version:  # the host's NVIDIA driver for the image's CUDA (the plan chose it)
+        variant["InferenceAmiVersion"] = cast("ProductionVariantInferenceAmiVersionType", inference_ami_version)
     ours = {t["Key"]: t["Value"] for t in tags}
     steps = (
         (

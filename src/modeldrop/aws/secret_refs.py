@@ -42,8 +42,9 @@ def parse_ref(env_name: str, ref: str) -> SecretRef:
         raise RequestInvalid(f"secret env name {env_name!r} is not an environment variable name")
     m = _REF.match(ref)
     if m is None:
+        # Never repeated: a value where a reference belongs may be the secret itself.
         raise RequestInvalid(
-            f"secret {env_name}: {ref!r} is not a reference",
+            f"secret {env_name}: its value is not a reference (not shown: it may be the secret itself)",
             "use secretsmanager:<name or ARN>[#json-key] or ssm:<parameter name>; never the value itself",
         )
     if m["store"] == "ssm" and m["key"]:
@@ -53,6 +54,16 @@ def parse_ref(env_name: str, ref: str) -> SecretRef:
 
 def parse_refs(secrets: Mapping[str, str]) -> dict[str, SecretRef]:
     return {env_name: parse_ref(env_name, ref) for env_name, ref in secrets.items()}
+
+
+# Names under which containers read a Hugging Face Hub token.
+HUB_TOKEN_NAMES = frozenset({"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACE_HUB_TOKEN", "HF_API_TOKEN"})
+
+
+def for_container(refs: Mapping[str, SecretRef], hub_download: bool) -> dict[str, SecretRef]:
+    """The references whose values go into the container env: a Hub token only when the container
+    downloads from the Hub (the weights come from S3), since DescribeModel shows the env in plain text."""
+    return {name: ref for name, ref in refs.items() if hub_download or name not in HUB_TOKEN_NAMES}
 
 
 def refuse_collisions(secrets: Mapping[str, str], env: Mapping[str, str]) -> None:

@@ -7,6 +7,7 @@ deployment. Keys under this prefix never start a deployment from their upload ev
 
 from __future__ import annotations
 
+import hashlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -18,7 +19,7 @@ from modeldrop.contracts.errors import CheckpointUnreadable
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef, ObjectTypeDef
 
 SERVED_PREFIX = "modeldrop-served/"
 
@@ -27,6 +28,29 @@ def served_location(artifact: Artifact, deployment_id: str) -> Artifact:
     """Where the served copy of ARTIFACT lives: the same shape, under the deployment's own prefix."""
     base = f"{SERVED_PREFIX}{deployment_id}/"
     return Artifact(artifact.bucket, base if artifact.is_prefix else base + "model.tar.gz")
+
+
+MARKER = "modeldrop.json"
+REPORTS_DIR = "modeldrop-reports"
+MAX_KEY_BYTES = 1024
+
+
+def served_from_prefix(relative: str) -> bool:
+    """Whether a prefix's object belongs to the model: not its marker, not a report folder (reports
+    that an older modeldrop wrote inside a prefix), not a folder placeholder."""
+    parts = relative.split("/")
+    return bool(relative) and not relative.endswith("/") and relative != MARKER and REPORTS_DIR not in parts[:-1]
+
+
+def served_key(target: Artifact, relative: str) -> str:
+    key = target.key + relative
+    if len(key.encode()) > MAX_KEY_BYTES:
+        raise CheckpointUnreadable(
+            f"{relative[:80]}... is too long to copy under {target.key}: the copy's key would pass S3's "
+            f"{MAX_KEY_BYTES} bytes",
+            "shorten the file's path inside the prefix",
+        )
+    return key
 
 
 def version_id(version: str | None) -> str | None:
@@ -47,18 +71,27 @@ def copy_pinned(s3: S3Client, source: Artifact, version: str | None, deployment_
         objects = prefix_objects(s3, source.bucket, source.key)
         for obj in objects:
             relative = obj["Key"][len(source.key) :]
-            _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, target.key + relative)
+            if served_from_prefix(relative):
+                _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, served_key(target, relative))
     except ClientError as exc:
         raise CheckpointUnreadable(
             f"cannot copy {source} for serving: {exc.response.get('Error', {}).get('Code')}",
             "check that the artifact still exists",
         ) from None
-    if version and prefix_version(objects) != version:
+    # Listed again once copied: an object added, changed or removed while the copy ran is caught too.
+    if version and (prefix_version(objects) != version or prefix_version(_listing(s3, source)) != version):
         delete_served(s3, target.bucket, deployment_id)
         raise CheckpointUnreadable(
             f"{source} changed while it was being deployed", "upload the prefix completely, then start again"
         )
     return target
+
+
+def _listing(s3: S3Client, source: Artifact) -> list[ObjectTypeDef]:
+    try:
+        return prefix_objects(s3, source.bucket, source.key)
+    except ClientError as exc:
+        raise CheckpointUnreadable(f"cannot list {source}: {exc.response.get('Error', {}).get('Code')}") from None
 
 
 MAX_SINGLE_COPY = 5 * 1024**3  # CopyObject's own limit
@@ -94,6 +127,37 @@ def _copy(s3: S3Client, source: CopySourceTypeDef, bucket: str, key: str) -> Non
     except BaseException:
         s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
         raise
+
+
+def served_digest(s3: S3Client, served: Artifact) -> str:
+    """A digest of the served copy as it is now: every current object's key, version and ETag. Taken
+    at validation and again before CreateModel: any write since (which the bucket policy refuses to
+    all but the pipeline) shows as a different digest."""
+    prefix = f"{SERVED_PREFIX}{served.key[len(SERVED_PREFIX) :].split('/', 1)[0]}/"
+    digest = hashlib.sha256()
+    count = 0
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=served.bucket, Prefix=prefix):
+        latest = [v for v in page.get("Versions", []) if v.get("IsLatest")]
+        deleted = [m for m in page.get("DeleteMarkers", []) if m.get("IsLatest")]
+        for entry in sorted(latest, key=lambda v: v["Key"]):
+            digest.update(f"{entry['Key']}\0{entry.get('VersionId')}\0{entry.get('ETag')}\n".encode())
+            count += 1
+        for marker in deleted:
+            digest.update(f"{marker['Key']}\0deleted\n".encode())
+    return f"served:{count}:{digest.hexdigest()[:32]}"
+
+
+def verify_served(s3: S3Client, served: Artifact, expected: str | None) -> None:
+    """Refuse to serve a copy that is no longer the one validated."""
+    if expected is None:
+        return
+    now = served_digest(s3, served)
+    if now != expected:
+        raise CheckpointUnreadable(
+            f"the served copy {served} changed after it was validated ({expected} then, {now} now): "
+            "something other than this pipeline wrote to it",
+            "check the artifact bucket's policy (only the pipeline may write modeldrop-served/) and deploy again",
+        )
 
 
 def delete_served_for(s3: S3Client, artifact: Artifact | None, deployment_id: str) -> list[str]:

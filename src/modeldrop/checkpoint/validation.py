@@ -265,6 +265,29 @@ def _companions(c: _Checkpoint) -> Iterable[Finding]:
             yield _finding(code, severity, message, hint)
 
 
+def _remote_code(c: _Checkpoint) -> Iterable[Finding]:
+    """Code shipped in the checkpoint runs only with trust_remote_code, which a stack refuses unless
+    its owner allowed it: say what is there, so that nobody turns it on without knowing."""
+    code = sorted(f for f in c.scan.files if f.endswith(".py"))
+    auto_map = c.config.get("auto_map")
+    if not code and not auto_map:
+        return
+    parts = []
+    if isinstance(auto_map, dict) and auto_map:
+        parts.append("config.json maps " + ", ".join(sorted(str(k) for k in auto_map)[:4]) + " to its own classes")
+    elif auto_map:
+        parts.append("config.json has an auto_map")
+    if code:
+        parts.append(f"{len(code)} Python file(s) ({', '.join(code[:3])})")
+    yield _finding(
+        "REMOTE_CODE",
+        "warning",
+        "the checkpoint ships its own modelling code: " + "; ".join(parts),
+        "engines ignore it unless trust_remote_code is set, which runs it with the SageMaker execution role and "
+        "needs the stack's AllowTrustRemoteCode; prefer an architecture the engine implements",
+    )
+
+
 def _base(c: _Checkpoint) -> Iterable[Finding]:
     return base_findings(c.comparison, c.scan.source) if c.comparison is not None else []
 
@@ -279,6 +302,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _config_incomplete,
     _kv_shared_tensors,
     _companions,
+    _remote_code,
     _base,
 )
 

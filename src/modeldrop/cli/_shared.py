@@ -206,12 +206,17 @@ def fields(rows: list[tuple[str, str]], pad: int | None = None) -> None:
 
 
 def pairs(option: str, items: list[str] | None) -> dict[str, str]:
-    """Repeated KEY=VALUE options as a dict."""
+    """Repeated KEY=VALUE options as a dict. A value is never repeated in an error (it may be a
+    credential given by mistake); --env values are held to what a container env may carry."""
+    from modeldrop.contracts.env_safety import env_problem
+
     out: dict[str, str] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            fail(f"{option} {item!r} is not KEY=VALUE")
+            fail(f"{option} takes KEY=VALUE; one of its values has no '=' (or no key)")
+        if option == "--env" and (problem := env_problem(key, value)):
+            fail(f"--env {problem}")
         out[key] = value
     return out
 

@@ -175,11 +175,11 @@ def plan_cmd(
     first = choice.get("instance_type") or "ml.g6.2xlarge"
     if listed is None and max_hourly_price is not None:
         listed = [first]
+    passthrough = pairs("--env", env)
+    named = engine_settings(named_settings or {})
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
-    passthrough = pairs("--env", env)
-    named = engine_settings(named_settings or {})
     from modeldrop.contracts.models import EngineSettings
 
     with aws_errors(), byte_progress("validating"):

@@ -53,8 +53,15 @@ def run_local_cmd(
     ] = None,
     fault: Annotated[
         str,
-        typer.Option(help="a failure to play out through the real state machine: " + ", ".join(FAULTS)),
+        typer.Option(
+            help="failures to play out through the real state machine (one, or several comma-separated): "
+            + ", ".join(FAULTS)
+        ),
     ] = "none",
+    key: Annotated[
+        str | None,
+        typer.Option(help="the S3 key the artifact is uploaded under (default local/<time>/model.tar.gz)"),
+    ] = None,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -77,8 +84,9 @@ def run_local_cmd(
     from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
     from modeldrop.local.run import run_local
 
-    if fault not in FAULTS:
-        fail(f"unknown --fault {fault!r}; choose from {', '.join(FAULTS)}")
+    unknown = [f for f in fault.split(",") if f.strip() not in FAULTS]
+    if unknown:
+        fail(f"unknown --fault {unknown[0]!r}; choose one or several (comma-separated) of {', '.join(FAULTS)}")
     if engine not in LOCAL_ENGINES:
         fail(f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
     if deploy_engine not in (None, "vllm", "sglang", "lmi"):
@@ -87,6 +95,8 @@ def run_local_cmd(
         fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
     if artifact is not None and not artifact.exists():
         fail(f"{artifact}: no such file or directory")
+    if key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900):
+        fail(f"--key {key!r} must be a relative S3 key ending in model.tar.gz (the S3 rule watches those)")
     banner = [
         "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
         f"endpoints served by local {engine} processes",
@@ -110,7 +120,13 @@ def run_local_cmd(
 
         try:
             result = run_local(
-                artifact, fault=fault, on_state=follow, engine=engine, deploy_engine=deploy_engine, request=request
+                artifact,
+                fault=fault,
+                on_state=follow,
+                engine=engine,
+                deploy_engine=deploy_engine,
+                request=request,
+                key=key,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

@@ -250,8 +250,8 @@ def status_cmd(
     from modeldrop.operate.deployments import deployment_status, find_deployment
 
     with aws_errors():
-        _session, info, deployments = _connect(stack, region, profile)
-        record = find_deployment(deployments, deployment)
+        session, info, deployments = _connect(stack, region, profile)
+        record = find_deployment(deployments, deployment, session.client("sagemaker"))
     data = deployment_status(info, record)
     if as_json:
         print(json.dumps(data, default=str))
@@ -326,7 +326,11 @@ def extend_cmd(
 
 @app.command("teardown")
 def teardown_cmd(
-    deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
+    deployment: Annotated[str | None, typer.Argument(help="deployment id or endpoint name")] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="every endpoint the stack manages (do this before `sam delete`)")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="with --all: do not ask on a terminal")] = False,
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
@@ -336,6 +340,12 @@ def teardown_cmd(
     json_mode(as_json)
     from modeldrop.operate.deployments import teardown
 
+    if every == (deployment is not None):
+        fail("give a deployment id or endpoint name, or --all")
+    if every:
+        _teardown_all(stack, region, profile, yes, as_json)
+        return
+    assert deployment is not None
     with aws_errors():
         session, info, registry = _connect(stack, region, profile)
         result = teardown(
@@ -351,6 +361,27 @@ def teardown_cmd(
 
         cost = DeploymentRecord.model_validate(record).cost_so_far() or 0
         console.print(f"{record['deployment_id']} torn down; final cost ${cost:.2f}")
+
+
+def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool, as_json: bool) -> None:
+    from modeldrop.operate.deployments import live_endpoints, teardown_all
+
+    with aws_errors():
+        session, info, registry = _connect(stack, region, profile)
+        sm = session.client("sagemaker")
+        names = live_endpoints(sm, info.stack_tag, info.resource_prefix)
+        if names and not yes and not as_json and console.is_terminal:
+            typer.confirm(f"delete {len(names)} endpoint(s): {', '.join(names)}?", abort=True)
+        results = teardown_all(sm, registry, session.client("events"), info, s3=session.client("s3"))
+    failed = [r for r in results if "error" in r]
+    if as_json:
+        print(json.dumps({"torn_down": results}, default=str))
+    else:
+        for r in results:
+            console.print(f"{r['endpoint']}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
+        if not results:
+            console.print("no endpoint of this stack is live")
+    raise typer.Exit(1 if failed else 0)
 
 
 @app.command("doctor")

@@ -134,6 +134,37 @@ class EvalFailed(ModeldropError):
     default_hint = "see the eval report: raise max_tokens for truncated cases, fix the model otherwise"
 
 
+class LimitExceeded(ModeldropError):
+    """The request asks for more than the stack allows (instance types, count, hourly price, TTL, or a
+    setting that turns a safety off): no request can raise a stack's limits."""
+
+    failure_class = "request"
+    default_hint = "ask within the stack's limits, or have its owner raise the parameter named"
+
+
+class DeploymentEnded(ModeldropError):
+    """The deployment's record already ended (aborted, timed out, failed, torn down or expired) while
+    a step was still running: the step released what it had created and did nothing more."""
+
+    failure_class = "aborted"
+    default_hint = "nothing to do: the deployment was stopped; start a new one to deploy again"
+
+
+class RecordNotOwned(ModeldropError):
+    """The deployment id's record belongs to another execution: nothing of it is touched."""
+
+    failure_class = "internal"
+    default_hint = "start the deployment again under a new execution name"
+
+
+class RegistryBusy(ModeldropError):
+    """The deployments table throttled or failed transiently after the SDK's own retries: the state
+    machine retries the step with backoff."""
+
+    failure_class = "throttled"
+    default_hint = "transient; retried automatically"
+
+
 class TeardownIncomplete(ModeldropError):
     failure_class = "teardown"
     default_hint = "delete the listed resources by hand or let the reaper retry"
@@ -157,6 +188,10 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     EvalFailed,
     TeardownIncomplete,
     StepContractViolated,
+    DeploymentEnded,
+    RecordNotOwned,
+    RegistryBusy,
+    LimitExceeded,
 )
 
 FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DOMAIN_ERRORS}

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modeldrop.contracts.artifact import ArtifactUri
+from modeldrop.contracts.env_safety import env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import parse_s3_uri
 
 Engine = Literal["vllm", "sglang", "lmi"]
+# Instance types one deployment tries at most: with the poll, quota and teardown loops' own bounds,
+# an execution's history stays within Step Functions' 25,000 events (a contract test adds it up).
+MAX_INSTANCE_TYPES = 6
 INSTANCE_TYPE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
 
 
@@ -69,6 +75,13 @@ class EngineSettings(_Strict):
         description='media items per prompt, e.g. {"image": 2}; multimodal checkpoints only (default image 1)',
     )
     speculative: SpeculativeDecoding | None = None
+    trust_remote_code: bool | None = Field(
+        default=None,
+        description=(
+            "let the engine import Python code shipped in the checkpoint (auto_map); refused unless the stack's "
+            "AllowTrustRemoteCode permits it"
+        ),
+    )
 
     def given(self) -> bool:
         return any(v is not None for v in self.model_dump().values())
@@ -84,14 +97,19 @@ class DeploymentRequest(_Strict):
     instance_type: Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)] | None = Field(
         None, description="e.g. ml.g6.2xlarge; stack default if omitted"
     )
-    instance_types: list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]] | Literal["auto"] | None = Field(
+    instance_types: (
+        Annotated[list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]], Field(max_length=MAX_INSTANCE_TYPES)]
+        | Literal["auto"]
+        | None
+    ) = Field(
         None,
         description=(
-            "Instance types to try in order when one has no capacity (or no quota); 'auto' = instance_type "
-            "(or the stack default) first, then every catalog type whose memory plan fits, cheapest first"
+            "Instance types to try in order when one has no capacity (or no quota), at most 6; 'auto' = "
+            "instance_type (or the stack default) first, then the catalog types whose memory plan fits, cheapest "
+            "first, up to 6 in all"
         ),
     )
-    max_hourly_price: Annotated[float, Field(gt=0)] | None = Field(
+    max_hourly_price: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
         None, description="USD per instance-hour: types priced above it are never tried"
     )
     endpoint_name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,58}$")] | None = Field(
@@ -102,7 +120,7 @@ class DeploymentRequest(_Strict):
             "and reaper act on. Default: <prefix>-<deployment id>"
         ),
     )
-    instance_count: Annotated[int, Field(ge=1)] = Field(
+    instance_count: Annotated[int, Field(ge=1, le=100)] = Field(
         1,
         description=(
             "SageMaker's InitialInstanceCount: instances behind the endpoint, each holding the whole model (the "
@@ -174,6 +192,15 @@ class DeploymentRequest(_Strict):
             parse_s3_uri(value)
         return value
 
+    @field_validator("engine_env")
+    @classmethod
+    def _engine_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, item in value.items():
+            problem = env_problem(key, item)
+            if problem:
+                raise ValueError(problem)
+        return value
+
 
 class NormalizedRequest(DeploymentRequest):
     """The request with every default applied and the names of what it will create.
@@ -184,6 +211,8 @@ class NormalizedRequest(DeploymentRequest):
 
     deployment_id: str
     execution_name: str
+    # The execution that owns the deployment: every write to its record is conditioned on it.
+    execution_arn: str
     engine: Engine
     instance_type: str
     ttl_hours: float
@@ -192,6 +221,8 @@ class NormalizedRequest(DeploymentRequest):
     deploy_deadline_seconds: int
     quota_wait_seconds: int = 0
     capacity_wait_seconds: int = 1800
+    # The stack's allowed instance type patterns: a fallback ("auto") tries nothing else.
+    allowed_instance_types: list[str] = Field(default_factory=list)
 
     @field_validator("instance_types")
     @classmethod
@@ -200,16 +231,42 @@ class NormalizedRequest(DeploymentRequest):
 
 
 _SLUG = re.compile(r"[^a-z0-9-]+")
+# The id goes into SageMaker names (<prefix>-<id>, at most 63 characters with a 20-character prefix).
+ID_SLUG_CHARS = 31
+ID_HASH_CHARS = 10
 
 
-def deployment_id_for(execution_name: str) -> str:
-    """A stable id that is also safe inside a SageMaker resource name."""
-    slug = _SLUG.sub("-", execution_name.lower()).strip("-")
-    slug = re.sub("-{2,}", "-", slug)
-    if slug == execution_name and 0 < len(slug) <= 40:
-        return slug
-    digest = hashlib.sha256(execution_name.encode()).hexdigest()[:8]
-    return f"{slug[:31].strip('-') or 'd'}-{digest}"
+def deployment_id_for(execution_name: str, started_ms: int) -> str:
+    """The deployment's id: a readable slug of the execution's name and a hash of the name and its
+    start time. Unique per execution: two names never share an id (the hash covers the whole name,
+    so a name that looks like another's id is no clash), and neither does a name reused after Step
+    Functions' 90-day window (its start time differs)."""
+    slug = re.sub("-{2,}", "-", _SLUG.sub("-", execution_name.lower())).strip("-")
+    digest = hashlib.sha256(f"{execution_name}\n{started_ms}".encode()).hexdigest()[:ID_HASH_CHARS]
+    return f"{slug[:ID_SLUG_CHARS].strip('-') or 'd'}-{digest}"
+
+
+def epoch_ms(value: str | int | float | datetime) -> int:
+    """An execution's start as whole milliseconds since the epoch, from whatever form carries it: the
+    context object's ISO time (milliseconds on AWS, microseconds in moto), describe_execution's
+    datetime, or the status-change event's epoch milliseconds. Floored, never rounded through a float."""
+    if isinstance(value, bool):
+        raise ValueError("a start time is not a boolean")
+    if isinstance(value, int | float):
+        return int(value)
+    moment = value if isinstance(value, datetime) else datetime.fromisoformat(value.replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def deployment_id_of(execution: Mapping[str, Any]) -> str:
+    """The deployment id of an execution as describe_execution, list_executions or its status-change
+    event gives it (a name and a start date)."""
+    return deployment_id_for(str(execution["name"]), epoch_ms(execution["startDate"]))
 
 
 def resource_name_for(prefix: str, deployment_id: str) -> str:
@@ -252,6 +309,7 @@ class ValidationSummary(BaseModel):
     # The pinned source version and the immutable copy of it that SageMaker is given.
     artifact_version: str | None = None
     served_uri: ArtifactUri | None = None
+    served_digest: str | None = None  # what the served copy was when validated (checked before CreateModel)
     modalities: list[str] = Field(default_factory=list)
     dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
 
@@ -287,6 +345,13 @@ class EnginePlan(BaseModel):
     attempt: int = 0  # index into `candidates` of the type this plan is for
     candidates: list[Candidate] = Field(default_factory=list)
     instance_count: int = 1  # each instance holds the whole model: `memory` is one instance's plan
+    # Whether the container downloads anything from the Hugging Face Hub (a draft head by Hub id):
+    # only then does a Hub token go into its env.
+    hub_download: bool = False
+    # The host image whose NVIDIA driver covers the image's CUDA on this instance family (None: the
+    # family's default driver), and why.
+    inference_ami_version: str | None = None
+    host: dict[str, Any] = Field(default_factory=dict)
 
 
 class EndpointRef(BaseModel):
@@ -297,6 +362,8 @@ class EndpointRef(BaseModel):
     instance_type: str | None = None
     attempt: int = 0
     created_at: str | None = None
+    # The deadline spread over at most MAX_POLLS polls: the poll loop's Wait is never shorter.
+    min_poll_seconds: int = 5
 
 
 class CreateOutcome(BaseModel):
@@ -330,6 +397,9 @@ class TeardownProgress(BaseModel):
     left_behind: list[str] = Field(default_factory=list)
     not_ours: list[str] = Field(default_factory=list)
     endpoint_status: str | None = None
+    # Endpoints SageMaker would not delete while Creating (no instance, nothing billed): recorded, and
+    # deleted by the final teardown or the reaper once they can be.
+    stranded: list[str] = Field(default_factory=list)
 
 
 class EndpointPoll(BaseModel):

@@ -35,11 +35,33 @@ StepName = Literal[
     "torn_down",
     "expired",
     "reaped",
+    "stranded",
 ]
 
-TERMINAL = frozenset({"succeeded", "failed", "expired", "torn_down", "aborted", "timed_out"})
+# Nothing moves a record out of these: a Lambda still running after its execution ended cannot
+# bring it back, and its artifact claim passes on.
+ENDED = frozenset({"failed", "expired", "torn_down", "aborted", "timed_out"})
+TERMINAL = ENDED | {"succeeded"}
 # A holder in one of these states has no endpoint (or never will): its artifact claim may be taken over.
-RELEASED = frozenset({"failed", "expired", "torn_down", "aborted", "timed_out"})
+RELEASED = ENDED
+# A deployment on its way: what the pipeline's own steps move between.
+IN_FLIGHT = frozenset({"registered", "validated", "refused", "planned", "waiting-for-quota", "creating", "failing"})
+
+# Each status, and the statuses a record may reach it from (the registry's conditional writes hold it).
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "validated": frozenset({"registered"}),
+    "refused": frozenset({"registered"}),
+    "planned": frozenset({"validated", "planned", "waiting-for-quota", "creating"}),
+    "waiting-for-quota": frozenset({"planned", "waiting-for-quota"}),
+    "creating": frozenset({"planned", "waiting-for-quota", "creating"}),
+    "failing": IN_FLIGHT,
+    "succeeded": frozenset({"creating", "succeeded"}),
+    "failed": IN_FLIGHT,
+    "aborted": IN_FLIGHT,
+    "timed_out": IN_FLIGHT,
+    "expired": IN_FLIGHT | {"succeeded"},
+    "torn_down": IN_FLIGHT | {"succeeded"},
+}
 
 
 def step_key(step: StepName, attempt: int = 0) -> str:
@@ -53,6 +75,7 @@ class DeploymentRecord(BaseModel):
 
     deployment_id: str
     execution_name: str | None = None
+    execution_arn: str | None = None
     status: str = "registered"
     request: dict[str, Any] | None = None
     steps: dict[str, Any] = Field(default_factory=dict)

@@ -11,6 +11,14 @@ FAULTS: dict[str, str] = {
     "capacity": "the first instance type tried has no capacity (Failed: InsufficientInstanceCapacity); others do",
     "quota-busy": "the type's endpoint quota is 1, held by another team's endpoint deleted after 10 virtual min",
     "abort": "the execution is stopped (StopExecution) while the endpoint is Creating",
+    "abort-mid-validate": (
+        "the execution is stopped while ValidateCheckpoint is writing the served copy; the Lambda runs on, "
+        "as on AWS (then the same artifact version is deployed again)"
+    ),
+    "abort-mid-create": (
+        "the execution is stopped just after CreateEndpoint was accepted, before the step recorded it; the "
+        "Lambda runs on (then the same artifact version is deployed again)"
+    ),
     "slow-start": "the engine is still loading when the startup health check times out: Failed",
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
@@ -20,4 +28,10 @@ FAULTS: dict[str, str] = {
     "teardown-throttle": "the engine runs out of memory, then DeleteEndpoint is throttled 10 times in a row",
     "reupload": "right after ValidateCheckpoint the artifact's key is overwritten with a corrupt archive",
     "untrusted-role": "the SageMaker execution role trusts only bedrock.amazonaws.com (RegisterDeployment refuses)",
+    "delete-while-creating": (
+        "SageMaker refuses DeleteEndpoint while an endpoint is Creating; with capacity, the first type's endpoint "
+        "stays Creating with no instance for 45 virtual minutes before SageMaker gives up on it"
+    ),
+    "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
+    "failure queue",
 }

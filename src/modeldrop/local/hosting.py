@@ -40,6 +40,8 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local import engines
 from modeldrop.local.faults import FAULTS
+from modeldrop.local.iam_enforcement import acting_as
+from modeldrop.serving.host import amis, default_driver, driver_runs, image_cuda
 
 PING_FAILED = (
     "The primary container for production variant AllTraffic did not pass the ping health check. "
@@ -49,7 +51,16 @@ CAPACITY = (
     "InsufficientInstanceCapacity: We currently do not have sufficient capacity for {instance} in the "
     "Availability Zone you requested. Please try again later or choose a different instance type."
 )
+CANNOT_START = (
+    "CannotStartContainerError. Please ensure the model container for variant AllTraffic starts correctly when "
+    "invoked with 'docker run <image> serve'"
+)
+# With delete-while-creating, an endpoint that got no capacity stays Creating this long before
+# SageMaker gives up on it (users report up to an hour); until then DeleteEndpoint is refused.
+CAPACITY_GIVE_UP_SECONDS = 2700
 TEARDOWN_THROTTLES = 10
+# The faults that decide what one endpoint does; the others shape the emulated SageMaker API.
+ENDPOINT_FAULTS = ("capacity", "oom", "slow-start", "truncate", "throttle", "stream-break", "teardown-throttle")
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.
 FUNCTION_FAULTS = {"finalize-error": ("FinalizeFunction", "ProvisionedThroughputExceededException")}
 THROTTLED_CALLS = 2
@@ -104,17 +115,20 @@ class LocalHosting:
     def __init__(
         self,
         engine: str = "reference",
-        fault: str = "none",
+        fault: str = "none",  # one fault, or several separated by commas
         real_startup_grace: float | None = None,
         ms_per_token: float = 2.0,
         account_id: str = "123456789012",
         region: str = "us-east-1",
     ) -> None:
-        if fault not in FAULTS:
-            raise ValueError(f"unknown fault {fault!r}; choose from {', '.join(FAULTS)}")
+        self.faults = frozenset(f.strip() for f in fault.split(",") if f.strip()) - {"none"}
+        unknown = sorted(self.faults - set(FAULTS))
+        if unknown:
+            raise ValueError(f"unknown fault {unknown[0]!r}; choose from {', '.join(FAULTS)}")
         engines.check_available(engine)
         self.engine = engine
-        self.fault = fault
+        # What every endpoint created does unless plan() says otherwise.
+        self.fault = next((f for f in ENDPOINT_FAULTS if f in self.faults), "none")
         self.real_startup_grace = real_startup_grace or REAL_STARTUP_GRACE[engine]
         self.ms_per_token = ms_per_token
         self.account_id = account_id
@@ -160,7 +174,7 @@ class LocalHosting:
 
     def throttle_delete(self, name: str) -> bool:
         """teardown-throttle: the first TEARDOWN_THROTTLES DeleteEndpoint calls are throttled."""
-        if self.fault != "teardown-throttle" or self._delete_throttles >= TEARDOWN_THROTTLES:
+        if "teardown-throttle" not in self.faults or self._delete_throttles >= TEARDOWN_THROTTLES:
             return False
         self._delete_throttles += 1
         return True
@@ -168,7 +182,14 @@ class LocalHosting:
     def throttle_create(self, name: str, model_attempts: int) -> bool:
         """create-throttle: CreateEndpoint is throttled (past the SDK's own retries) until the step is
         retried, which a second CreateModel call for the same name shows."""
-        return self.fault == "create-throttle" and model_attempts < 2
+        return "create-throttle" in self.faults and model_attempts < 2
+
+    def refuse_delete(self, name: str) -> bool:
+        """delete-while-creating: SageMaker refuses DeleteEndpoint while the endpoint is Creating."""
+        hosted = self.endpoints.get(name)
+        if "delete-while-creating" not in self.faults or hosted is None:
+            return False
+        return self.status(name)[0] == "Creating"
 
     def on_create(self, name: str, backend: Any) -> None:
         config = backend.endpoint_configs[backend.endpoints[name].endpoint_config_name]
@@ -199,11 +220,20 @@ class LocalHosting:
         )
         self.endpoints[name] = hosted
         if fault == "capacity":
-            # No instance, so no container and no log group: as SageMaker leaves it.
+            # No instance, so no container and no log stream: as SageMaker leaves it.
+            return
+        driver = self._host_driver(variant, instance_type)
+        needed = image_cuda(str(container.get("Image", "")))
+        if driver is not None and needed is not None and not driver_runs(driver, needed):
+            # The host's driver is older than the image's CUDA: the container never starts, and
+            # (as on SageMaker, often) nothing reaches the logs.
+            hosted.fault = "cannot-start"
+            hosted.status, hosted.failure_reason = "Failed", CANNOT_START
             return
         self._create_log_stream(hosted)
         try:
-            hosted.model_dir = self._materialize(name, container)
+            with acting_as(None):  # SageMaker's own read of the model data, not the caller's
+                hosted.model_dir = self._materialize(name, container)
             self._start(hosted)
         except Exception as exc:  # whatever stops the container from starting is the endpoint's failure
             self._log(hosted, f"modeldrop local hosting: container did not start: {exc}")
@@ -236,8 +266,19 @@ class LocalHosting:
         return [n for n, h in self.endpoints.items() if h.process is not None and h.process.poll() is None]
 
     # ---- the lifecycle ------------------------------------------------------------------------
+    @staticmethod
+    def _host_driver(variant: dict[str, Any], instance_type: str) -> int | None:
+        """The NVIDIA driver the host runs: the InferenceAmiVersion's, else the family's default."""
+        ami = variant.get("InferenceAmiVersion")
+        if ami:
+            return int(amis()[ami]["nvidia_driver"])
+        return default_driver(instance_type)
+
     def _advance(self, hosted: HostedEndpoint) -> None:
         if hosted.fault == "capacity":
+            stalled = (clock.utcnow() - hosted.created_virtual).total_seconds()
+            if "delete-while-creating" in self.faults and stalled < CAPACITY_GIVE_UP_SECONDS:
+                return  # Creating with no instance, never modified, until SageMaker gives up
             hosted.status = "Failed"
             hosted.failure_reason = CAPACITY.format(instance=hosted.instance_type)
             return
@@ -384,7 +425,7 @@ class LocalHosting:
 
     def _flush_logs(self, hosted: HostedEndpoint) -> None:
         with hosted.log_lock:
-            if hosted.fault == "capacity" or not hosted.unflushed:
+            if hosted.fault in ("capacity", "cannot-start") or not hosted.unflushed:
                 return
             events, hosted.unflushed = hosted.unflushed, []
         self._logs_backend().put_log_events(

@@ -14,10 +14,14 @@ One place, used by the tests and by `modeldrop run-local`:
 - Step Functions, as strict as the service: no `$eval` in a JSONata definition (a function Step
   Functions does not provide), and a Wait state's JSONata Seconds must be a whole number.
 - EventBridge: moto does not deliver rule targets that are Lambda functions; deliver them.
-- Step Functions emits no "Execution Status Change" events in moto; put them on the default bus.
+- Step Functions emits no "Execution Status Change" events in moto; put them on the default bus --
+  for a stopped execution at stop time, while its running Lambda task goes on, as AWS does.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
 - S3: moto's CopyObject keeps a multipart object's composite checksum value but drops its type and
   part count, so every GET of the copy fails the SDK's checksum validation; keep all three, as S3 does.
+  moto also judges GetObject/PutObject by the bucket policy while ignoring the conditions it does not
+  know (a Bool on aws:SecureTransport denies every request); local.iam_enforcement evaluates bucket
+  policies with their conditions instead, for every S3 call a function makes.
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -42,8 +46,10 @@ Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 _installed = False
 _lock = threading.Lock()
 _dispatcher: Dispatcher | None = None
+_async_invoker: Callable[[str, dict[str, Any]], None] | None = None
 _hosting: Hosting | None = None
 _endpoint_quotas: dict[str, float] = {}
+_default_endpoint_quotas: dict[str, float] = {}
 
 
 class Hosting(Protocol):
@@ -59,6 +65,8 @@ class Hosting(Protocol):
 
     def throttle_delete(self, name: str) -> bool: ...
 
+    def refuse_delete(self, name: str) -> bool: ...
+
     def tick(self, backend: Any) -> None: ...
 
 
@@ -67,14 +75,48 @@ def set_dispatcher(dispatcher: Dispatcher | None) -> None:
     _dispatcher = dispatcher
 
 
+def dispatch(function_name: str, event: dict[str, Any]) -> tuple[str, bool, str]:
+    """Run a function through whatever dispatcher is installed (the stack's, or a test's)."""
+    if _dispatcher is None:
+        return json.dumps({"errorType": "NoDispatcher", "errorMessage": "no in-process dispatcher"}), True, ""
+    return _dispatcher(function_name, event)
+
+
+def set_async_invoker(invoker: Callable[[str, dict[str, Any]], None] | None) -> None:
+    """How an event source's asynchronous invocation of a function is run (the emulated stack's)."""
+    global _async_invoker
+    _async_invoker = invoker
+
+
+def s3_event_as_sent(event: Any) -> Any:
+    """An S3 EventBridge event with its object key URL-encoded, as S3 sends it (moto sends it raw):
+    `runs/exp 1+b/model.tar.gz` arrives as `runs/exp+1%2Bb/model.tar.gz`."""
+    from urllib.parse import quote_plus
+
+    if not isinstance(event, dict) or event.get("source") != "aws.s3":
+        return event
+    sent = json.loads(json.dumps(event, default=str))
+    obj = (sent.get("detail") or {}).get("object") or {}
+    if "key" in obj:
+        obj["key"] = quote_plus(str(obj["key"]), safe="/")
+    return sent
+
+
 def set_endpoint_quotas(quotas: dict[str, float]) -> None:
-    """The local account's 'ml.X for endpoint usage' quotas (instance type -> instances)."""
+    """The local account's 'ml.X for endpoint usage' quotas (instance type -> instances), applied."""
     _endpoint_quotas.clear()
     _endpoint_quotas.update(quotas)
+    _default_endpoint_quotas.clear()
 
 
-def set_endpoint_quota(instance_type: str, value: float) -> None:
-    _endpoint_quotas[instance_type] = value
+def set_endpoint_quota(instance_type: str, value: float, applied: bool = True) -> None:
+    """An applied quota value (listed by ListServiceQuotas), or, with APPLIED=False, only the AWS
+    default (listed by ListAWSDefaultServiceQuotas alone)."""
+    if applied:
+        _endpoint_quotas[instance_type] = value
+    else:
+        _endpoint_quotas.pop(instance_type, None)
+        _default_endpoint_quotas[instance_type] = value
 
 
 def local_quota_code(instance_type: str) -> str:
@@ -101,6 +143,7 @@ def install() -> None:
         _patch_stepfunctions()
         _patch_execution_events()
         _patch_s3_copy_checksums()
+        _patch_s3_bucket_policy()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
@@ -202,6 +245,11 @@ def _patch_sagemaker() -> None:
     def create_endpoint_config(self: Any, endpoint_config_name: str, *a: Any, **kw: Any) -> Any:
         if endpoint_config_name in self.endpoint_configs:
             refuse_existing(self, "endpoint configuration", "endpoint-config", endpoint_config_name)
+        variants = kw.get("production_variants") or (a[0] if a else [])
+        for variant in variants or []:
+            problem = ami_problem(variant.get("InferenceAmiVersion"))
+            if problem:
+                raise ValidationError(message=problem)
         return original_create_config(self, endpoint_config_name, *a, **kw)
 
     def create_endpoint(self: Any, endpoint_name: str, endpoint_config_name: str, tags: Any) -> Any:
@@ -241,6 +289,9 @@ def _patch_sagemaker() -> None:
     def delete_endpoint(self: Any, endpoint_name: str) -> None:
         if _hosting is not None and _hosting.throttle_delete(endpoint_name):
             raise Throttled("Rate exceeded")
+        if _hosting is not None and _hosting.refuse_delete(endpoint_name):
+            arn = arn_formatter("endpoint", endpoint_name, self.account_id, self.region_name)
+            raise ValidationError(message=f'Cannot delete endpoint "{arn}" while it is Creating.')
         endpoint = self.endpoints.get(endpoint_name)
         if endpoint is None or _hosting is None:
             original_delete(self, endpoint_name)  # moto's own not-found error, or no hosting to emulate
@@ -274,7 +325,7 @@ def quota_problem(backend: Any, config_name: str) -> str | None:
         return None
     for variant in config.production_variants:
         instance_type = variant.get("InstanceType")
-        limit = _endpoint_quotas.get(instance_type)
+        limit = _endpoint_quotas.get(instance_type, _default_endpoint_quotas.get(instance_type))
         if limit is None:
             continue
         delta = int(variant.get("InitialInstanceCount") or 1)
@@ -292,6 +343,22 @@ def quota_problem(backend: Any, config_name: str) -> str | None:
                 f"current utilization of {used} Instances and a request delta of {delta} Instances. Please use AWS "
                 "Service Quotas to request an increase for this quota."
             )
+    return None
+
+
+def ami_problem(ami: str | None) -> str | None:
+    """What CreateEndpointConfig refuses in an InferenceAmiVersion: a value not in botocore's enum."""
+    if ami is None:
+        return None
+    import botocore.session
+
+    model = botocore.session.get_session().get_service_model("sagemaker")
+    allowed = model.shape_for("ProductionVariantInferenceAmiVersion").enum
+    if ami not in allowed:
+        return (
+            f"1 validation error detected: Value '{ami}' at 'productionVariants.1.member.inferenceAmiVersion' failed "
+            f"to satisfy constraint: Member must satisfy enum value set: [{', '.join(allowed)}]"
+        )
     return None
 
 
@@ -398,21 +465,26 @@ def _patch_stepfunctions() -> None:
 
 
 def _patch_execution_events() -> None:
+    """The execution's status-change event, once per execution: at the end of a run -- or, for a
+    StopExecution, at once, while a Lambda task it started may still be running, as on AWS (moto
+    would only mark the execution ABORTED when that task returns)."""
     from moto.events.models import events_backends
+    from moto.stepfunctions.parser.api import ExecutionStatus
     from moto.stepfunctions.parser.backend import execution as sfn_execution
 
-    original = sfn_execution.BaseExecutionWorkerCommunication.terminated
+    from modeldrop.contracts.models import epoch_ms
 
-    def terminated(self: Any) -> None:
-        original(self)
-        ex = self.execution
+    def announce(ex: Any) -> None:
+        if getattr(ex, "_modeldrop_announced", False):
+            return
+        ex._modeldrop_announced = True
         detail = {
             "executionArn": ex.exec_arn,
             "stateMachineArn": ex.state_machine.arn,
             "name": ex.name,
             "status": ex.exec_status.value if ex.exec_status else "UNKNOWN",
-            "startDate": int(ex.start_date.timestamp() * 1000),
-            "stopDate": int(ex.stop_date.timestamp() * 1000) if ex.stop_date else None,
+            "startDate": epoch_ms(ex.start_date),
+            "stopDate": epoch_ms(ex.stop_date) if ex.stop_date else None,
             "error": getattr(ex, "error", None),
             "cause": getattr(ex, "cause", None),
         }
@@ -430,7 +502,23 @@ def _patch_execution_events() -> None:
         except Exception:  # an event that cannot be delivered must not break the execution's end
             logging.getLogger(__name__).exception("could not emit the execution status change")
 
+    original_terminated = sfn_execution.BaseExecutionWorkerCommunication.terminated
+
+    def terminated(self: Any) -> None:
+        original_terminated(self)
+        announce(self.execution)
+
+    original_stop = sfn_execution.Execution.stop
+
+    def stop(self: Any, stop_date: Any, error: str | None, cause: str | None) -> None:
+        original_stop(self, stop_date, error, cause)
+        if self.exec_status == ExecutionStatus.RUNNING:
+            self.exec_status = ExecutionStatus.ABORTED
+            self.stop_date = stop_date
+            announce(self)
+
     sfn_execution.BaseExecutionWorkerCommunication.terminated = terminated
+    sfn_execution.Execution.stop = stop
 
 
 def _patch_s3_copy_checksums() -> None:
@@ -450,6 +538,16 @@ def _patch_s3_copy_checksums() -> None:
     S3Backend.copy_object = copy_object
 
 
+def _patch_s3_bucket_policy() -> None:
+    from moto.iam.access_control import PermissionResult
+    from moto.s3.models import FakeBucket
+
+    def get_permission(self: Any, action: str, resource: str) -> Any:
+        return PermissionResult.NEUTRAL  # judged by local.iam_enforcement, conditions included
+
+    FakeBucket.get_permission = get_permission
+
+
 def _patch_events() -> None:
     from moto.events import models as ev
     from moto.utilities.arns import parse_arn
@@ -457,11 +555,14 @@ def _patch_events() -> None:
     original = ev.Rule.send_to_targets
 
     def send_to_targets(self: Any, original_event: Any, transform_input: bool = True) -> None:
+        original_event = s3_event_as_sent(original_event)
         if self.event_pattern.matches_event(original_event):
             for target in self.targets:
                 arn = parse_arn(target["Arn"])
-                if arn.service == "lambda" and _dispatcher is not None:
-                    _dispatcher(arn.resource_id.split(":")[0], json.loads(json.dumps(original_event, default=str)))
+                if arn.service == "lambda" and _async_invoker is not None:
+                    # EventBridge invokes a function asynchronously: Lambda retries a failed run and
+                    # hands the event to the function's on-failure destination.
+                    _async_invoker(arn.resource_id.split(":")[0], json.loads(json.dumps(original_event, default=str)))
         original(self, original_event, transform_input)
 
     ev.Rule.send_to_targets = send_to_targets
@@ -470,25 +571,31 @@ def _patch_events() -> None:
 def _patch_service_quotas() -> None:
     from moto.servicequotas.responses import ServiceQuotasResponse
 
-    def list_service_quotas(self: Any) -> str:
-        params = json.loads(self.body)
-        if params.get("ServiceCode") != "sagemaker":
-            return json.dumps({"Quotas": []})
-        quotas = [
-            {
-                "ServiceCode": "sagemaker",
-                "ServiceName": "Amazon SageMaker",
-                "QuotaCode": local_quota_code(instance_type),
-                "QuotaName": f"{instance_type} for endpoint usage",
-                "Value": value,
-                "Unit": "None",
-                "Adjustable": True,
-            }
-            for instance_type, value in sorted(_endpoint_quotas.items())
-        ]
-        return json.dumps({"Quotas": quotas})
+    def listing(values: dict[str, float]) -> Callable[[Any], str]:
+        def respond(self: Any) -> str:
+            params = json.loads(self.body)
+            if params.get("ServiceCode") != "sagemaker":
+                return json.dumps({"Quotas": []})
+            quotas = [
+                {
+                    "ServiceCode": "sagemaker",
+                    "ServiceName": "Amazon SageMaker",
+                    "QuotaCode": local_quota_code(instance_type),
+                    "QuotaName": f"{instance_type} for endpoint usage",
+                    "Value": value,
+                    "Unit": "None",
+                    "Adjustable": True,
+                }
+                for instance_type, value in sorted(values.items())
+            ]
+            return json.dumps({"Quotas": quotas})
 
-    ServiceQuotasResponse.list_service_quotas = list_service_quotas
+        return respond
+
+    # As Service Quotas answers: ListServiceQuotas lists only the quotas with an applied value;
+    # ListAWSDefaultServiceQuotas lists the defaults, which the others are at.
+    ServiceQuotasResponse.list_service_quotas = listing(_endpoint_quotas)
+    ServiceQuotasResponse.list_aws_default_service_quotas = listing(_default_endpoint_quotas)
 
 
 def error_payload(exc: BaseException) -> str:

@@ -39,6 +39,10 @@ class RunResult(BaseModel):
     deleted_at_exit: list[str] = Field(default_factory=list)
     # Local copies of the reports, which lived in the emulated bucket: kind -> file path.
     local_reports: dict[str, str] = Field(default_factory=dict)
+    # After an abort fault: the same artifact version deployed again (its claim passed on).
+    redeploy: dict[str, Any] | None = None
+    # The starter's failed events, as its on-failure queue holds them (Lambda's destination records).
+    starter_failures: list[dict[str, Any]] = Field(default_factory=list)
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -70,6 +74,7 @@ def run_local(
     engine: str = "reference",
     deploy_engine: str | None = None,
     request: dict[str, Any] | None = None,
+    key: str | None = None,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
@@ -92,19 +97,28 @@ def run_local(
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         ):
             stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
-            if fault in FUNCTION_FAULTS:
-                function, error = FUNCTION_FAULTS[fault]
+            faults = hosting.faults  # --fault takes several, separated by commas
+            for name in faults & set(FUNCTION_FAULTS):
+                function, error = FUNCTION_FAULTS[name]
                 stack.inject[function] = [error]
-            if fault == "reupload":
+            if "reupload" in faults:
                 stack.after["ValidateFunction"] = lambda event: _overwrite(stack, event["artifact_uri"])
-            if fault == "abort":
+            if "abort" in faults:
                 stack.after["CreateEndpointFunction"] = lambda event: _stop_running(stack)
-            if fault == "quota-busy":
+            for name in faults & set(MID_STEP_ABORTS):
+                _stop_during(stack, *MID_STEP_ABORTS[name])
+            if "quota-busy" in faults:
                 _occupy_quota(stack, _first_type(stack, request))
-            if fault == "untrusted-role":
+            if "untrusted-role" in faults:
                 _trust_only_bedrock(stack)
+            if "starter-error" in faults:
+                _deny_start_execution(stack)
+            _hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
-                result = _deploy(stack, artifact, Path(tmp), on_state, request)
+                result = _deploy(stack, artifact, Path(tmp), on_state, request, key)
+                if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
+                    result.redeploy = _redeploy(stack, str(result.record.artifact_uri), on_state)
+                    result.leftover_resources = stack.leftover_resources()
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
             except BaseException:
                 with interrupts.deferred():
@@ -132,11 +146,12 @@ def _deploy(
     workdir: Path,
     on_state: Callable[[StateRun], None] | None,
     request: dict[str, Any] | None = None,
+    key: str | None = None,
 ) -> RunResult:
-    from modeldrop.contracts.models import deployment_id_for
+    from modeldrop.contracts.models import deployment_id_of
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    key = f"{'direct/' if request else ''}local/{stamp}/model.tar.gz"
+    key = f"{'direct/' if request else ''}{key or f'local/{stamp}/model.tar.gz'}"
     packed = _artifact_file(artifact, workdir)
     from modeldrop.contracts import progress
 
@@ -152,7 +167,19 @@ def _deploy(
         )
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
-        return RunResult(status="not-started", error="NoExecution", cause="the S3 event started no execution")
+        failed = stack.failed_events("StarterFunction")
+        cause = "the S3 event started no execution"
+        if failed:
+            error = failed[0]["responsePayload"]
+            cause += f"; the starter failed ({error.get('errorType')}: {error.get('errorMessage')}) and, after "
+            cause += f"{failed[0]['requestContext']['approximateInvokeCount']} tries, its event is in the failure queue"
+        return RunResult(
+            status="not-started",
+            error="NoExecution",
+            cause=cause,
+            starter_failures=failed,
+            leftover_resources=stack.leftover_resources(),
+        )
     # Real time: the virtual clock makes waits instant, so only process starts and answers take long.
     # The emulated S3 copies, validates, downloads and extracts the artifact at ~10 MB/s at worst.
     limit = 120 + stack.hosting.real_startup_grace + packed.stat().st_size / 10e6
@@ -168,7 +195,7 @@ def _deploy(
     except TimeoutError as exc:
         return RunResult(status="failed", error="LocalRunTimeout", cause=str(exc))
     stack.settle()  # what the execution's end set off (the ExecutionEnded rule) has finished
-    deployment_id = deployment_id_for(desc["name"])
+    deployment_id = deployment_id_of(desc)
     # The emulator ends with this run: a live endpoint is deleted as `modeldrop teardown` does, so
     # that the leftover check below is a real one for a success too.
     cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" else []
@@ -211,29 +238,103 @@ def _teardown_at_exit(stack: Any, deployment_id: str) -> list[str]:
     record = stack.registry().get(deployment_id)
     if record is None:
         return []
+    request = record.request or {}
     event = {
         "deployment_id": deployment_id,
-        "resource_name": record.endpoint_name or "",
+        "resource_name": request.get("resource_name") or record.endpoint_name or "",
+        "endpoint_name": record.endpoint_name,
         "artifact_uri": str(record.artifact_uri) if record.artifact_uri else None,
         "attempt": int(record.step_dict("create_endpoint").get("attempt") or 0),
         "deadline_at": None,
     }
     deleted: list[str] = []
-    for _ in range(20):
+    for _ in range(400):
         done = stack.invoke_function("TeardownFunction", event)
         event["deadline_at"] = done.get("deadline_at")
         deleted = list(done.get("deleted", []))  # every pass so far, in order
-        if done.get("done"):
+        if done.get("done") or done.get("gave_up"):
             break
+        # As the state machine's WaitForTeardown does: a stranded endpoint goes once SageMaker has
+        # given up on it, a virtual hour later at most.
+        from modeldrop.contracts import clock
+
+        clock.advance(max(int(done.get("wait_seconds") or 15), 60))
     return deleted
 
 
 def _stop_running(stack: Any) -> None:
-    """The abort fault: StopExecution while the endpoint is Creating (once)."""
-    sfn = stack.client("stepfunctions")
+    """The abort faults: StopExecution on every running execution, by the user (not the function
+    whose call set it off)."""
+    from modeldrop.local.iam_enforcement import acting_as
+
     stack.after.pop("CreateEndpointFunction", None)
-    for execution in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
-        sfn.stop_execution(executionArn=execution["executionArn"], error="Aborted", cause="run-local --fault abort")
+    with acting_as(None):
+        sfn = stack.client("stepfunctions")
+        running = sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]
+        for execution in running:
+            sfn.stop_execution(executionArn=execution["executionArn"], error="Aborted", cause="run-local --fault")
+
+
+ABORT_FAULTS = {"abort", "abort-mid-validate", "abort-mid-create"}
+
+
+def _writes_served_copy(params: Any) -> bool:
+    from modeldrop.aws.served_copy import SERVED_PREFIX
+
+    return str(params.get("Key", "")).startswith(SERVED_PREFIX)
+
+
+# A stop in the middle of a step: after the first call matching (service, operations, params test).
+MID_STEP_ABORTS: dict[str, tuple[str, tuple[str, ...], Callable[[Any], bool]]] = {
+    "abort-mid-validate": (
+        "s3",
+        ("CopyObject", "PutObject", "CompleteMultipartUpload", "UploadPartCopy"),
+        _writes_served_copy,
+    ),
+    "abort-mid-create": ("sagemaker", ("CreateEndpoint",), lambda params: True),
+}
+
+
+def _stop_during(stack: Any, service: str, operations: tuple[str, ...], matches: Callable[[Any], bool]) -> None:
+    """StopExecution as soon as a matching call succeeds, inside the step that made it: the ABORTED
+    event and its cleanup run at once, and the step's Lambda goes on afterwards, as on AWS."""
+    from modeldrop.local.iam_enforcement import after_call
+
+    fired: list[bool] = []
+
+    def stop(params: Any, _result: Any) -> None:
+        if not fired and matches(params):
+            fired.append(True)
+            _stop_running(stack)
+
+    for operation in operations:
+        after_call(service, operation, stop)
+
+
+def _redeploy(stack: Any, artifact_uri: str, on_state: Callable[[StateRun], None] | None) -> dict[str, Any]:
+    """The same artifact version deployed again after an abort: its claim passed on with the abort."""
+    from modeldrop.contracts.models import deployment_id_of
+
+    sfn = stack.client("stepfunctions")
+    arn = sfn.start_execution(
+        stateMachineArn=stack.state_machine_arn,
+        name=f"redeploy-{datetime.now().strftime('%Y%m%d-%H%M%S')}",
+        input=json.dumps({"artifact_uri": artifact_uri}),
+    )["executionArn"]
+    try:
+        desc, _states = watch(sfn, arn, on_state, poll_seconds=0.02, timeout_seconds=300)
+    except TimeoutError as exc:
+        return {"status": "failed", "error": "LocalRunTimeout", "cause": str(exc)}
+    stack.settle()
+    deployment_id = deployment_id_of(desc)
+    cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" else []
+    return {
+        "status": "succeeded" if desc["status"] == "SUCCEEDED" else desc["status"].lower(),
+        "deployment_id": deployment_id,
+        "error": desc.get("error"),
+        "cause": cause_message(desc.get("cause")),
+        "deleted_at_exit": cleanup,
+    }
 
 
 QUOTA_HOLD_SECONDS = 600
@@ -249,7 +350,7 @@ def _first_type(stack: Any, request: dict[str, Any] | None) -> str:
     defaults = DefaultsSettings.model_validate(
         {"default_instance_type": stack.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge"}
     )
-    return normalize(raw, "first-type", defaults).instance_type
+    return normalize(raw, "first-type", defaults, "arn:local:first-type", 0).instance_type
 
 
 def _occupy_quota(stack: Any, instance_type: str) -> None:
@@ -277,6 +378,40 @@ def _occupy_quota(stack: Any, instance_type: str) -> None:
     sm.create_endpoint(EndpointName=OTHER_TEAM, EndpointConfigName=OTHER_TEAM)
 
 
+def _hold_secrets(stack: Any, secrets: dict[str, str]) -> None:
+    """run-local's emulated account holds the secrets a --secret names, under the same references:
+    the value of the environment variable NAME here, else a placeholder (never printed)."""
+    import os
+
+    from modeldrop.aws.secret_refs import parse_refs
+    from modeldrop.contracts.errors import RequestInvalid
+
+    try:
+        refs = parse_refs(secrets)
+    except RequestInvalid:
+        return  # the run's NormalizeRequest refuses it, with the reason
+    for env_name, ref in refs.items():
+        value = os.environ.get(env_name) or f"run-local-placeholder-for-{env_name}"
+        if ref.store == "ssm":
+            stack.client("ssm").put_parameter(Name=ref.name, Value=value, Type="SecureString", Overwrite=True)
+            continue
+        body = json.dumps({ref.key: value}) if ref.key else value
+        client = stack.client("secretsmanager")
+        try:
+            client.create_secret(Name=ref.name, SecretString=body)
+        except client.exceptions.ResourceExistsException:
+            client.put_secret_value(SecretId=ref.name, SecretString=body)
+
+
+def _deny_start_execution(stack: Any) -> None:
+    """The starter-error fault: the starter's role lost states:StartExecution (an edited policy)."""
+    import dataclasses
+
+    spec = stack.functions["StarterFunction"]
+    kept = tuple(s for s in spec.principal.statements if "states:StartExecution" not in str(s.get("Action")))
+    spec.principal = dataclasses.replace(spec.principal, statements=kept)
+
+
 def _trust_only_bedrock(stack: Any) -> None:
     """The untrusted-role fault: the source lab's role, which SageMaker could not assume."""
     from modeldrop.local.stack import trust_policy
@@ -294,8 +429,18 @@ def _overwrite(stack: Any, artifact_uri: str) -> None:
     stack.client("s3").put_object(Bucket=uri.bucket, Key=uri.key, Body=b"\x1f\x8b\x08\x00 not a model any more")
 
 
-# Where run-local keeps its reports: they outlive the run, unlike the emulated bucket.
+# Where run-local keeps its reports: they outlive the run, unlike the emulated bucket. The newest
+# KEPT_RUNS runs' folders are kept; older ones go as new runs come.
 REPORTS_DIR = Path(tempfile.gettempdir()) / "modeldrop-run-local"
+KEPT_RUNS = 20
+
+
+def _prune_reports(root: Path) -> None:
+    import shutil
+
+    folders = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime, reverse=True)
+    for old in folders[KEPT_RUNS - 1 :]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _keep_reports(stack: Any, record: DeploymentRecord | None, deployment_id: str) -> dict[str, str]:
@@ -320,6 +465,7 @@ def _keep_reports(stack: Any, record: DeploymentRecord | None, deployment_id: st
             # A folder of this run's own: two runs started in the same second get the same
             # deployment id (each in its own emulator), and must not overwrite each other's reports.
             REPORTS_DIR.mkdir(parents=True, exist_ok=True)
+            _prune_reports(REPORTS_DIR)
             folder = Path(tempfile.mkdtemp(prefix=f"{deployment_id}-", dir=REPORTS_DIR))
         dest = folder / loc.key.rsplit("/", 1)[-1]
         try:

@@ -29,8 +29,12 @@ import yaml
 from modeldrop.aws import clients
 from modeldrop.aws.execution_role import SAGEMAKER
 from modeldrop.aws.registry import Registry
-from modeldrop.local import moto_shims
+from modeldrop.contracts import clock
+from modeldrop.contracts.record import DeploymentRecord
+from modeldrop.local import iam_enforcement, moto_shims
 from modeldrop.local.hosting import LocalHosting
+from modeldrop.local.iam_enforcement import Principal, acting_as
+from modeldrop.local.iam_policy import statements_of
 from modeldrop.local.runtime_endpoint import LocalRuntime
 
 REGION = "us-east-1"
@@ -81,6 +85,10 @@ class FunctionSpec:
     handler: str
     env: dict[str, str]
     arn: str = ""
+    principal: Principal | None = None  # its role and the template's statements, enforced on its calls
+    # Asynchronous invocations (EventBridge targets): Lambda's retries, then the on-failure destination.
+    max_retries: int = 2
+    on_failure: str | None = None  # an SQS queue ARN
 
 
 @dataclass
@@ -90,10 +98,14 @@ class Invocation:
     error: str | None
 
 
+_NO_VALUE = object()  # Ref AWS::NoValue
+
+
 @dataclass
 class EmulatedStack:
     root: Path
     parameters: dict[str, str]
+    conditions: dict[str, Any] = field(default_factory=dict)
     functions: dict[str, FunctionSpec] = field(default_factory=dict)
     resources: dict[str, str] = field(default_factory=dict)
     state_machine_arn: str = ""
@@ -110,6 +122,14 @@ class EmulatedStack:
 
     # ---- template resolution -------------------------------------------------------------
     def resolve(self, value: Any) -> Any:
+        """VALUE with the template's intrinsics evaluated (AWS::NoValue leaves its key or item out)."""
+        resolved = self._resolve(value)
+        return None if resolved is _NO_VALUE else resolved
+
+    def condition(self, name: str) -> bool:
+        return bool(self._resolve(self.conditions[name]))
+
+    def _resolve(self, value: Any) -> Any:
         if isinstance(value, dict) and len(value) == 1:
             ((key, arg),) = value.items()
             if key == "Ref":
@@ -117,14 +137,26 @@ class EmulatedStack:
                     return STACK_NAME
                 if arg == "AWS::Region":
                     return REGION
+                if arg == "AWS::NoValue":
+                    return _NO_VALUE
                 if arg in self.parameters:
                     return self.parameters[arg]
                 return self.resources.get(arg, f"unresolved:{arg}")
             if key == "Fn::GetAtt":
-                logical, _attr = arg
+                logical, attr = arg
                 if logical in self.functions:
                     return self.functions[logical].arn
-                return self.resources.get(f"{logical}.Arn", f"unresolved:{logical}")
+                return self.resources.get(f"{logical}.{attr}", f"unresolved:{logical}.{attr}")
+            if key == "Fn::If":
+                name, then, otherwise = arg
+                return self._resolve(then if self.condition(name) else otherwise)
+            if key == "Fn::Equals":
+                left, right = (self._resolve(a) for a in arg)
+                return str(left) == str(right)
+            if key == "Fn::Not":
+                return not self._resolve(arg[0])
+            if key == "Condition":
+                return self.condition(arg)
             if key == "Fn::Sub":
                 text = arg if isinstance(arg, str) else arg[0]
                 for k, v in {
@@ -138,9 +170,10 @@ class EmulatedStack:
                     text = text.replace("${" + k + "}", str(v))
                 return text
         if isinstance(value, dict):
-            return {k: self.resolve(v) for k, v in value.items()}
+            items = {k: self._resolve(v) for k, v in value.items()}
+            return {k: v for k, v in items.items() if v is not _NO_VALUE}
         if isinstance(value, list):
-            return [self.resolve(v) for v in value]
+            return [v for v in (self._resolve(item) for item in value) if v is not _NO_VALUE]
         return value
 
     # ---- in-process Lambda dispatch --------------------------------------------------------
@@ -169,7 +202,7 @@ class EmulatedStack:
                 raise TimeoutError(f"injected {error}")
             return json.dumps({"errorType": error, "errorMessage": f"injected {error}"}), True, ""
         context = _Context(spec.name, spec.arn)
-        with self._env_lock, _patched_env({**spec.env, **self.extra_env}):
+        with self._env_lock, _patched_env({**spec.env, **self.extra_env}), acting_as(spec.principal):
             try:
                 # Imported under the function's env: Powertools reads POWERTOOLS_* at import.
                 handler_fn = getattr(self._module(spec), spec.handler.split(".")[-1])
@@ -181,6 +214,46 @@ class EmulatedStack:
         if spec.logical_id in self.after:
             self.after[spec.logical_id](payload)
         return json.dumps(result, default=str), False, ""
+
+    def invoke_async(self, function_name: str, event: dict[str, Any]) -> None:
+        """An asynchronous invocation, as Lambda runs one: the function, retried up to its
+        MaximumRetryAttempts when it fails, then the event and the error to its on-failure destination."""
+        spec = next((f for f in self.functions.values() if f.name == function_name), None)
+        attempts = 1 + (spec.max_retries if spec else 0)
+        payload, errored = "", False
+        for _ in range(attempts):
+            payload, errored, _logs = moto_shims.dispatch(function_name, event)
+            if not errored:
+                return
+        if spec is None or not spec.on_failure:
+            return  # dropped, as Lambda drops it with no destination
+        record = {
+            "version": "1.0",
+            "timestamp": clock.iso(clock.utcnow()),
+            "requestContext": {
+                "requestId": uuid.uuid4().hex,
+                "functionArn": f"{spec.arn}:$LATEST",
+                "condition": "RetriesExhausted",
+                "approximateInvokeCount": attempts,
+            },
+            "requestPayload": event,
+            "responseContext": {"statusCode": 200, "executedVersion": "$LATEST", "functionError": "Unhandled"},
+            "responsePayload": json.loads(payload),
+        }
+        sqs = self.client("sqs")
+        url = sqs.get_queue_url(QueueName=spec.on_failure.rsplit(":", 1)[-1])["QueueUrl"]
+        with acting_as(spec.principal):  # the function's role sends it, as Lambda does
+            sqs.send_message(QueueUrl=url, MessageBody=json.dumps(record))
+
+    def failed_events(self, logical_id: str) -> list[dict[str, Any]]:
+        """What reached LOGICAL_ID's on-failure queue (the destination records), without removing it."""
+        spec = self.functions[logical_id]
+        if not spec.on_failure:
+            return []
+        sqs = self.client("sqs")
+        url = sqs.get_queue_url(QueueName=spec.on_failure.rsplit(":", 1)[-1])["QueueUrl"]
+        messages = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0).get("Messages", [])
+        return [json.loads(m["Body"]) for m in messages]
 
     def _record(self, logical_id: str, started: float, error: str | None) -> None:
         inv = Invocation(logical_id, round(time.monotonic() - started, 4), error)
@@ -203,6 +276,20 @@ class EmulatedStack:
 
     def registry(self) -> Registry:
         return Registry(self.table())
+
+    def deployment_id(self, execution: str) -> str:
+        """The deployment id of the execution named (or with the ARN) EXECUTION."""
+        from modeldrop.contracts.models import deployment_id_of
+
+        sfn = self.client("stepfunctions")
+        for item in sfn.list_executions(stateMachineArn=self.state_machine_arn)["executions"]:
+            if execution in (item["name"], item["executionArn"]):
+                return deployment_id_of(item)
+        raise KeyError(f"no execution {execution}")
+
+    def record_of(self, execution: str) -> DeploymentRecord | None:
+        """The deployment record of the execution named (or with the ARN) EXECUTION."""
+        return self.registry().get(self.deployment_id(execution))
 
     def abort(self, join_seconds: float = 15.0) -> None:
         """An interrupted run: no endpoint process may survive or start, and the executions stop.
@@ -237,6 +324,7 @@ class EmulatedStack:
         self.hosting.stop_all()
         moto_shims.set_hosting(None)
         moto_shims.set_dispatcher(None)
+        moto_shims.set_async_invoker(None)
         clients.reset()  # the handlers' clients point at this stack's runtime endpoint
 
     def invoke_function(self, logical_id: str, event: dict[str, Any]) -> dict[str, Any]:
@@ -359,6 +447,17 @@ def check_parameters(specs: dict[str, Any], values: dict[str, str]) -> None:
             raise ValueError(f"parameter {name}={value!r} {problem}")
 
 
+def _statements(stack: EmulatedStack, props: dict[str, Any]) -> list[Any]:
+    """A function's IAM statements as SAM gives its role: every inline policy document of Policies
+    (SAM policy templates are not used by this template, and are refused rather than ignored)."""
+    statements: list[Any] = []
+    for policy in props.get("Policies", []):
+        if not isinstance(policy, dict) or "Statement" not in policy:
+            raise ValueError(f"the emulator reads only inline policy documents, not {policy!r}")
+        statements += statements_of(stack.resolve(policy))
+    return statements
+
+
 def trust_policy(service: str) -> dict[str, Any]:
     return {
         "Version": "2012-10-17",
@@ -381,7 +480,9 @@ def build_stack(
     params.update(LOCAL_PARAMETERS)
     params.update(parameters or {})
     check_parameters(template.get("Parameters", {}), params)
-    stack = EmulatedStack(root=root, parameters=params, hosting=hosting or LocalHosting())
+    stack = EmulatedStack(
+        root=root, parameters=params, conditions=template.get("Conditions", {}), hosting=hosting or LocalHosting()
+    )
     stack.runtime = LocalRuntime(stack.hosting, **(runtime_options or {})).start()
     stack.extra_env = {**LOCAL_ENV, "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": stack.runtime.url}
     resources = template["Resources"]
@@ -412,6 +513,16 @@ def build_stack(
     stack.resources["EventBus"] = bus
     stack.resources["EventBus.Arn"] = f"arn:aws:events:{REGION}:123456789012:event-bus/{bus}"
 
+    sqs = boto3.client("sqs", region_name=REGION)
+    for logical in [k for k, v in resources.items() if v["Type"] == "AWS::SQS::Queue"]:
+        queue = f"{STACK_NAME}-{logical}"
+        url = sqs.create_queue(QueueName=queue)["QueueUrl"]
+        stack.resources[logical] = url
+        stack.resources[f"{logical}.Arn"] = f"arn:aws:sqs:{REGION}:123456789012:{queue}"
+        stack.resources[f"{logical}.QueueName"] = queue
+
+    iam_enforcement.install()
+    iam_enforcement.reset()
     iam = boto3.client("iam", region_name=REGION)
     role = iam.create_role(
         RoleName=f"{STACK_NAME}-fn", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
@@ -438,6 +549,8 @@ def build_stack(
         stack.functions[logical] = FunctionSpec(
             logical, name, root / props["CodeUri"], props.get("Handler", globals_fn.get("Handler")), {}, arn
         )
+        # SAM's role for the function: <Logical>Role, which the bucket policy names.
+        stack.resources[f"{logical}Role.Arn"] = f"arn:aws:iam::123456789012:role/{STACK_NAME}-{logical}Role"
 
     sm_props = resources["DeploymentStateMachine"]["Properties"]
     definition = (root / sm_props["DefinitionUri"]).read_text()
@@ -449,11 +562,18 @@ def build_stack(
     )["stateMachineArn"]
     stack.resources["DeploymentStateMachine"] = stack.state_machine_arn
 
-    # Environment last: it may reference the state machine (the starter does).
+    # Environment and policies last: they may reference the state machine (the starter does).
     for logical in function_ids:
         props = resources[logical]["Properties"]
+        stack.functions[logical].principal = Principal(
+            logical, stack.resources[f"{logical}Role.Arn"], tuple(_statements(stack, props))
+        )
         env = {**global_env, **props.get("Environment", {}).get("Variables", {})}
         stack.functions[logical].env = {k: str(stack.resolve(v)) for k, v in env.items()}
+        invoke = stack.resolve(props.get("EventInvokeConfig") or {})
+        stack.functions[logical].max_retries = int(invoke.get("MaximumRetryAttempts", 2))
+        failure = (invoke.get("DestinationConfig") or {}).get("OnFailure") or {}
+        stack.functions[logical].on_failure = failure.get("Destination") if failure.get("Type") == "SQS" else None
         for event in props.get("Events", {}).values():
             if event["Type"] == "EventBridgeRule":
                 pattern = stack.resolve(event["Properties"]["Pattern"])
@@ -461,7 +581,11 @@ def build_stack(
                 events.put_rule(Name=rule, EventPattern=json.dumps(pattern), State="ENABLED")
                 events.put_targets(Rule=rule, Targets=[{"Id": "fn", "Arn": stack.functions[logical].arn}])
 
+    policy = resources.get("ArtifactBucketPolicy", {}).get("Properties", {}).get("PolicyDocument")
+    if policy:
+        s3.put_bucket_policy(Bucket=bucket, Policy=json.dumps(stack.resolve(policy)))
     moto_shims.set_dispatcher(stack.dispatch)
+    moto_shims.set_async_invoker(stack.invoke_async)
     moto_shims.set_hosting(stack.hosting)
     from modeldrop.serving.memory_plan import instance_catalog
 

@@ -22,12 +22,14 @@ from modeldrop.aws.sagemaker_resources import (
     EXPIRES_TAG,
     MANAGED_BY_TAG,
     describe_endpoint,
+    list_endpoints,
     list_tags,
 )
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
-from modeldrop.contracts.record import DeploymentRecord
+from modeldrop.contracts.record import TRANSITIONS, DeploymentRecord
+from modeldrop.pipeline.teardown import Held, held_by
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
 if TYPE_CHECKING:
@@ -53,6 +55,8 @@ class StackInfo(BaseModel):
     table_name: str
     bucket: str | None = None
     event_bus: str | None = None
+    max_ttl_hours: float = 24 * 14  # the stack's MaxTtlHours: `extend` cannot pass it either
+    resource_prefix: str = "modeldrop"
 
     @property
     def stack_tag(self) -> str:
@@ -85,7 +89,10 @@ def stack_info(cfn: CloudFormationClient, stack_name: str, region: str) -> Stack
     missing = [k for k in ("StateMachineArn", "DeploymentsTableName") if k not in outputs]
     if missing:
         raise OperateError(f"stack {stack_name} has no {', '.join(missing)} output: is it a modeldrop stack?")
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stacks[0].get("Parameters", [])}
     return StackInfo(
+        max_ttl_hours=float(parameters.get("MaxTtlHours") or 24 * 14),
+        resource_prefix=outputs.get("ResourcePrefix") or parameters.get("ResourcePrefix") or "modeldrop",
         stack_name=stack_name,
         region=region,
         state_machine_arn=outputs["StateMachineArn"],
@@ -170,13 +177,42 @@ def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, An
     return status
 
 
-def find_deployment(registry: Registry, id_or_endpoint: str) -> DeploymentRecord:
+def find_deployment(
+    registry: Registry, id_or_endpoint: str, sm: SageMakerClient | None = None, acting: bool = False
+) -> DeploymentRecord:
+    """The deployment an id or an endpoint name means.
+
+    By endpoint name it is the deployment that owns the endpoint (its modeldrop:deployment-id tag),
+    never another deployment that merely asked for the same name and failed. With no endpoint of
+    that name, a deployment still in flight under it counts; ACTING (teardown, extend) refuses an
+    ended one, while `status` shows the newest."""
     record = registry.get(id_or_endpoint)
     if record is not None:
         return record
-    for candidate in registry.deployments():
-        if candidate.endpoint_name == id_or_endpoint:
-            return candidate
+    if sm is not None:
+        desc = describe_endpoint(sm, id_or_endpoint)
+        if desc is not None:
+            owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG)
+            owned = registry.get(owner) if owner else None
+            if owned is not None and owned.endpoint_name == id_or_endpoint:
+                return owned
+            raise OperateError(
+                f"endpoint {id_or_endpoint} belongs to deployment {owner or '(no modeldrop:deployment-id tag)'}, "
+                + ("whose record does not name it" if owned else "which has no record in this registry"),
+                f"`modeldrop teardown {id_or_endpoint}` deletes it by its tags; `modeldrop list` shows the deployments",
+            )
+    naming = [c for c in registry.deployments() if c.endpoint_name == id_or_endpoint]
+    in_flight = [c for c in naming if not c.terminal]
+    if in_flight:
+        return in_flight[0]
+    if naming and not acting:
+        return naming[0]
+    if naming:
+        ended = ", ".join(f"{c.deployment_id} ({c.status})" for c in naming[:3])
+        raise OperateError(
+            f"no endpoint named {id_or_endpoint} exists; the deployments that asked for it have ended: {ended}",
+            "nothing to do; `modeldrop status ID` shows each",
+        )
     raise OperateError(f"no deployment or endpoint {id_or_endpoint!r} in this stack's registry", "see `modeldrop list`")
 
 
@@ -200,7 +236,12 @@ def extend(
     sm: SageMakerClient, registry: Registry, info: StackInfo, id_or_endpoint: str, ttl_hours: float
 ) -> DeploymentRecord:
     """Move the expiry to now + ttl, on the endpoint's tag and in the record together."""
-    item = find_deployment(registry, id_or_endpoint)
+    if ttl_hours > info.max_ttl_hours:
+        raise OperateError(
+            f"--ttl of {ttl_hours:g} h is over the stack's MaxTtlHours of {info.max_ttl_hours:g}",
+            "ask for less, or have the stack's owner raise MaxTtlHours",
+        )
+    item = find_deployment(registry, id_or_endpoint, sm, acting=True)
     if item.status not in LIVE:
         raise OperateError(f"deployment {item.deployment_id} is {item.status}: there is nothing to extend")
     name = str(item.endpoint_name)
@@ -221,47 +262,85 @@ def teardown(
     id_or_endpoint: str,
     s3: S3Client | None = None,
 ) -> dict[str, Any]:
-    """Delete a managed deployment now, with the state machine's own teardown order, and announce it."""
+    """Delete a managed deployment now, with the state machine's own teardown order, and announce it.
+
+    An endpoint name means the deployment its tags name; a managed endpoint whose deployment left no
+    record is deleted by its tags alone. Having deleted nothing is never a success."""
     try:
-        item: DeploymentRecord | None = find_deployment(registry, id_or_endpoint)
+        item: DeploymentRecord | None = find_deployment(registry, id_or_endpoint, sm, acting=True)
     except OperateError:
+        # Only a managed endpoint whose deployment left no record is deleted without one (by its tags).
+        if registry.get(id_or_endpoint) is not None or _managed_endpoint(sm, info, id_or_endpoint) is None:
+            raise
         item = None
     name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
-    if item is None and desc is None:
-        raise OperateError(f"no deployment or endpoint {id_or_endpoint!r}", "see `modeldrop list`")
     if item is not None and item.terminal and desc is None:
-        raise OperateError(f"deployment {item.deployment_id} already ended ({item.status})")
+        raise OperateError(f"deployment {item.deployment_id} already ended ({item.status}): nothing is left to delete")
+    owner = item.deployment_id if item is not None else _tagged_owner(sm, desc)
     try:
         # The state machine's own Teardown step: endpoint -> endpoint config -> model, recorded.
-        if item is not None:
-            owner = item.deployment_id
-        else:
-            assert desc is not None  # checked above: an endpoint or a record exists
-            owner = list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG, "")
-        artifact = item.artifact_uri if item else None
-        created = item.step_dict("create_endpoint") if item else {}
         done = teardown_now(
             sm,
             registry if item else None,
             owner,
-            name,
+            held_by(item) if item else Held(name, name, name),
             s3=s3,
-            artifact_uri=artifact,
-            attempt=int(created.get("attempt") or 0),
+            artifact_uri=item.artifact_uri if item else None,
         )
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
+    if desc is not None and f"endpoint/{name}" not in done.deleted:
+        raise OperateError(
+            f"endpoint {name} was not deleted: {', '.join(done.not_ours) or 'it belongs to another deployment'}",
+            "`modeldrop status NAME` names its owner",
+        )
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}
     if item is not None:
         item = registry.record(
             item.deployment_id,
             "torn_down",
             result,
-            status="torn_down",
+            status="torn_down" if item.status in TRANSITIONS["torn_down"] else None,
             ended_at=clock.iso(clock.utcnow()),
         )
         if info.event_bus:
             publish(events, info.event_bus, "Deployment Torn Down", {**lifecycle_detail(item, "torn_down"), **result})
         result["record"] = item.to_json()
     return result
+
+
+def live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str) -> list[str]:
+    """Every endpoint this stack manages that still exists (whatever its record says)."""
+    names = []
+    for endpoint in list_endpoints(sm):
+        name = str(endpoint["EndpointName"])
+        if name.startswith(f"{resource_prefix}-") and list_tags(sm, endpoint["EndpointArn"]).get(MANAGED_BY_TAG) == (
+            stack_tag
+        ):
+            names.append(name)
+    return sorted(names)
+
+
+def teardown_all(
+    sm: SageMakerClient, registry: Registry, events: EventBridgeClient, info: StackInfo, s3: S3Client | None = None
+) -> list[dict[str, Any]]:
+    """Tear down every endpoint the stack manages (before `sam delete`, which removes the reaper and
+    the alarms but leaves endpoints billing). Each result, or its error, per endpoint."""
+    results: list[dict[str, Any]] = []
+    for name in live_endpoints(sm, info.stack_tag, info.resource_prefix):
+        try:
+            done = teardown(sm, registry, events, info, name, s3=s3)
+            results.append({"endpoint": name, "deleted": done["deleted"]})
+        except ModeldropError as exc:
+            results.append({"endpoint": name, "error": exc.message})
+    return results
+
+
+def _tagged_owner(sm: SageMakerClient, desc: DescribeEndpointOutputTypeDef | None) -> str:
+    """The deployment id on a managed endpoint that no record names."""
+    tags = list_tags(sm, desc["EndpointArn"]) if desc else {}
+    owner = tags.get(DEPLOYMENT_TAG)
+    if not owner:
+        raise OperateError("the endpoint has no modeldrop:deployment-id tag: modeldrop will not delete it")
+    return owner

@@ -100,7 +100,7 @@ def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -
             detail=f"could not simulate the role's policy ({type(exc).__name__})",
             fix=f"make sure {role_arn.rsplit('/', 1)[-1]} may s3:GetObject and s3:ListBucket on {bucket}",
         )
-    denied = sorted({r["EvalActionName"] for r in results if r.get("EvalDecision") != "allowed"})
+    denied = sorted({r["EvalActionName"] for r in results if not _allowed_on_its_resource(r, bucket)})
     if denied:
         return Check(
             name="role reads the artifact bucket",
@@ -111,6 +111,19 @@ def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -
     return Check(
         name="role reads the artifact bucket", status="ok", detail=f"s3:GetObject and s3:ListBucket on {bucket}"
     )
+
+
+# Each action is judged on the resource it applies to: the top-level EvalDecision is the most
+# restrictive across every resource asked about (GetObject on the bucket ARN is always denied).
+_RESOURCE_OF = {"s3:GetObject": "arn:aws:s3:::{bucket}/*", "s3:ListBucket": "arn:aws:s3:::{bucket}"}
+
+
+def _allowed_on_its_resource(result: Any, bucket: str) -> bool:
+    wanted = _RESOURCE_OF.get(result["EvalActionName"], "").format(bucket=bucket)
+    for specific in result.get("ResourceSpecificResults") or []:
+        if specific.get("EvalResourceName") == wanted:
+            return bool(specific.get("EvalResourceDecision") == "allowed")
+    return bool(result.get("EvalDecision") == "allowed")
 
 
 def check_quota(quotas: ServiceQuotasClient, sm: SageMakerClient, instance_type: str) -> Check:
@@ -241,4 +254,26 @@ def run_checks(
     checks.append(check_reaper(client("logs"), view.resources.get("ReaperFunction"), period))
     alarms = [v for k, v in view.resources.items() if k.endswith("Alarm")]
     checks.append(check_alarms(client("cloudwatch"), alarms))
+    checks.append(check_live_endpoints(client("sagemaker"), stack_name, view.parameters.get("ResourcePrefix")))
     return checks
+
+
+def check_live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str | None) -> Check:
+    """Endpoints this stack manages that bill now: `sam delete` would remove the reaper and the alarms
+    that watch them, and leave them running."""
+    from modeldrop.operate.deployments import live_endpoints
+
+    name = "live endpoints"
+    try:
+        live = live_endpoints(sm, stack_tag, resource_prefix or "modeldrop")
+    except ClientError as exc:
+        return Check(name=name, status="warn", detail=f"could not list endpoints: {exc.response['Error']['Code']}")
+    if not live:
+        return Check(name=name, status="ok", detail="none: nothing bills, and `sam delete` strands nothing")
+    return Check(
+        name=name,
+        status="warn",
+        detail=f"{len(live)} billing ({', '.join(live[:5])}{', ...' if len(live) > 5 else ''}); `sam delete` would "
+        "remove the reaper and alarms and leave them running",
+        fix="modeldrop teardown --all before sam delete",
+    )

@@ -8,6 +8,7 @@ the same endpoint name (its config and model named per attempt).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -37,6 +38,7 @@ def attempt_name(resource_name: str, attempt: int) -> str:
 # Re-checks of a type at quota: exponential from 30 s to 5 min, full jitter, so that waiters spread out.
 QUOTA_WAIT_BASE_SECONDS = 30
 QUOTA_WAIT_CAP_SECONDS = 300
+MAX_QUOTA_CHECKS = 60
 
 
 def quota_busy(
@@ -53,7 +55,10 @@ def quota_busy(
     left = (clock.parse_iso(until) - now).total_seconds()
     ceiling = min(QUOTA_WAIT_CAP_SECONDS, QUOTA_WAIT_BASE_SECONDS * 2 ** min(quota_waits, 8))
     wait = max(5, round((rng or random).uniform(ceiling / 2, ceiling)))
-    wait = int(min(wait, left)) if left >= 5 else 0
+    # At most MAX_QUOTA_CHECKS re-checks per instance type, however long the wait: a long wait's
+    # checks are spaced out instead of multiplied (the execution's history has a limit).
+    wait = max(wait, math.ceil(left / max(1, MAX_QUOTA_CHECKS - quota_waits)))
+    wait = int(min(wait, left)) if left >= 5 and quota_waits < MAX_QUOTA_CHECKS else 0
     registry.record(
         req.deployment_id,
         "quota_wait",
@@ -65,6 +70,8 @@ def quota_busy(
             "reason": exc.message,
         },
         status="waiting-for-quota" if wait else None,
+        owner=req.execution_arn,
+        live=True,
     )
     return CreateOutcome(
         status="quota-busy",
@@ -137,7 +144,7 @@ def next_attempt(
     tried = usable(plan.candidates)
     following = plan.attempt + 1
     has_next = following < len(tried)
-    registry.record(req.deployment_id, "attempts", attempts)
+    registry.record(req.deployment_id, "attempts", attempts, owner=req.execution_arn, live=True)
     detail = {
         "deploymentId": req.deployment_id,
         "attempt": failed,

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from modeldrop.aws import clients
 from modeldrop.aws.registry import Registry
 from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN, Engine
+from modeldrop.pipeline.limits import StackLimits
 
 
 class ConfigError(RuntimeError):
@@ -50,6 +51,20 @@ class DefaultsSettings(_EnvSettings):
     deploy_deadline_seconds: int = Field(1800, ge=60)
     resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
     secrets_prefix: str = Field("modeldrop/", min_length=1)
+    # The only bucket the stack's functions may read: artifacts and eval sets must be in it.
+    artifact_bucket: str | None = None
+    aws_region: str = "us-east-1"  # every Lambda has AWS_REGION; it prices the instance types
+    # The stack's limits (template parameters of the same names), see pipeline.limits.
+    allowed_instance_types: str = "ml.g5.*,ml.g6.*,ml.g6e.*"
+    max_instance_count: int = Field(2, ge=1)
+    max_hourly_price: float = Field(20.0, gt=0)
+    max_ttl_hours: float = Field(72.0, gt=0)
+    allow_force_plan: bool = False
+    allow_trust_remote_code: bool = False
+    max_eval_tolerance: int = Field(1, ge=0)
+
+    def limits(self) -> StackLimits:
+        return StackLimits.model_validate(self.model_dump(include=set(StackLimits.model_fields)))
 
 
 class DeploySettings(_WithTable):
@@ -81,3 +96,4 @@ class ReaperSettings(_WithTable):
     resource_prefix: str
     reaper_period_minutes: int = Field(15, ge=1, le=60)
     default_ttl_hours: float = Field(4.0, gt=0)
+    artifact_bucket: str | None = None

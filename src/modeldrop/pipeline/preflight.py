@@ -36,7 +36,7 @@ def preflight(
             raise ExecutionRoleUnusable(*problem)
         role = "trusts sagemaker.amazonaws.com"
     checked = {"role": role, "quota": _quota_floor(quotas, req)}
-    registry.record(req.deployment_id, "preflight", checked)
+    registry.record(req.deployment_id, "preflight", checked, owner=req.execution_arn, live=True)
     return checked
 
 

@@ -22,10 +22,11 @@ from modeldrop.aws.sagemaker_resources import (
     list_endpoints,
     list_tags,
 )
-from modeldrop.aws.served_copy import delete_served_for
+from modeldrop.aws.served_copy import SERVED_PREFIX, delete_served, delete_served_for
 from modeldrop.contracts import clock
-from modeldrop.contracts.errors import ModeldropError
+from modeldrop.contracts.errors import ModeldropError, StepContractViolated
 from modeldrop.contracts.record import DeploymentRecord
+from modeldrop.pipeline.teardown import stranded_of
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
@@ -43,6 +44,9 @@ class ReapResult(BaseModel):
     orphans_deleted: list[str] = Field(default_factory=list)
     # Managed endpoints still up past expiry + the grace: what the OverdueEndpoints alarm counts.
     overdue: list[str] = Field(default_factory=list)
+    # Served copies of deployments that ended (or never registered): a Lambda that ran on after its
+    # execution stopped may have written one after the cleanup.
+    served_copies_deleted: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 
@@ -79,6 +83,7 @@ def reap(
     period: timedelta = timedelta(minutes=15),
     default_ttl: timedelta = timedelta(hours=4),
     s3: S3Client | None = None,
+    bucket: str | None = None,
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -101,7 +106,37 @@ def reap(
         _remove_orphans(sm, registry, stack_tag, resource_prefix, live, now, result)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"orphans: {exc}")
+    if s3 is not None and bucket:
+        try:
+            _sweep_served_copies(s3, registry, bucket, now, result)
+        except (ClientError, ModeldropError) as exc:
+            result.errors.append(f"served copies: {exc}")
     return result
+
+
+def _sweep_served_copies(s3: S3Client, registry: Registry, bucket: str, now: datetime, result: ReapResult) -> None:
+    """Delete the served copy of every deployment that ended, and of any no deployment registered
+    (once older than the orphan grace); a deployment in flight or serving keeps its copy."""
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=SERVED_PREFIX, Delimiter="/")
+    for page in pages:
+        for common in page.get("CommonPrefixes", []):
+            deployment_id = common["Prefix"][len(SERVED_PREFIX) :].rstrip("/")
+            record = registry.get(deployment_id) if deployment_id else None
+            if record is not None and not record.released:
+                continue
+            if record is None and not _older_than(s3, bucket, common["Prefix"], now - ORPHAN_GRACE):
+                continue
+            result.served_copies_deleted += delete_served(s3, bucket, deployment_id)
+
+
+def _older_than(s3: S3Client, bucket: str, prefix: str, cutoff: datetime) -> bool:
+    """Every version under PREFIX was written before CUTOFF."""
+    for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
+        for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+            modified = entry.get("LastModified")
+            if not isinstance(modified, datetime) or modified > cutoff:
+                return False
+    return True
 
 
 def _reap_endpoint(
@@ -126,7 +161,8 @@ def _reap_endpoint(
         result.errors.append(f"{name}: {problem}")
     deployment_id = tags.get(DEPLOYMENT_TAG)
     record = _own_record(registry, deployment_id, name)
-    dead = _dead(record, now)
+    # An earlier attempt's endpoint that could not be deleted while Creating: its deployment never uses it.
+    dead = _dead(record, now) or (record is not None and record.endpoint_name != name)
     if not dead and (expires is None or expires > now):
         return
     try:
@@ -139,15 +175,31 @@ def _reap_endpoint(
         _expire(sm, registry, events, bus, desc, deployment_id if record else None, result, dead)
         if record and name in result.expired:
             _delete_served_copy(s3, record, str(deployment_id))
-    if name not in result.expired and expires is not None and expires + overdue_after < now:
+    if name in result.expired:
+        return
+    # Overdue: still up past its expiry, or past its own deployment's end, by two reaper periods --
+    # a delete that keeps failing included, whatever the endpoint's TTL says.
+    ended = _ended_at(record) if dead else None
+    if any(moment is not None and moment + overdue_after < now for moment in (expires, ended)):
         result.overdue.append(name)
 
 
+def _ended_at(record: DeploymentRecord | None) -> datetime | None:
+    raw = (record.ended_at or record.updated_at) if record else None
+    try:
+        return clock.parse_iso(raw) if raw else None
+    except ValueError:
+        return None
+
+
 def _own_record(registry: Registry, deployment_id: str | None, endpoint_name: str) -> DeploymentRecord | None:
-    """The deployment's record, if this endpoint is the one it names: a copy with its tags changes
-    nothing in it."""
+    """The deployment's record, if this endpoint is one it names (its endpoint, or an earlier attempt's
+    stranded one): a copy with its tags changes nothing in it."""
     record = registry.get(deployment_id) if deployment_id else None
-    return record if record is not None and record.endpoint_name == endpoint_name else None
+    if record is None:
+        return None
+    owned = {record.endpoint_name, *(held.endpoint for held in stranded_of(record))}
+    return record if endpoint_name in owned else None
 
 
 def _delete_served_copy(s3: S3Client | None, record: DeploymentRecord, deployment_id: str) -> None:
@@ -208,10 +260,8 @@ def _expire(
         item = registry.record(
             deployment_id, "expired", {"deleted": deleted}, status="expired", ended_at=clock.iso(clock.utcnow())
         )
-    except ClientError as exc:
-        if exc.response["Error"]["Code"] != "ConditionalCheckFailedException":
-            raise
-        return  # no record (e.g. created by hand with our tags): deleted, nothing to mark
+    except StepContractViolated:
+        return  # no record (e.g. created by hand with our tags), or it ended meanwhile: nothing to mark
     publish(events, bus, "Deployment Expired", {**lifecycle_detail(item, "expired"), "deleted": deleted})
 
 

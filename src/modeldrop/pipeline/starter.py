@@ -24,8 +24,11 @@ if TYPE_CHECKING:
 
 ARCHIVE_SUFFIX = "model.tar.gz"
 MARKER_NAME = "modeldrop.json"
-# A marker may override any request field except where the artifact is and how it arrived.
-OVERRIDE_FIELDS = set(DeploymentRequest.model_fields) - {"artifact_uri", "source"}
+# A marker may override any request field except where the artifact is and how it arrived -- and
+# the two that are capabilities rather than settings: anyone who can write to the bucket can write a
+# marker, so it may not name secrets to inject or an endpoint name to take over (a direct start may).
+MARKER_ONLY_BY_DIRECT_START = {"secrets", "endpoint_name"}
+OVERRIDE_FIELDS = set(DeploymentRequest.model_fields) - {"artifact_uri", "source"} - MARKER_ONLY_BY_DIRECT_START
 
 
 class S3Object(BaseModel):
@@ -34,8 +37,14 @@ class S3Object(BaseModel):
     size: int | None = None
 
     @classmethod
-    def from_detail(cls, obj: dict[str, Any]) -> S3Object:
-        return cls(key=obj["key"], version_id=obj.get("version-id"), size=obj.get("size"))
+    def from_event(cls, event: dict[str, Any]) -> tuple[str, S3Object]:
+        """(bucket, object) of an S3 'Object Created' EventBridge event. S3 sends the key URL-encoded
+        (`runs/exp+1%2Bb/model.tar.gz`); Powertools' own data class decodes it, as every AWS consumer does."""
+        from aws_lambda_powertools.utilities.data_classes import S3EventBridgeNotificationEvent
+
+        detail = S3EventBridgeNotificationEvent(event).detail
+        raw = event["detail"]["object"]
+        return detail.bucket.name, cls(key=detail.object.key, version_id=raw.get("version-id"), size=raw.get("size"))
 
 
 class StartOutcome(BaseModel):
@@ -76,6 +85,12 @@ def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
         ) from None
     if not isinstance(data, dict):
         raise RequestInvalid(f"{uri} must hold a JSON object")
+    reserved = sorted(set(data) & MARKER_ONLY_BY_DIRECT_START)
+    if reserved:
+        raise RequestInvalid(
+            f"{uri}: a marker may not set {reserved}: anyone who can write to the bucket could",
+            "start the deployment directly (StartExecution / modeldrop deploy) to use them",
+        )
     unknown = set(data) - OVERRIDE_FIELDS
     if unknown:
         raise RequestInvalid(f"{uri}: unknown override(s) {sorted(unknown)}", f"allowed: {sorted(OVERRIDE_FIELDS)}")
@@ -102,8 +117,10 @@ def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> Deploym
 def start_from_event(
     event: dict[str, Any], s3: S3Client, sfn: SFNClient, state_machine_arn: str, artifact_bucket: str
 ) -> StartOutcome:
-    """Start at most one execution. A bad marker or event is rejected rather than raised: EventBridge
-    would only retry the same bad input, and nothing must start for it."""
+    """Start at most one execution. A bad marker or event is rejected rather than raised: a retry
+    would only read the same bad input, and nothing must start for it. An AWS error (StartExecution
+    throttled or denied, the marker unreadable) is raised: Lambda retries the event, then hands it to
+    the starter's failure queue, where it can be redriven."""
     try:
         return _start(event, s3, sfn, state_machine_arn, artifact_bucket)
     except ModeldropError as exc:
@@ -113,10 +130,8 @@ def start_from_event(
 def _start(
     event: dict[str, Any], s3: S3Client, sfn: SFNClient, state_machine_arn: str, artifact_bucket: str
 ) -> StartOutcome:
-    detail = event.get("detail") or {}
     try:
-        bucket = detail["bucket"]["name"]
-        obj = S3Object.from_detail(detail["object"])
+        bucket, obj = S3Object.from_event(event)
     except (KeyError, TypeError):
         raise RequestInvalid("event is not an S3 'Object Created' EventBridge event") from None
     if bucket != artifact_bucket:

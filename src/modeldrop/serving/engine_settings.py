@@ -66,6 +66,12 @@ def apply_settings(
         applied.meanings["limit_mm_per_prompt"] = _media_limits(settings.limit_mm_per_prompt, modalities)
     if settings.speculative is not None:
         applied.meanings["speculative_config"] = _speculative(settings, applied.warnings)
+    if settings.trust_remote_code:
+        applied.meanings["trust_remote_code"] = True
+        applied.warnings.append(
+            "trust_remote_code: the engine imports the checkpoint's own Python files and runs them with the "
+            "SageMaker execution role"
+        )
     for meaning in applied.meanings:
         if meaning in UNSUPPORTED[engine]:
             others = " or ".join(e for e in KEYS if e != engine and meaning not in UNSUPPORTED[e])

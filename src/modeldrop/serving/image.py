@@ -31,14 +31,24 @@ def image_table() -> dict[str, Any]:
 
 
 def registry_account(region: str) -> str:
-    table = image_table()
-    account: str = table["registry_accounts"].get(region, table["default_registry_account"])
-    return account
+    """The Deep Learning Containers' registry account in REGION (the SageMaker Python SDK's table);
+    a region it does not list is refused, never guessed."""
+    account = image_table()["registry_accounts"].get(region)
+    if account is None:
+        raise ImageUnresolvable(
+            f"no Deep Learning Containers registry is known for {region}",
+            "set the engine's *_IMAGE_URI to an image in that region, or deploy in a listed region",
+        )
+    return str(account)
 
 
 def _dlc_accounts() -> set[str]:
-    table = image_table()
-    return {table["default_registry_account"], *table["registry_accounts"].values()}
+    return set(image_table()["registry_accounts"].values())
+
+
+def gpu_archs(engine: Engine) -> list[str]:
+    """The GPU architectures the engine's DLC image is built for."""
+    return list(image_table()["engines"][engine].get("gpu_archs", []))
 
 
 def resolve_image(engine: Engine, region: str, env: Mapping[str, str], model_type: str | None = None) -> ImageChoice:

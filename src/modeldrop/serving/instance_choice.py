@@ -8,10 +8,12 @@ tried: another GPU that would OOM only bills again.
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable, Sequence
 
 from modeldrop.contracts.errors import PlanRefused
-from modeldrop.contracts.models import Candidate, EnginePlan
+from modeldrop.contracts.models import MAX_INSTANCE_TYPES, Candidate, EnginePlan
+from modeldrop.serving.host import HostIncompatible
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
 
 PlanFor = Callable[[str], EnginePlan]
@@ -26,18 +28,22 @@ def candidates(
     region: str,
     max_hourly_price: float | None = None,
     force: bool = False,
+    allowed: Sequence[str] = (),
 ) -> list[Candidate]:
-    """The preference list. `plan_for(type)` plans one type (raising PlanRefused for an OOM)."""
+    """The preference list. `plan_for(type)` plans one type (raising PlanRefused for an OOM); "auto"
+    looks only at catalog types the ALLOWED patterns (the stack's limit) admit."""
     if requested is None:
         order = [first]
     elif list(requested) == [AUTO]:
-        rest = [t for t in instance_catalog()["instances"] if t != first]
+        rest = [t for t in instance_catalog()["instances"] if t != first and type_allowed(allowed, t)]
         order = [first, *sorted(rest, key=lambda t: (hourly_price(t, region) or float("inf"), t))]
     else:
         order = list(requested)
     auto = requested is not None and list(requested) == [AUTO]
     out: list[Candidate] = []
     for index, instance_type in enumerate(order):
+        if auto and len(out) >= MAX_INSTANCE_TYPES:
+            break
         candidate = judge(instance_type, plan_for, region, max_hourly_price, force)
         # "auto" lists only what fits beyond the first type: a catalog of OOMs helps no one.
         if auto and index > 0 and candidate.verdict != "fits":
@@ -52,6 +58,10 @@ def judge(
     price = hourly_price(instance_type, region)
     try:
         plan = plan_for(instance_type)
+    except HostIncompatible as exc:  # no force helps: the container cannot start on this host
+        return Candidate(
+            instance_type=instance_type, verdict="incompatible", hourly_price=price, usable=False, reason=exc.message
+        )
     except PlanRefused as exc:
         return Candidate(
             instance_type=instance_type, verdict="oom", hourly_price=price, usable=force, reason=exc.message
@@ -67,6 +77,11 @@ def judge(
             reason=f"{shown} is above max_hourly_price ${max_hourly_price:.2f}/h",
         )
     return Candidate(instance_type=instance_type, verdict=verdict, hourly_price=price)
+
+
+def type_allowed(patterns: Sequence[str], instance_type: str) -> bool:
+    """Whether an instance type matches one of PATTERNS (`*` matches any run); no patterns: any type."""
+    return not patterns or any(fnmatch.fnmatchcase(instance_type, p) for p in patterns)
 
 
 def usable(candidates: Sequence[Candidate]) -> list[Candidate]:

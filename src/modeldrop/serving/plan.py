@@ -8,15 +8,25 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
-from modeldrop.contracts.models import Candidate, Engine, EnginePlan, EngineSettings, Finding, ValidationSummary
+from modeldrop.contracts.models import (
+    Candidate,
+    Engine,
+    EnginePlan,
+    EngineSettings,
+    Finding,
+    ImageChoice,
+    ValidationSummary,
+)
 from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.engine_settings import apply_settings, weights_scale
-from modeldrop.serving.image import resolve_image
+from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host
+from modeldrop.serving.image import gpu_archs, resolve_image
 from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.memory_plan import (
     MemoryPlan,
     ModelShape,
     hourly_price,
+    instance,
     largest_fitting_model_len,
     largest_fitting_seqs,
     plan_memory,
@@ -58,6 +68,7 @@ def plan_checkpoint(
     passthrough: Mapping[str, str] | None = None,
     force: bool = False,
     settings: EngineSettings | None = None,
+    image: ImageChoice | None = None,
 ) -> EnginePlan:
     """plan_serving with everything the validation report knows of the checkpoint (its shape, context
     limit and media): what the BuildEngineEnv step and `modeldrop plan` both compute."""
@@ -78,6 +89,7 @@ def plan_checkpoint(
         force=force,
         modalities=validation.modalities,
         settings=settings,
+        image=image,
     )
 
 
@@ -143,7 +155,11 @@ def plan_serving(
     force: bool = False,
     modalities: Sequence[str] = (),
     settings: EngineSettings | None = None,
+    image: ImageChoice | None = None,
 ) -> EnginePlan:
+    """The env, timeouts and memory plan for one instance type; with IMAGE also the host it needs
+    (the inference AMI for the image's CUDA, the GPU architectures it has kernels for)."""
+    host = host_for(image, engine, instance_type) if image is not None else None
     passthrough, max_num_seqs, max_model_len, fraction = _planned_from_raw_keys(
         engine, passthrough or {}, max_num_seqs, max_model_len
     )
@@ -192,7 +208,25 @@ def plan_serving(
         memory=memory,
         eval_max_tokens_ceiling=max_tokens_ceiling(engine),
         warnings=warnings,
+        hub_download=_downloads_from_hub(settings),
+        inference_ami_version=host.inference_ami_version if host else None,
+        host={"driver": host.driver, "image_cuda": host.cuda, "note": host.note} if host else {},
     )
+
+
+def host_for(image: ImageChoice, engine: Engine, instance_type: str) -> HostChoice:
+    """HostIncompatible when no host of INSTANCE_TYPE runs IMAGE: a driver too old for its CUDA with no
+    AMI to fix it, or a GPU its kernels were not built for (checked for the engine's own DLC images)."""
+    if not image.warnings:  # an AWS DLC of this engine, not a BYOC image
+        spec = instance(instance_type)
+        check_gpu_arch(engine, gpu_archs(engine), str(spec["gpu"]) if spec else None, instance_type)
+    return choose_host(image.image_uri, instance_type)
+
+
+def _downloads_from_hub(settings: EngineSettings | None) -> bool:
+    """The weights come from S3 (/opt/ml/model); only a draft head named by Hub id is downloaded."""
+    head = settings.speculative.model if settings is not None and settings.speculative is not None else None
+    return bool(head) and not str(head).startswith(("./", "/"))
 
 
 def _memory(
@@ -276,6 +310,9 @@ class PlanReport(BaseModel):
     # The instance types a deployment would try, in order, each with its verdict and price.
     candidates: list[Candidate] = Field(default_factory=list)
     instance_count: int = 1  # each holds the whole model: `memory` is one instance's plan
+    # What ProductionVariant.InferenceAmiVersion is set to (None: the family's default driver), and why.
+    inference_ami_version: str | None = None
+    host: dict[str, Any] = Field(default_factory=dict)
 
     @computed_field  # type: ignore[prop-decorator]
     @property
@@ -322,7 +359,7 @@ def plan_report(
 
         def plan_for(candidate: str, forced: bool = force) -> EnginePlan:
             return plan_checkpoint(
-                engine, validation, candidate, region, max_num_seqs, max_model_len, passthrough, forced, settings
+                engine, validation, candidate, region, max_num_seqs, max_model_len, passthrough, forced, settings, image
             )
 
         if instance_types is not None:
@@ -342,6 +379,8 @@ def plan_report(
         return report
     report.env = plan.env
     report.memory = plan.memory
+    report.inference_ami_version = plan.inference_ami_version
+    report.host = plan.host
     report.timeouts = {
         "model_data_download_seconds": plan.download_timeout_seconds,
         "container_startup_health_check_seconds": plan.startup_timeout_seconds,

@@ -1,0 +1,324 @@
+"""The state machine's endpoint steps: create (with the quota answer), poll against the deadline, smoke eval."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from modeldrop.aws import endpoint_logs
+from modeldrop.aws.endpoint_quota import check_endpoint_quota
+from modeldrop.aws.registry import Registry
+from modeldrop.aws.sagemaker_resources import (
+    create_all,
+    describe_endpoint,
+    tags_for,
+)
+from modeldrop.aws.secret_refs import for_container, parse_refs
+from modeldrop.aws.secret_refs import resolve as resolve_secrets
+from modeldrop.aws.served_copy import verify_served
+from modeldrop.contracts import clock
+from modeldrop.contracts.artifact import Artifact
+from modeldrop.contracts.errors import (
+    DeployDeadlineExceeded,
+    EndpointFailed,
+    EvalFailed,
+    InsufficientCapacity,
+    QuotaExceeded,
+)
+from modeldrop.contracts.models import (
+    CreateOutcome,
+    EndpointPoll,
+    EndpointRef,
+    EnginePlan,
+    EvalVerdict,
+    ImageChoice,
+    NormalizedRequest,
+)
+from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
+from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
+from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
+from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
+from modeldrop.pipeline.ownership import released_if_ended
+from modeldrop.pipeline.steps import put_json, report_prefix
+from modeldrop.pipeline.teardown import Held, delete_now
+from modeldrop.serving.memory_plan import hourly_price
+from modeldrop.serving.plan import max_tokens_ceiling
+
+if TYPE_CHECKING:
+    from mypy_boto3_logs import CloudWatchLogsClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
+    from mypy_boto3_secretsmanager import SecretsManagerClient
+    from mypy_boto3_service_quotas import ServiceQuotasClient
+    from mypy_boto3_ssm import SSMClient
+
+
+@dataclass
+class CreateClients:
+    sagemaker: SageMakerClient
+    quotas: ServiceQuotasClient
+    secretsmanager: SecretsManagerClient
+    ssm: SSMClient
+    s3: S3Client | None = None  # reads the served copy's versions before CreateModel
+
+
+def create(
+    clients: CreateClients,
+    registry: Registry,
+    req: NormalizedRequest,
+    image: ImageChoice,
+    plan: EnginePlan,
+    role_arn: str,
+    stack_tag: str,
+    served_uri: Artifact | None = None,
+    quota_waits: int = 0,
+    quota_wait_until: str | None = None,
+    served_digest: str | None = None,
+) -> CreateOutcome:
+    """Create this attempt's model, config and endpoint -- or, when its type is at the account's
+    quota, say so: the state machine waits (quota_wait_seconds) or moves on to the next type.
+    SageMaker's own ResourceLimitExceeded on create is the same answer, so waiters need no lock.
+
+    A deployment that ended while this ran keeps nothing: what this step created is deleted and
+    the step fails with DeploymentEnded."""
+    registry.live(req.deployment_id, req.execution_arn)
+    name = attempt_endpoint_name(clients.sagemaker, req, plan.attempt)
+
+    def release() -> None:  # the endpoint, config and model this attempt made
+        part = attempt_name(req.resource_name, plan.attempt)
+        delete_now(clients.sagemaker, None, Held(name, part, part), req.deployment_id, None)
+
+    if served_uri is not None and clients.s3 is not None:
+        verify_served(clients.s3, served_uri, served_digest)  # what SageMaker downloads is what was validated
+    with released_if_ended(registry, req.deployment_id, release):
+        return _create(
+            clients, registry, req, image, plan, role_arn, stack_tag, served_uri, quota_waits, quota_wait_until, name
+        )
+
+
+def attempt_endpoint_name(sm: SageMakerClient, req: NormalizedRequest, attempt: int) -> str:
+    """The endpoint keeps its name across attempts, unless an earlier attempt's endpoint still holds
+    it (SageMaker would not delete it while Creating): then this attempt's own name, <name>-aN."""
+    name = req.resource_name
+    if attempt == 0:
+        return name
+    desc = describe_endpoint(sm, name)
+    if desc is None or str(desc.get("EndpointConfigName")) == attempt_name(name, attempt):
+        return name  # free, or this very attempt's (a retried step)
+    return attempt_name(name, attempt)
+
+
+def _create(
+    clients: CreateClients,
+    registry: Registry,
+    req: NormalizedRequest,
+    image: ImageChoice,
+    plan: EnginePlan,
+    role_arn: str,
+    stack_tag: str,
+    served_uri: Artifact | None,
+    quota_waits: int,
+    quota_wait_until: str | None,
+    name: str,
+) -> CreateOutcome:
+    now = clock.utcnow()
+    expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
+    part = attempt_name(req.resource_name, plan.attempt)
+    model_data = served_uri or req.artifact_uri  # the immutable copy of the validated version
+    sm = clients.sagemaker
+    # A retried step whose endpoint already exists must not count that endpoint against the quota.
+    retried = describe_endpoint(sm, name) is not None
+    try:
+        quota = None if retried else check_endpoint_quota(clients.quotas, sm, plan.instance_type, req.instance_count)
+        # Secret values exist only in this call and the model's container env.
+        refs = for_container(parse_refs(req.secrets), plan.hub_download)
+        env = {**plan.env, **resolve_secrets(clients.secretsmanager, clients.ssm, refs)}
+        adopted = create_all(
+            sm,
+            name,
+            image.image_uri,
+            str(model_data),
+            compressed=model_data.compressed,
+            env=env,
+            role_arn=role_arn,
+            instance_type=plan.instance_type,
+            instance_count=req.instance_count,
+            startup_timeout=plan.startup_timeout_seconds,
+            download_timeout=plan.download_timeout_seconds,
+            tags=tags_for(stack_tag, req.deployment_id, expires_at),
+            config_name=part,
+            model_name=part,
+            inference_ami_version=plan.inference_ami_version,
+        )
+    except QuotaExceeded as exc:
+        return quota_busy(registry, req, plan, exc, quota_waits, quota_wait_until, now)
+    deadline = deploy_deadline(plan, req.deploy_deadline_seconds)
+    ref = EndpointRef(
+        endpoint_name=name,
+        endpoint_config_name=part,
+        model_name=part,
+        deadline_at=clock.iso(now + timedelta(seconds=deadline["seconds"])),
+        instance_type=plan.instance_type,
+        attempt=plan.attempt,
+        created_at=clock.iso(now),
+        min_poll_seconds=max(5, math.ceil(deadline["seconds"] / MAX_POLLS)),
+    )
+    price = hourly_price(plan.instance_type, image.region)
+    registry.record(
+        req.deployment_id,
+        "create_endpoint",
+        {
+            **ref.model_dump(mode="json"),
+            "quota": asdict(quota) if quota else None,
+            "adopted": adopted,
+            "deadline": deadline,
+            "quota_waits": quota_waits,
+        },
+        status="creating",
+        owner=req.execution_arn,
+        live=True,
+        endpoint_name=name,
+        expires_at=expires_at,
+        started_at=clock.iso(now),
+        instance_type=plan.instance_type,
+        hourly_price=str(price) if price is not None else None,
+    )
+    return CreateOutcome(status="created", endpoint=ref, quota_waits=quota_waits)
+
+
+# Polls of one attempt's endpoint at most: the poll loop stretches its interval to fit the deadline, so
+# that an execution's history stays within Step Functions' 25,000 events (a contract test adds it up).
+MAX_POLLS = 240
+
+# Instance provisioning before the container's own clocks start (the source lab saw 4.6-38 min of
+# capacity waits; a healthy start spends a few minutes here).
+PROVISIONING_MARGIN_SECONDS = 900
+
+
+def deploy_deadline(plan: EnginePlan, cap_seconds: int) -> dict[str, Any]:
+    """The deployment's deadline from its own plan (download + startup + provisioning), capped by the
+    stack's DeployDeadlineSeconds: a slow but healthy load is not killed before SageMaker's timeouts."""
+    needed = plan.download_timeout_seconds + plan.startup_timeout_seconds + PROVISIONING_MARGIN_SECONDS
+    return {
+        "seconds": min(needed, cap_seconds),
+        "planned_seconds": needed,
+        "cap_seconds": cap_seconds,
+        "capped": needed > cap_seconds,
+    }
+
+
+def poll(
+    sm: SageMakerClient,
+    ref: EndpointRef,
+    polls: int,
+    logs: CloudWatchLogsClient | None = None,
+    capacity_wait_seconds: int = 1800,
+) -> EndpointPoll:
+    desc = describe_endpoint(sm, ref.endpoint_name)
+    if desc is None:
+        raise EndpointFailed(
+            f"endpoint {ref.endpoint_name} disappeared while being created",
+            "check whether someone deleted it; redeploy",
+        )
+    status = str(desc.get("EndpointStatus"))
+    where = f"endpoint {ref.endpoint_name} on {ref.instance_type or 'its instance type'}"
+    created = desc.get("CreationTime")
+    since = created if isinstance(created, datetime) else None
+
+    def never_ran() -> bool:  # this endpoint's own evidence: no container stream since it was created
+        return logs is not None and not endpoint_logs.ran_since(logs, ref.endpoint_name, since)
+
+    if status == "Failed":
+        reason = desc.get("FailureReason") or "(no FailureReason given)"
+        if is_capacity_failure(reason, never_ran):
+            raise InsufficientCapacity(f"{where} Failed: {reason}")
+        raise EndpointFailed(f"endpoint {ref.endpoint_name} Failed: {reason}", hint_for_failure(reason))
+    if status == "Creating" and logs is not None:
+        stuck = capacity_wait_stuck(desc, capacity_wait_seconds)
+        if stuck is not None and never_ran():
+            raise InsufficientCapacity(
+                f"{where} has had no instance for {stuck / 60:.0f} min (never modified since it was created, no "
+                f"container log stream in {endpoint_logs.log_group_for(ref.endpoint_name)} since): a capacity wait "
+                "that will not end"
+            )
+    if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
+        raise DeployDeadlineExceeded(
+            f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
+        )
+    return EndpointPoll(status=status, polls=polls + 1)
+
+
+def hint_for_failure(reason: str) -> str:
+    lowered = reason.lower()
+    if "cannotstartcontainererror" in lowered:
+        return (
+            "the host's NVIDIA driver may be older than the image's CUDA: the endpoint config needs an "
+            "InferenceAmiVersion whose driver covers it (the plan sets one for the DLC images; check a custom "
+            "image's tag), otherwise the image's own entrypoint failed"
+        )
+    if "ping health check" in lowered:
+        return (
+            "either the engine died (CUDA OOM: lower max_num_seqs / max_model_len or use a larger instance; raising "
+            "the timeout will not help) or weights load slowly (raise ContainerStartupHealthCheckTimeoutInSeconds) "
+            "-- the endpoint's CloudWatch logs tell which"
+        )
+    if "resourcelimitexceeded" in lowered or "quota" in lowered:
+        return "raise the 'ml.<type> for endpoint usage' Service Quota"
+    return EndpointFailed.default_hint
+
+
+def smoke_eval(
+    runtime: SageMakerRuntimeClient,
+    s3: S3Client,
+    registry: Registry,
+    req: NormalizedRequest,
+    ref: EndpointRef,
+    plan: EnginePlan,
+    metrics: MetricSink | None = None,
+    retry: RetryPolicy | None = None,
+) -> EvalVerdict:
+    cases = load_eval_set(req.eval_set_uri, s3)
+    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
+    ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
+    report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
+    bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
+    report_uri = put_json(s3, bucket, prefix + "eval.json", report)
+    markdown_key = prefix + "eval.md"
+    s3.put_object(
+        Bucket=bucket,
+        Key=markdown_key,
+        Body=to_markdown(report, f"Smoke eval of {req.deployment_id}").encode(),
+        ContentType="text/markdown",
+    )
+    if metrics is not None:
+        emit_metrics(metrics, report)
+    counts = report.counts
+    verdict = EvalVerdict(
+        passed=report.passed,
+        cases=len(report.cases),
+        truncated=counts["truncated"],
+        errors=error_count(counts),
+        check_failures=counts["check_failed"],
+        summary=report.summary,
+        report_uri=report_uri,
+        report_markdown_uri=f"s3://{bucket}/{markdown_key}",
+        ttft_p50_s=report.ttft_s.p50,
+        tokens_per_s_p50=report.tokens_per_s.p50,
+    )
+    registry.record(
+        req.deployment_id,
+        "smoke_eval",
+        verdict.model_dump(mode="json"),
+        owner=req.execution_arn,
+        live=True,
+        eval_report_uri=report_uri,
+    )
+    if not report.passed:
+        raise EvalFailed(
+            f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {verdict.report_markdown_uri}",
+            "; ".join(report.fixes) or EvalFailed.default_hint,
+        )
+    return verdict
