@@ -13,7 +13,7 @@ BUILD_DIR ?= .aws-sam/build
 # Test files run in parallel, one file per worker (each builds its own emulated account).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local asl schema clean
+.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,7 +65,11 @@ test-fast: install
 # Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz of two kinds of
 # data (cached in .bench/), then header parsing time against the reference parser.
 bench: install
-	$(PY) tools/bench_validate.py $(SIZES); v=$$?; $(PY) tools/bench_header.py && exit $$v
+	$(PY) tools/bench_validate.py $(SIZES); v=$$?; $(PY) tools/bench_header.py && $(PY) tools/bench_bombs.py && exit $$v
+
+# The archive reader against GNU tar on more seeded mutations than CI runs (tests/unit/tar_mutator.py).
+fuzz-tar: install
+	MODELDROP_TAR_FUZZ_CASES=$(or $(CASES),5000) $(PY) -m pytest -q tests/unit/test_tar_differential.py
 
 # The validate function's S3 path (HTTP to a local moto server): plain download vs isal vs stdlib gzip.
 bench-s3: install

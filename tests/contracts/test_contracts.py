@@ -264,3 +264,33 @@ def test_the_inference_ami_table_is_botocores() -> None:
 
     assert gen_host_table.committed_amis() == gen_host_table.amis()
     assert "al2023-ami-sagemaker-inference-gpu-4-1" in gen_host_table.amis()
+
+
+def _finding_codes() -> set[str]:
+    """Every finding code validation can emit, read from its source: the first argument (or the
+    `code=`) of each Finding / _finding / _error / archive_refused / HeaderError, and the rule tables."""
+    import ast
+
+    from modeldrop.checkpoint.archive_rules import ARCHIVE_RULES
+    from modeldrop.checkpoint.validation import HEADER_HINTS
+
+    makers = {"Finding", "_finding", "_error", "archive_refused", "HeaderError"}
+    codes = set(ARCHIVE_RULES) | set(HEADER_HINTS)
+    for path in (ROOT / "src" / "modeldrop" / "checkpoint").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call) or getattr(node.func, "id", None) not in makers:
+                continue
+            candidates = [kw.value for kw in node.keywords if kw.arg == "code"]
+            if node.func.id != "HeaderError" and node.args:  # type: ignore[attr-defined]
+                candidates.append(node.args[0])
+            codes |= {c.value for c in candidates if isinstance(c, ast.Constant) and isinstance(c.value, str)}
+    return codes
+
+
+def test_every_finding_code_is_in_the_readme_with_its_fix() -> None:
+    codes = _finding_codes()
+    assert len(codes) > 40 and "TAR_GNU_PREFIX" in codes and "KV_SHARED_TENSORS_MISSING" in codes
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("### Finding codes") :]
+    missing = sorted(c for c in codes if f"| `{c}` |" not in table)
+    assert not missing, f"README's finding-code table lacks {missing}"

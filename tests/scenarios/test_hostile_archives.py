@@ -19,7 +19,7 @@ CASES = builders(FIXTURE)
 
 @pytest.mark.parametrize("name", list(CASES))
 def test_hostile_archive_gets_a_clear_verdict_and_no_traceback(name: str, tmp_path: Path) -> None:
-    build, expected = CASES[name]
+    build, expected, code = CASES[name]
     path = build(tmp_path / "model.tar.gz")
     for mode in (["--json"], []):
         run = subprocess.run(
@@ -34,3 +34,5 @@ def test_hostile_archive_gets_a_clear_verdict_and_no_traceback(name: str, tmp_pa
         if mode:
             report = json.loads(run.stdout)
             assert report["deployable"] is (expected == 0), report
+            if code is not None:
+                assert code in {f["code"] for f in report["findings"]}, report

@@ -1,4 +1,4 @@
-"""Hostile archives built on the fly: each a (name, bytes-or-path builder, expected exit code)."""
+"""Hostile archives built on the fly: each a name, a builder, the exit code and finding code expected."""
 
 from __future__ import annotations
 
@@ -44,7 +44,8 @@ def checkpoint_members(checkpoint: Path) -> list[tuple[tarfile.TarInfo, bytes]]:
     return [_file(p.name, p.read_bytes()) for p in sorted(checkpoint.iterdir())]
 
 
-def builders(checkpoint: Path) -> dict[str, tuple[Builder, int]]:
+def builders(checkpoint: Path) -> dict[str, tuple[Builder, int, str | None]]:
+    """name -> (builder, the exit code of `validate`, the finding code of a refusal)."""
     good = checkpoint_members(checkpoint)
     config = (checkpoint / "config.json").read_bytes()
     big_zero = b"\0" * (64 * 1024 * 1024)
@@ -74,37 +75,58 @@ def builders(checkpoint: Path) -> dict[str, tuple[Builder, int]]:
         return path
 
     return {
-        "duplicate config.json": (lambda p: _tar(p, [*good, _file("config.json", b"{}")]), 2),
+        "duplicate config.json": (lambda p: _tar(p, [*good, _file("config.json", b"{}")]), 1, "ARCHIVE_DUPLICATE_PATH"),
         "duplicate config.json, second one huge": (
             lambda p: _tar(p, [*good, _file("config.json", config + b" " * (70 * 1024 * 1024))]),
-            2,
+            1,
+            "ARCHIVE_DUPLICATE_PATH",
         ),
-        "config.json then a config.json/ directory": (lambda p: _tar(p, [*good, _dir("config.json")]), 2),
-        "a file, then a member under it": (lambda p: _tar(p, [*good, _file("config.json/x", b"1")]), 2),
-        "duplicate after normalization": (lambda p: _tar(p, [*good, _file("./sub/../config.json", b"{}")]), 2),
-        "symlink": (lambda p: _tar(p, [*good, _special("link", tarfile.SYMTYPE, "/etc/passwd")]), 2),
-        "hardlink": (lambda p: _tar(p, [*good, _special("hard", tarfile.LNKTYPE, "config.json")]), 2),
-        "device": (lambda p: _tar(p, [*good, _special("dev", tarfile.CHRTYPE)]), 2),
-        "absolute path": (lambda p: _tar(p, [*good, _file("/etc/cron.d/x", b"1")]), 2),
-        "dot-dot path": (lambda p: _tar(p, [*good, _file("../x", b"1")]), 2),
+        "config.json then a config.json/ directory": (
+            lambda p: _tar(p, [*good, _dir("config.json")]),
+            1,
+            "ARCHIVE_DUPLICATE_PATH",
+        ),
+        "a file, then a member under it": (
+            lambda p: _tar(p, [*good, _file("config.json/x", b"1")]),
+            1,
+            "ARCHIVE_DUPLICATE_PATH",
+        ),
+        "dot-dot inside a path": (
+            lambda p: _tar(p, [*good, _file("./sub/../config.json", b"{}")]),
+            1,
+            "ARCHIVE_PATH_ESCAPE",
+        ),
+        "duplicate after normalization": (
+            lambda p: _tar(p, [*good, _file(".//./config.json", b"{}")]),
+            1,
+            "ARCHIVE_DUPLICATE_PATH",
+        ),
+        "symlink": (lambda p: _tar(p, [*good, _special("link", tarfile.SYMTYPE, "/etc/passwd")]), 1, "ARCHIVE_LINK"),
+        "hardlink": (lambda p: _tar(p, [*good, _special("hard", tarfile.LNKTYPE, "config.json")]), 1, "ARCHIVE_LINK"),
+        "device": (lambda p: _tar(p, [*good, _special("dev", tarfile.CHRTYPE)]), 1, "ARCHIVE_SPECIAL_FILE"),
+        "absolute path": (lambda p: _tar(p, [*good, _file("/etc/cron.d/x", b"1")]), 1, "ARCHIVE_ABSOLUTE_PATH"),
+        "dot-dot path": (lambda p: _tar(p, [*good, _file("../x", b"1")]), 1, "ARCHIVE_PATH_ESCAPE"),
         "oversized config.json": (
             lambda p: _tar(p, [_file("config.json", b"{" + b" " * (17 * 1024 * 1024) + b"}")]),
-            2,
+            1,
+            "FILE_TOO_LARGE",
         ),
-        "many empty members": (many_members, 2),
-        "corrupt deflate block": (corrupt_deflate, 2),
-        "truncated gzip": (truncated, 2),
-        "not gzip": (lambda p: (p.write_bytes(b"not gzip at all " * 100), p)[1], 2),
-        "non-UTF-8 member name": (lambda p: _tar(p, [*good, _file("bad-\udcff-name.bin", b"x")]), 0),
-        "markup in member name": (lambda p: _tar(p, [*good, _file("a[/x][bold]b.txt", b"x")]), 0),
-        "control characters in a name": (lambda p: _tar(p, [*good, _file("c\x1b[31mred.txt", b"x")]), 0),
-        "zero bomb of unread members": (zero_bomb, 0),
+        "many empty members": (many_members, 1, "ARCHIVE_TOO_MANY_MEMBERS"),
+        "corrupt deflate block": (corrupt_deflate, 2, None),
+        "truncated gzip": (truncated, 2, None),
+        "not gzip": (lambda p: (p.write_bytes(b"not gzip at all " * 100), p)[1], 2, None),
+        "non-UTF-8 member name": (lambda p: _tar(p, [*good, _file("bad-\udcff-name.bin", b"x")]), 0, None),
+        "markup in member name": (lambda p: _tar(p, [*good, _file("a[/x][bold]b.txt", b"x")]), 0, None),
+        "control characters in a name": (lambda p: _tar(p, [*good, _file("c\x1b[31mred.txt", b"x")]), 0, None),
+        "zero bomb of unread members": (zero_bomb, 0, None),
         "empty config.json object": (
             lambda p: _tar(p, [*(m for m in good if m[0].name != "config.json"), _file("config.json", b"{}")]),
             1,
+            "CONFIG_INCOMPLETE",
         ),
         "config.json is a list": (
             lambda p: _tar(p, [*(m for m in good if m[0].name != "config.json"), _file("config.json", b"[]")]),
             1,
+            "JSON_INVALID",
         ),
     }

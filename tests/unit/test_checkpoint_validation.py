@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from modeldrop.checkpoint.artifact_scan import scan_local, scan_source, scan_tar_stream
 from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
 from modeldrop.checkpoint.validation import validate_scan
-from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
 from modeldrop.local.sample_checkpoint import TINY_CONFIG, safetensors_bytes, tar_gz_bytes, write_checkpoint
 
 
@@ -136,10 +136,16 @@ def _tar_with(member: tarfile.TarInfo, data: bytes = b"") -> io.BytesIO:
 
 
 @pytest.mark.parametrize(
-    ("kind", "message"),
-    [("symlink", "symlink"), ("hardlink", "hardlink"), ("abs", "absolute"), ("dotdot", "escapes"), ("fifo", "device")],
+    ("kind", "code"),
+    [
+        ("symlink", "ARCHIVE_LINK"),
+        ("hardlink", "ARCHIVE_LINK"),
+        ("abs", "ARCHIVE_ABSOLUTE_PATH"),
+        ("dotdot", "ARCHIVE_PATH_ESCAPE"),
+        ("fifo", "ARCHIVE_SPECIAL_FILE"),
+    ],
 )
-def test_hostile_members_are_refused(kind: str, message: str) -> None:
+def test_hostile_members_are_refused(kind: str, code: str) -> None:
     info = tarfile.TarInfo("config.json")
     if kind == "symlink":
         info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
@@ -151,8 +157,9 @@ def test_hostile_members_are_refused(kind: str, message: str) -> None:
         info.name = "../../x"
     else:
         info.type = tarfile.FIFOTYPE
-    with pytest.raises(CheckpointUnreadable, match=message):
+    with pytest.raises(CheckpointRefused) as refused:
         scan_tar_stream(_tar_with(info), "t", compressed=False)
+    assert refused.value.code == code
 
 
 def test_corrupt_and_truncated_archives(tmp_path: Path) -> None:
@@ -174,7 +181,7 @@ def test_local_archives_parallel_path_trusts_only_a_matching_trailer(
     import gzip
     import tarfile
 
-    from modeldrop.checkpoint import artifact_scan
+    from modeldrop.checkpoint import tar_scan as artifact_scan
 
     d = write_checkpoint(tmp_path / "c")
     # The sample's weights compress far better than real ones do: parallel inflate is not for it.
@@ -201,20 +208,22 @@ def test_local_archives_parallel_path_trusts_only_a_matching_trailer(
     # Inflated once: the trailer (the last member's size) already tells it is not one weights-like
     # member, so the parallel inflater is not tried first.
     scans: list[str] = []  # "parallel" (rapidgzip) or "sequential", one entry per inflate
-    real_scan = artifact_scan._scan_tar
+    real_scan = artifact_scan.scan_tar
     monkeypatch.setattr(
         artifact_scan,
-        "_scan_tar",
-        lambda *a, **k: scans.append("parallel" if k["seekable"] else "sequential") or real_scan(*a, **k),
+        "scan_tar",
+        lambda src, *a: (
+            scans.append("parallel" if isinstance(src, artifact_scan._Parallel) else "sequential") or real_scan(src, *a)
+        ),
     )
     assert validate_scan(scan_local(str(tmp_path / "multi.tar.gz"))).deployable
     assert scans == ["sequential"]
-    # A small first member and a weights-like last one pass the gate; the inflated size is not the
-    # trailer's (the last member's), so the sequential inflater checks every member's trailer.
+    # A small first member and a weights-like last one pass the trailer gate; the first member's
+    # end shows within its first 64 KiB, so only the sequential reader (every member checked) reads it.
     (tmp_path / "appended.tar.gz").write_bytes(gzip.compress(data[:1024]) + gzip.compress(data[1024:]))
     scans.clear()
     assert validate_scan(scan_local(str(tmp_path / "appended.tar.gz"))).deployable
-    assert scans == ["parallel", "sequential"]
+    assert scans == ["sequential"]
     cut = (tmp_path / "appended.tar.gz").read_bytes()
     (tmp_path / "appended-cut.tar.gz").write_bytes(cut[: len(cut) - 4096])
     assert artifact_scan._scan_with_rapidgzip(tmp_path / "appended-cut.tar.gz") is None
@@ -244,7 +253,7 @@ def test_a_bomb_behind_a_lying_trailer_is_stopped_at_the_inflaters_memory_bound(
     bomb.write_bytes(bytes(body))
     script = (
         "import json, resource, sys; from pathlib import Path;"
-        "from modeldrop.checkpoint import artifact_scan as a;"
+        "from modeldrop.checkpoint import tar_scan as a;"
         "fast = a._scan_with_rapidgzip(Path(sys.argv[1]));"
         "print(json.dumps([fast is None, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))"
     )
@@ -281,10 +290,13 @@ def test_a_member_refused_mid_archive_stops_the_parallel_decoder(
         return started[-1]
 
     monkeypatch.setattr(parallel_inflate, "ParallelInflate", recording)
-    with pytest.raises(CheckpointUnreadable, match="symlink"):
+    with pytest.raises(CheckpointRefused, match="symlink") as refused:
         scan_local(str(tmp_path / "linked.tar.gz"))
-    assert len(started) == 1  # refused on its merits by the parallel pass, not scanned again
-    assert started[0]._proc.returncode is not None  # the decoder was stopped and reaped
+    assert refused.value.code == "ARCHIVE_LINK"
+    # The parallel pass stops at the link, and the sequential reader (whose verdict on a cut stream
+    # is the one that counts) refuses it again; the decoder was stopped and reaped.
+    assert len(started) == 1
+    assert started[0]._proc.returncode is not None
 
 
 def test_not_a_model_is_refused_with_findings(tmp_path: Path) -> None:

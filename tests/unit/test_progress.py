@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modeldrop.checkpoint import artifact_scan
+from modeldrop.checkpoint import tar_scan
 from modeldrop.checkpoint.artifact_scan import scan_local
 from modeldrop.contracts import progress
 from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
@@ -28,7 +28,7 @@ def test_inflating_reports_compressed_bytes_up_to_the_file_size(
     size = packed.stat().st_size
     for parallel in (True, False):
         if not parallel:
-            monkeypatch.setattr(artifact_scan, "_scan_with_rapidgzip", lambda path: None)
+            monkeypatch.setattr(tar_scan, "_scan_with_rapidgzip", lambda path: None)
         seen: list[tuple[int, int | None]] = []
         with progress.listening(lambda done, total, seen=seen: seen.append((done, total))):
             scan_local(str(packed))

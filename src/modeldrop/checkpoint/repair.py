@@ -22,9 +22,11 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from modeldrop.checkpoint.artifact_scan import ArtifactScan, decompressor, normalize_member, scan_source
+from modeldrop.checkpoint.artifact_scan import ArtifactScan, scan_source
 from modeldrop.checkpoint.base_compare import MIN_SHARED_FRACTION, compare_to_base, tensor_index
 from modeldrop.checkpoint.safetensors_header import TensorInfo
+from modeldrop.checkpoint.scan_result import Readable, read_exact
+from modeldrop.checkpoint.tar_scan import iter_archive
 from modeldrop.checkpoint.validation import ValidationReport, validate_scan
 from modeldrop.contracts.artifact import is_archive, is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable, RequestInvalid
@@ -117,7 +119,7 @@ def _read_from_prefix(s3: S3Client, uri: S3Uri, wanted: dict[str, _Wanted]) -> d
     return out
 
 
-def _skip(stream: IO[bytes], n: int) -> None:
+def _skip(stream: Readable, n: int) -> None:
     while n > 0:
         chunk = stream.read(min(n, _SKIP_CHUNK))
         if not chunk:
@@ -130,19 +132,15 @@ def _read_from_archive(raw: IO[bytes], compressed: bool, wanted: dict[str, _Want
     for name, w in wanted.items():
         by_shard.setdefault(w.shard, []).append((name, w))
     out: dict[str, bytes] = {}
-    with tarfile.open(fileobj=decompressor(raw, compressed), mode="r|") as tar:
-        for member in tar:
-            rel = normalize_member(member.name) if member.isreg() else ""
-            if rel not in by_shard:
-                continue
-            fh = tar.extractfile(member)
-            assert fh is not None
-            position = 0
-            for name, w in sorted(by_shard[rel], key=lambda item: item[1].info.begin):
-                start = w.data_start + w.info.begin
-                _skip(fh, start - position)
-                out[name] = fh.read(w.info.nbytes)
-                position = start + w.info.nbytes
+    for member, reader in iter_archive(raw, compressed):
+        if member.is_dir or member.path not in by_shard:
+            continue
+        position = 0
+        for name, w in sorted(by_shard[member.path], key=lambda item: item[1].info.begin):
+            start = w.data_start + w.info.begin
+            _skip(reader, start - position)
+            out[name] = read_exact(reader, w.info.nbytes)
+            position = start + w.info.nbytes
     return out
 
 
@@ -193,17 +191,15 @@ def _copy_archive(
 
             sink = gzip.GzipFile(fileobj=dest, mode="wb", compresslevel=1)  # type: ignore[assignment]
     try:
-        with (
-            tarfile.open(fileobj=decompressor(raw, compressed_in), mode="r|") as src,
-            tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as dst,
-        ):
-            for member in src:
-                if not (member.isreg() or member.isdir()):
-                    raise CheckpointUnreadable(f"archive member {member.name!r} is not a regular file or directory")
-                rel = normalize_member(member.name)
-                if rel in extra:
+        with tarfile.open(fileobj=sink, mode="w|", format=tarfile.PAX_FORMAT) as dst:
+            for member, reader in iter_archive(raw, compressed_in):
+                if member.path in extra:
                     continue
-                dst.addfile(member, src.extractfile(member) if member.isreg() else None)
+                info = tarfile.TarInfo(member.path)
+                info.type = tarfile.DIRTYPE if member.is_dir else tarfile.REGTYPE
+                info.mode = 0o755 if member.is_dir else 0o644
+                info.size = 0 if member.is_dir else member.size
+                dst.addfile(info, None if member.is_dir else cast(IO[bytes], reader))
             for rel, data in extra.items():
                 info = tarfile.TarInfo(rel)
                 info.size = len(data)

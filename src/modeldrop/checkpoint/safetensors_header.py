@@ -24,6 +24,8 @@ MAX_HEADER_BYTES = 100_000_000  # the reference's own limit
 # needs ~770 MB for an 81 MB header of 880k tensors): no real shard comes near either number.
 MAX_MODELDROP_HEADER_BYTES = 32 * 1024 * 1024
 MAX_TENSORS_PER_SHARD = 100_000
+# A plain tensor entry is 12 JSON values and keys; the rest is room for metadata and extra fields.
+MAX_HEADER_VALUES = 16 * MAX_TENSORS_PER_SHARD
 # serde_json's nesting limit: the 128th nested array/object is refused.
 MAX_JSON_DEPTH = 127
 _U64 = 2**64
@@ -270,10 +272,21 @@ def _check_size(header_len: int, data_len: int, header_bytes: bytes) -> None:
         raise HeaderError("header runs past the end of the file")
     if header_len > MAX_MODELDROP_HEADER_BYTES:
         raise HeaderError(f"header of {header_len} bytes is over modeldrop's limit", code="HEADER_TOO_LARGE")
-    entries = header_bytes.count(b'"data_offsets"')
-    if entries > MAX_TENSORS_PER_SHARD:
+    # Counted in C before any parse: the JSON values (and keys) the text can hold are at most its
+    # `[`, `{`, `,` and `:` bytes, so no header makes the parse build more objects than this bound.
+    values = header_bytes.count(b"[") + header_bytes.count(b"{") + header_bytes.count(b",") + header_bytes.count(b":")
+    if values > MAX_HEADER_VALUES:
         raise HeaderError(
-            f"header has {entries} tensor entries, over modeldrop's {MAX_TENSORS_PER_SHARD} per shard",
+            f"header may hold {values:,} JSON values, over modeldrop's {MAX_HEADER_VALUES:,} (about "
+            f"{MAX_TENSORS_PER_SHARD:,} tensors)",
+            code="HEADER_TOO_LARGE",
+        )
+
+
+def _check_count(tensors: int) -> None:
+    if tensors > MAX_TENSORS_PER_SHARD:
+        raise HeaderError(
+            f"header has {tensors} tensor entries, over modeldrop's {MAX_TENSORS_PER_SHARD} per shard",
             code="HEADER_TOO_LARGE",
         )
 
@@ -312,6 +325,7 @@ def _parse_header(header_bytes: bytes, file_size: int) -> SafetensorsHeader:
     raw, key_tokens = _parse_json(_decode(header_bytes), header_bytes)
     if not isinstance(raw, dict):
         raise HeaderError("header is not a JSON object")
+    _check_count(len(raw) - ("__metadata__" in raw))
     metadata, tensors, keys = _entries(raw)
     if key_tokens is not None and keys != key_tokens:
         # Fewer keys than were written: one may be a duplicate (or merely spelled with an escape).

@@ -2,94 +2,31 @@
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-from pydantic import BaseModel, Field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from modeldrop.checkpoint.architecture_rules import expected_kv_tensors, layer_prefix, rule_for
-from modeldrop.checkpoint.artifact_scan import ArtifactScan
+from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings, compare_to_base
-from modeldrop.contracts.models import Finding, ValidationSummary
+from modeldrop.checkpoint.layout_rules import INDEX, Layout, index_mismatches, layout
+from modeldrop.checkpoint.scan_result import ArtifactScan
+from modeldrop.checkpoint.side_files import config_findings, implausible, load_json
+from modeldrop.checkpoint.validation_report import KvShared, ValidationReport
+from modeldrop.contracts.artifact import is_compressed
+from modeldrop.contracts.errors import CheckpointRefused
+from modeldrop.contracts.models import Finding
+from modeldrop.contracts.text import printable
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+__all__ = ["ValidationReport", "validate_scan", "validate_source"]
 
 GIB = 1024**3
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
-
-
-class KvShared(BaseModel):
-    num_hidden_layers: int | None = None
-    num_kv_shared_layers: int = 0
-    expected_tensors: int = 0
-    missing: list[str] = Field(default_factory=list)
-
-
-class ValidationReport(BaseModel):
-    deployable: bool
-    source: str
-    format: str
-    architecture: str | None
-    model_type: str | None
-    tensor_count: int
-    shard_count: int
-    total_bytes: int
-    weights_bytes: int
-    weights_gib: float
-    parameters: int
-    dtypes: dict[str, int]
-    vocab_size: int | None
-    num_hidden_layers: int | None
-    max_position_embeddings: int | None
-    torch_dtype: str | None
-    layer_types: list[str] | None = None
-    sliding_window: int | None = None
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
-    has_tokenizer: bool
-    has_chat_template: bool
-    has_generation_config: bool
-    kv_shared: KvShared
-    findings: list[Finding]
-    base: BaseComparison | None = None
-    requests: int = 0
-    # Media the model takes besides text (its config has a vision_config / audio_config).
-    modalities: list[str] = Field(default_factory=list)
-
-    def summary(self, report_uri: str | None = None) -> ValidationSummary:
-        """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""
-        shared = self.model_dump(include=set(ValidationSummary.model_fields) & set(type(self).model_fields))
-        shared["findings"] = [f for f in self.findings if f.severity != "info"][:20]
-        return ValidationSummary(
-            **shared, num_kv_shared_layers=self.kv_shared.num_kv_shared_layers, report_uri=report_uri
-        )
-
-
-def _json(scan: ArtifactScan, name: str, findings: list[Finding]) -> dict[str, Any] | None:
-    raw = scan.small_files.get(name)
-    if raw is None:
-        return None
-    try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        findings.append(
-            Finding(
-                code="JSON_INVALID",
-                severity="error",
-                message=f"{name} is not valid JSON: {exc}",
-                hint=f"re-save {name}",
-            )
-        )
-        return None
-    if not isinstance(value, dict):
-        findings.append(
-            Finding(
-                code="JSON_INVALID", severity="error", message=f"{name} is not a JSON object", hint=f"re-save {name}"
-            )
-        )
-        return None
-    return value
 
 
 def _text_field(config: dict[str, Any], key: str) -> Any:
@@ -123,6 +60,8 @@ class _Checkpoint:
     kv: KvShared
     kv_rule: bool  # the architecture has a KV-sharing rule and the config and shards can be held to it
     comparison: BaseComparison | None
+    layout: Layout
+    tokenizer_config: dict[str, Any] | None
     findings: list[Finding] = field(default_factory=list)
 
     def text_field(self, key: str) -> Any:
@@ -147,7 +86,7 @@ class _Checkpoint:
         files = self.scan.files
         if "chat_template.jinja" in files or "chat_template.json" in files:
             return True
-        return bool((_json(self.scan, "tokenizer_config.json", []) or {}).get("chat_template"))
+        return bool((self.tokenizer_config or {}).get("chat_template"))
 
 
 def _finding(code: str, severity: str, message: str, hint: str) -> Finding:
@@ -166,6 +105,8 @@ def _config_missing(c: _Checkpoint) -> Iterable[Finding]:
 
 def _header_errors(c: _Checkpoint) -> Iterable[Finding]:
     for rel, err in sorted(c.scan.header_errors.items()):
+        if rel not in c.layout.weights:
+            continue  # a file no engine loads (UNUSED_WEIGHTS says so)
         code = c.scan.header_error_codes.get(rel, "HEADER_INVALID")
         yield _finding(code, "error", f"{rel}: {err}", HEADER_HINTS.get(code, HEADER_HINTS["HEADER_INVALID"]))
 
@@ -191,10 +132,13 @@ def _no_safetensors(c: _Checkpoint) -> Iterable[Finding]:
     )
 
 
-def _index(c: _Checkpoint) -> Iterable[Finding]:
-    findings: list[Finding] = []
-    _check_index(c.scan, c.tensors, findings)
-    return findings
+def _layout(c: _Checkpoint) -> Iterable[Finding]:
+    yield from c.layout.findings
+    yield from index_mismatches(c.layout, c.scan, c.tensors)
+
+
+def _config_bounds(c: _Checkpoint) -> Iterable[Finding]:
+    return config_findings(c.config)
 
 
 def _config_incomplete(c: _Checkpoint) -> Iterable[Finding]:
@@ -298,8 +242,9 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _header_errors,
     _duplicate_tensors,
     _no_safetensors,
-    _index,
+    _layout,
     _config_incomplete,
+    _config_bounds,
     _kv_shared_tensors,
     _companions,
     _remote_code,
@@ -307,13 +252,19 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
 )
 
 
-def _tensor_table(scan: ArtifactScan) -> tuple[dict[str, str], list[tuple[str, str, str]], Counter[str], int]:
-    """Each tensor's shard, the tensors found twice, bytes per dtype, and the parameter count."""
+def _tensor_table(
+    scan: ArtifactScan, weights: list[str]
+) -> tuple[dict[str, str], list[tuple[str, str, str]], Counter[str], int]:
+    """Each tensor's shard, the tensors found twice, bytes per dtype, and the parameter count, over
+    the shards the engines load."""
     tensors: dict[str, str] = {}
     duplicates: list[tuple[str, str, str]] = []
     dtypes: Counter[str] = Counter()
     params = 0
-    for rel, header in sorted(scan.headers.items()):
+    for rel in weights:
+        header = scan.headers.get(rel)
+        if header is None:
+            continue
         for name, info in header.tensors.items():
             if name in tensors:
                 duplicates.append((name, tensors[name], rel))
@@ -332,7 +283,8 @@ def _kv_shared(config: dict[str, Any], tensors: dict[str, str]) -> tuple[KvShare
     kv = KvShared(num_hidden_layers=num_layers, num_kv_shared_layers=shared)
     rule = rule_for(config.get("model_type") if isinstance(config.get("model_type"), str) else None)
     rule = rule or rule_for(_text_field(config, "model_type"))
-    applies = bool(rule and num_layers and shared > 0 and tensors)
+    # A config with implausible sizes gets CONFIG_IMPLAUSIBLE, never per-layer work on them.
+    applies = bool(rule and num_layers and shared > 0 and tensors) and not implausible(config)
     if rule and num_layers and applies and shared <= num_layers:
         expected = expected_kv_tensors(
             rule,
@@ -369,8 +321,9 @@ def _modalities(config: dict[str, Any]) -> list[str]:
 
 def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
     findings: list[Finding] = []
-    config = _json(scan, "config.json", findings)  # JSON_INVALID first, as before any check
-    tensors, duplicates, dtypes, params = _tensor_table(scan)
+    config = load_json(scan, "config.json", findings)  # JSON_INVALID first, as before any check
+    files = layout(scan, load_json(scan, INDEX, findings), INDEX in scan.small_files)
+    tensors, duplicates, dtypes, params = _tensor_table(scan, files.weights)
     kv, kv_rule = _kv_shared(config or {}, tensors)
     c = _Checkpoint(
         scan=scan,
@@ -381,6 +334,8 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         kv=kv,
         kv_rule=kv_rule,
         comparison=compare_to_base(scan, base) if base is not None else None,
+        layout=files,
+        tokenizer_config=load_json(scan, "tokenizer_config.json", findings),
         findings=findings,
     )
     for check in CHECKS:
@@ -394,7 +349,7 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         architecture=c.architecture,
         model_type=c.model_type,
         tensor_count=len(tensors),
-        shard_count=len(scan.headers) + len(scan.header_errors),
+        shard_count=len(files.weights),
         total_bytes=sum(scan.files.values()),
         weights_bytes=weights_bytes,
         weights_gib=round(weights_bytes / GIB, 4),
@@ -412,55 +367,38 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         has_chat_template=c.has_chat_template,
         has_generation_config="generation_config.json" in scan.files,
         kv_shared=c.kv,
-        findings=c.findings,
+        # Names in messages come from the artifact: escaped here, once, for every reader of the report.
+        findings=[f.model_copy(update={"message": printable(f.message)}) for f in c.findings],
         base=c.comparison,
         requests=scan.requests + (base.requests if base is not None else 0),
     )
 
 
-def _check_index(scan: ArtifactScan, tensors: dict[str, str], findings: list[Finding]) -> None:
-    name = "model.safetensors.index.json"
-    if name not in scan.small_files:
-        if len(scan.headers) > 1:
-            findings.append(
-                Finding(
-                    code="INDEX_MISSING",
-                    severity="error",
-                    message=f"{len(scan.headers)} shards but no {name}",
-                    hint="save with save_pretrained so the index is written",
-                )
-            )
-        return
-    index = _json(scan, name, findings)
-    if index is None:
-        return
-    weight_map = index.get("weight_map")
-    if not isinstance(weight_map, dict):
-        findings.append(
-            Finding(
-                code="INDEX_INVALID",
-                severity="error",
-                message=f"{name} has no weight_map object",
-                hint="re-save the model",
-            )
-        )
-        return
-    problems: list[str] = []
-    for shard in sorted(set(weight_map.values())):
-        if shard not in scan.headers and shard not in scan.header_errors:
-            problems.append(f"shard {shard} is mapped but missing")
-    for tensor, shard in weight_map.items():
-        if shard in scan.headers and tensors.get(tensor) != shard:
-            problems.append(f"{tensor} is mapped to {shard} but not in it")
-    for tensor, shard in tensors.items():
-        if tensor not in weight_map:
-            problems.append(f"{tensor} in {shard} is not in the index")
-    if problems:
-        findings.append(
-            Finding(
-                code="INDEX_MISMATCH",
-                severity="error",
-                message=f"index and shards disagree ({len(problems)}): " + "; ".join(problems[:5]),
-                hint="re-save the model so the index and shards are written together",
-            )
-        )
+def refused_report(source: str, fmt: str, exc: CheckpointRefused) -> ValidationReport:
+    """The report of an artifact refused by an archive rule before any file of the model was judged:
+    nothing counted, and the rule's finding alone."""
+    empty = validate_scan(ArtifactScan(source=printable(source), format=fmt))
+    finding = Finding(
+        code=exc.code or "ARCHIVE_REFUSED", severity="error", message=printable(exc.message), hint=exc.hint
+    )
+    return empty.model_copy(update={"deployable": False, "findings": [finding]})
+
+
+def _format_of(source: str) -> str:
+    if source.endswith("/") and source.startswith("s3://"):
+        return "s3-prefix"
+    if not source.startswith("s3://") and Path(source).is_dir():
+        return "directory"
+    return "tar.gz" if is_compressed(source) else "tar"
+
+
+def validate_source(source: str, base: str | None = None, s3: S3Client | None = None) -> ValidationReport:
+    """Scan and judge SOURCE (and BASE): an archive refused by a rule is a report with its finding
+    (exit 1), bytes that cannot be read raise CheckpointUnreadable (exit 2)."""
+    try:
+        scan = scan_source(source, s3)
+    except CheckpointRefused as exc:
+        if exc.code is None:
+            raise
+        return refused_report(source, _format_of(source), exc)
+    return validate_scan(scan, scan_source(base, s3) if base else None)

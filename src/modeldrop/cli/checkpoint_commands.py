@@ -43,12 +43,11 @@ def validate_cmd(
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
-    from modeldrop.checkpoint.artifact_scan import scan_source
-    from modeldrop.checkpoint.validation import validate_scan
+    from modeldrop.checkpoint.validation import validate_source
 
     try:
         with aws_errors(domain_errors=False), byte_progress("validating"):
-            report = validate_scan(scan_source(source), scan_source(base) if base else None)
+            report = validate_source(source, base)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     codes = {f.code for f in report.findings}

@@ -15,8 +15,7 @@ from modeldrop.aws.artifact_version import artifact_identity
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.secret_refs import check_refs, for_container, parse_refs, refuse_collisions
 from modeldrop.aws.served_copy import copy_pinned, delete_served, served_digest, served_location
-from modeldrop.checkpoint.artifact_scan import scan_source
-from modeldrop.checkpoint.validation import validate_scan
+from modeldrop.checkpoint.validation import validate_source
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     CheckpointRefused,
@@ -245,7 +244,7 @@ def _judge(
     metrics: MetricSink | None,
     started: float,
 ) -> ValidationSummary:
-    report = validate_scan(scan_source(str(served), s3))
+    report = validate_source(str(served), s3=s3)
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
         metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))

@@ -1,0 +1,143 @@
+"""Layout as the engines read it, bounds that hold on any input, and names compared raw."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import struct
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from modeldrop.checkpoint.artifact_scan import scan_local, scan_tar_stream
+from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header
+from modeldrop.checkpoint.validation import validate_scan, validate_source
+from modeldrop.local.sample_checkpoint import TINY_CONFIG, write_checkpoint
+
+
+def _codes(path: Path) -> set[str]:
+    return {f.code for f in validate_scan(scan_local(str(path))).findings}
+
+
+def _single_shard(tmp_path: Path) -> Path:
+    d = write_checkpoint(tmp_path / "c", shards=1)
+    (d / "model.safetensors.index.json").unlink()
+    (d / "model-00001-of-00001.safetensors").rename(d / "model.safetensors")
+    return d
+
+
+def test_shards_only_in_a_subfolder_load_nothing_and_are_refused(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "sub").mkdir()
+    (d / "model.safetensors").rename(d / "sub" / "model.safetensors")
+    report = validate_scan(scan_local(str(d)))
+    assert not report.deployable
+    assert "WEIGHTS_IN_SUBFOLDER" in {f.code for f in report.findings}
+    assert report.tensor_count == 0
+
+
+def test_a_stale_shard_in_a_subfolder_is_a_warning_not_a_missing_index(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "old").mkdir()
+    shutil.copy(d / "model.safetensors", d / "old" / "model.safetensors")
+    (d / "old" / "notes.md").write_text("x")
+    report = validate_scan(scan_local(str(d)))
+    codes = {f.code: f.severity for f in report.findings}
+    assert report.deployable, report.findings
+    assert codes.get("UNUSED_WEIGHTS") == "warning" and "INDEX_MISSING" not in codes
+    assert report.shard_count == 1
+
+
+def test_index_names_the_weights_and_root_shards_it_does_not_name_are_unused(tmp_path: Path) -> None:
+    d = write_checkpoint(tmp_path / "c", shards=2)
+    shutil.copy(d / "model-00001-of-00002.safetensors", d / "consolidated.safetensors")
+    report = validate_scan(scan_local(str(d)))
+    assert report.deployable and report.shard_count == 2
+    assert "UNUSED_WEIGHTS" in {f.code for f in report.findings}
+
+
+@pytest.mark.parametrize("value", [1, None, ["a"], {"x": 1}, "sub/model.safetensors", "../x.safetensors"])
+def test_an_index_mapping_to_a_non_string_or_outside_the_root_is_invalid_not_a_crash(
+    tmp_path: Path, value: object
+) -> None:
+    d = write_checkpoint(tmp_path / "c", shards=2)
+    index = json.loads((d / "model.safetensors.index.json").read_text())
+    first = next(iter(index["weight_map"]))
+    index["weight_map"][first] = value
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    report = validate_scan(scan_local(str(d)))
+    assert not report.deployable and "INDEX_INVALID" in {f.code for f in report.findings}
+
+
+def test_side_files_that_could_hold_too_many_values_are_refused_before_parsing(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "tokenizer_config.json").write_bytes(b'{"a": [' + b",".join([b"[]"] * 600_000) + b"]}")
+    assert "JSON_TOO_LARGE" in _codes(d)
+
+
+def test_implausible_config_sizes_are_refused_before_per_layer_work(tmp_path: Path) -> None:
+    d = write_checkpoint(tmp_path / "c")
+    config = json.loads(json.dumps(TINY_CONFIG))
+    section = config.get("text_config", config)
+    section["num_hidden_layers"] = 1_500_000
+    section["num_kv_shared_layers"] = 1_499_000
+    (d / "config.json").write_text(json.dumps(config))
+    report = validate_scan(scan_local(str(d)))
+    assert "CONFIG_IMPLAUSIBLE" in {f.code for f in report.findings}
+    assert report.kv_shared.expected_tensors == 0  # the per-layer rule never ran
+
+
+def test_a_header_that_could_hold_too_many_values_is_refused_before_parsing() -> None:
+    filler = b",".join([b"[]"] * 1_700_000)
+    header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":[' + filler + b"]}}"
+    with pytest.raises(HeaderError) as refused:
+        parse_header(header, 8 + len(header) + 4)
+    assert refused.value.code == "HEADER_TOO_LARGE"
+
+
+def test_the_tensor_count_is_taken_from_parsed_entries_not_from_key_spellings() -> None:
+    # 100,001 metadata values equal to the tensor key's spelling: one tensor, accepted.
+    meta = {f"m{i}": "data_offsets" for i in range(100_001)}
+    header = json.dumps({"__metadata__": meta, "w": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}})
+    parsed = parse_header(header.encode(), 8 + len(header) + 4)
+    assert len(parsed.tensors) == 1
+    # Tensor keys spelled with an escape still count: 100,001 tensors are refused.
+    entries = ",".join(f'"t{i}":{{"dtype":"F32","shape":[0],"data\\u005foffsets":[0,0]}}' for i in range(100_001))
+    raw = ("{" + entries + "}").encode()
+    with pytest.raises(HeaderError) as refused:
+        parse_header(raw, 8 + len(raw))
+    assert refused.value.code == "HEADER_TOO_LARGE"
+
+
+def _tar(members: dict[bytes, bytes]) -> io.BytesIO:
+    buf = io.BytesIO()
+    with tarfile.open(
+        fileobj=buf, mode="w", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape"
+    ) as tar:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name.decode("utf-8", "surrogateescape"))
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    return buf
+
+
+def test_names_are_compared_raw_and_escaped_only_for_display() -> None:
+    scan = scan_tar_stream(_tar({b"a\x01.txt": b"1", b"a\\x01.txt": b"2", b"c:notes": b"3"}), "t", compressed=False)
+    assert set(scan.files) == {"a\x01.txt", "a\\x01.txt", "c:notes"}
+
+
+def test_validate_source_reports_an_archive_rule_as_a_finding(tmp_path: Path) -> None:
+    archive = tmp_path / "m.tar"
+    archive.write_bytes(_tar({b"config.json": b"{}", b"./config.json": b"{}"}).getvalue())
+    report = validate_source(str(archive))
+    assert not report.deployable and [f.code for f in report.findings] == ["ARCHIVE_DUPLICATE_PATH"]
+    assert report.format == "tar"
+
+
+def test_a_header_of_escaped_names_is_still_parsed_exactly() -> None:
+    header = json.dumps({"\u00e9": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
+    assert list(parse_header(header, 8 + len(header) + 4).tensors) == ["\u00e9"]
+    assert struct.calcsize("<Q") == 8
