@@ -155,13 +155,19 @@ def headers(data: bytes) -> list[int]:
         if block == bytes(BLOCK):
             break
         offsets.append(at)
-        raw = block[124:136]
-        try:
-            size = int.from_bytes(raw[1:], "big") if raw[:1] == b"\x80" else int(raw.strip(b" \x00") or b"0", 8)
-        except ValueError:
+        size = _size(block)
+        if size is None:
             break
         at += BLOCK + -(-size // BLOCK) * BLOCK
     return offsets
+
+
+def _size(block: bytes) -> int | None:
+    raw = block[124:136]
+    try:
+        return int.from_bytes(raw[1:], "big") if raw[:1] == b"\x80" else int(raw.strip(b" \x00") or b"0", 8)
+    except ValueError:
+        return None
 
 
 def end_of_archive(data: bytes) -> int:
@@ -169,8 +175,8 @@ def end_of_archive(data: bytes) -> int:
     if not found:
         return 0
     last = found[-1]
-    size = int(data[last + 124 : last + 136].strip(b" \x00") or b"0", 8) if data[last + 124] != 0x80 else 0
-    return last + BLOCK + -(-size // BLOCK) * BLOCK
+    size = _size(data[last : last + BLOCK]) or 0
+    return min(len(data), last + BLOCK + -(-size // BLOCK) * BLOCK)
 
 
 def _set_field(rng: random.Random, data: bytearray) -> None:
