@@ -141,3 +141,15 @@ def test_a_header_of_escaped_names_is_still_parsed_exactly() -> None:
     header = json.dumps({"\u00e9": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}).encode()
     assert list(parse_header(header, 8 + len(header) + 4).tensors) == ["\u00e9"]
     assert struct.calcsize("<Q") == 8
+
+
+def test_a_gzip_file_named_tar_is_named_as_such(tmp_path: Path) -> None:
+    import gzip
+
+    from modeldrop.contracts.errors import CheckpointUnreadable
+
+    for size in (100, 4096):  # shorter than one tar block, and longer
+        path = tmp_path / f"m{size}.tar"
+        path.write_bytes(gzip.compress(_tar({b"config.json": b"x" * size}).getvalue()))
+        with pytest.raises(CheckpointUnreadable, match="gzip-compressed"):
+            scan_local(str(path))

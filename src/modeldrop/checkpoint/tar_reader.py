@@ -117,11 +117,11 @@ def parse_header(block: bytes, at: int) -> _Header:
         chksum = _numeric(block, "chksum", 148, 156, False, at)
     except CheckpointRefused:
         if at == 0:
-            raise _not_tar() from None
+            raise _not_tar(block) from None
         raise
     if chksum not in _checksums(block):
         if at == 0:
-            raise _not_tar()
+            raise _not_tar(block)
         raise archive_refused("TAR_CHECKSUM", f"the header at byte {at} has a wrong checksum")
     values = {name: _numeric(block, name, s, e, big, at) for name, s, e, big in _NUMERIC}
     magic = block[257:265]
@@ -140,7 +140,11 @@ def parse_header(block: bytes, at: int) -> _Header:
     return _Header(block, block[156:157], values["size"], name, name_field)
 
 
-def _not_tar() -> CheckpointUnreadable:
+def _not_tar(block: bytes = b"") -> CheckpointUnreadable:
+    if block.startswith(b"\x1f\x8b"):
+        return CheckpointUnreadable(
+            "not a tar archive: the file is gzip-compressed", "name it .tar.gz (validation reads it by its name)"
+        )
     return CheckpointUnreadable(
         "not a tar archive (the first header is not a valid tar header)",
         "package the model directory with tar -czf model.tar.gz -C DIR .",
@@ -281,6 +285,8 @@ class TarReader:
             at = self.offset
             block = self._read(BLOCK)
             if len(block) < BLOCK:
+                if block and at == 0:
+                    raise _not_tar(block)
                 if block:
                     raise truncated("inside a header")
                 if at == 0:
