@@ -58,6 +58,13 @@ def test_index_names_the_weights_and_root_shards_it_does_not_name_are_unused(tmp
     assert "UNUSED_WEIGHTS" in {f.code for f in report.findings}
 
 
+def test_an_index_that_maps_nothing_is_invalid(tmp_path: Path) -> None:
+    d = write_checkpoint(tmp_path / "c", shards=2)
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {}}))
+    report = validate_scan(scan_local(str(d)))
+    assert not report.deployable and "INDEX_INVALID" in {f.code for f in report.findings}
+
+
 @pytest.mark.parametrize("value", [1, None, ["a"], {"x": 1}, "sub/model.safetensors", "../x.safetensors"])
 def test_an_index_mapping_to_a_non_string_or_outside_the_root_is_invalid_not_a_crash(
     tmp_path: Path, value: object

@@ -39,6 +39,11 @@ def _usable_map(index: dict[str, Any], findings: list[Finding]) -> dict[str, str
     if not isinstance(weight_map, dict):
         findings.append(_error("INDEX_INVALID", f"{INDEX} has no weight_map object", "re-save the model"))
         return None
+    if not weight_map:
+        findings.append(
+            _error("INDEX_INVALID", f"{INDEX} maps no tensor: the engines would load no weight", "re-save the model")
+        )
+        return None
     bad = [k for k, v in weight_map.items() if not isinstance(v, str)]
     if bad:
         findings.append(
