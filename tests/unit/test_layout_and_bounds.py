@@ -160,3 +160,10 @@ def test_a_gzip_file_named_tar_is_named_as_such(tmp_path: Path) -> None:
         path.write_bytes(gzip.compress(_tar({b"config.json": b"x" * size}).getvalue()))
         with pytest.raises(CheckpointUnreadable, match="gzip-compressed"):
             scan_local(str(path))
+
+
+def test_shards_that_hold_no_tensor_are_named(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
+    report = validate_scan(scan_local(str(d)))
+    assert {f.code: f.severity for f in report.findings}.get("NO_TENSORS") == "warning"

@@ -132,6 +132,18 @@ def _no_safetensors(c: _Checkpoint) -> Iterable[Finding]:
     )
 
 
+def _no_tensors(c: _Checkpoint) -> Iterable[Finding]:
+    loaded_errors = any(rel in c.layout.weights for rel in c.scan.header_errors)
+    if c.layout.weights and not c.tensors and not loaded_errors:
+        # A warning: a header of no tensors is valid safetensors, and the engine's start says the rest.
+        yield _finding(
+            "NO_TENSORS",
+            "warning",
+            f"the loaded shards ({', '.join(c.layout.weights[:3])}) hold no tensor: the engines would load no weight",
+            "save the trained model's weights (save_pretrained) and upload them",
+        )
+
+
 def _layout(c: _Checkpoint) -> Iterable[Finding]:
     yield from c.layout.findings
     yield from index_mismatches(c.layout, c.scan, c.tensors)
@@ -243,6 +255,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _duplicate_tensors,
     _no_safetensors,
     _layout,
+    _no_tensors,
     _config_incomplete,
     _config_bounds,
     _kv_shared_tensors,
