@@ -10,7 +10,6 @@ goes to isal's (or zlib's) raw inflater, and the trailer is compared with what w
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
 from types import ModuleType
 from typing import Any, Protocol, cast
 
@@ -182,7 +181,7 @@ class StrictGzip:
         self._at += len(piece)
         return piece
 
-    def skip(self, n: int, progress: Callable[[], None] | None = None) -> int:
+    def skip(self, n: int) -> int:
         """Inflate and drop N bytes (CRC still checked); returns how many there were."""
         left = n
         while left > 0:
@@ -190,6 +189,4 @@ class StrictGzip:
             if not piece:
                 break
             left -= len(piece)
-            if progress is not None:
-                progress()
         return n - left

@@ -70,10 +70,6 @@ class TarMember:
     is_dir: bool
     size: int
 
-    @property
-    def display(self) -> str:
-        return printable(self.path)
-
 
 def show(raw: bytes) -> str:
     return printable(raw.decode("utf-8", "surrogateescape"))

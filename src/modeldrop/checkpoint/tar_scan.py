@@ -14,7 +14,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, TYPE_CHECKING
 
 from modeldrop.checkpoint.gzip_stream import StrictGzip, header_end
 from modeldrop.checkpoint.scan_result import ArtifactScan, scan_member
@@ -22,6 +22,9 @@ from modeldrop.checkpoint.tar_reader import ByteSource, TarMember, TarReader
 from modeldrop.contracts import progress
 from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.errors import CheckpointRefused, ModeldropError
+
+if TYPE_CHECKING:
+    from modeldrop.checkpoint.parallel_inflate import ParallelInflate
 
 _STEP = 16 * 1024 * 1024  # skips go in steps of this, so that progress moves on long members
 _DISCARD = 1024 * 1024
@@ -70,10 +73,8 @@ class FileSource:
 class _Parallel:
     """rapidgzip's output: skipped bytes are spliced away in the kernel, in steps for progress."""
 
-    def __init__(self, stream: ByteSource, compressed_size: int) -> None:
-        from modeldrop.checkpoint.parallel_inflate import ParallelInflate
-
-        self._stream = cast(ParallelInflate, stream)
+    def __init__(self, stream: ParallelInflate, compressed_size: int) -> None:
+        self._stream = stream
         self._total = compressed_size
 
     def read(self, n: int) -> bytes:
@@ -175,7 +176,7 @@ def _scan_with_rapidgzip(path: Path) -> ArtifactScan | None:
         return None
     try:
         with parallel_inflate.ParallelInflate(path, size, expected) as stream:
-            scan = scan_tar(_Parallel(cast(ByteSource, stream), size), str(path), "tar.gz")
+            scan = scan_tar(_Parallel(stream, size), str(path), "tar.gz")
             complete = stream.finished() and stream.tell() % 2**32 == isize
     except (ModeldropError, OSError):
         # A cut stream can look like a hostile header: the sequential reader, which checks every
