@@ -72,16 +72,15 @@ def create_endpoint(
     env: dict[str, str] | None = None,
     tags: list[dict[str, str]] | None = None,
 ) -> None:
-    """Model, config and endpoint as the CreateEndpoint step makes them, from an archive at a key no rule watches."""
+    """Model, config and endpoint as the CreateEndpoint step makes them, from the archive's files at a
+    prefix no rule watches (a served copy is always uncompressed)."""
     from modeldrop.aws.sagemaker_resources import create_all, tags_for
 
-    stack.client("s3").put_object(Bucket=stack.bucket, Key="fixtures/weights.tar.gz", Body=archive)
     create_all(
         stack.client("sagemaker"),
         name,
         "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:x",
-        f"s3://{stack.bucket}/fixtures/weights.tar.gz",
-        True,
+        put_files(stack, "fixtures/weights/", archive),
         env if env is not None else {"SM_VLLM_MAX_MODEL_LEN": "4096", "SM_VLLM_MODEL": "/opt/ml/model"},
         "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
         "ml.g6.2xlarge",
@@ -89,6 +88,20 @@ def create_endpoint(
         600,
         tags if tags is not None else tags_for(managed_by, name, expires_at),
     )
+
+
+def put_files(stack: Any, prefix: str, archive: bytes) -> str:
+    """The archive's files under PREFIX, as a served copy holds them; returns the prefix's URI."""
+    import io
+    import tarfile
+
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        for member in tar.getmembers():
+            data = tar.extractfile(member) if member.isfile() else None
+            if data is not None:
+                key = prefix + member.name.removeprefix("./")
+                stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=data.read())
+    return f"s3://{stack.bucket}/{prefix}"
 
 
 def subscribe(stack: Any, pattern: str = '{"source": ["modeldrop"]}') -> tuple[Any, str]:

@@ -121,6 +121,8 @@ PHASES: dict[str, Phase] = {
 # that deployment is recorded, diagnosed or torn down); a deployment that ended under a step (stopped,
 # torn down) goes down its phase's path, whose steps tolerate an ended record.
 NOT_OURS = "NotOurDeployment"
+# Map iterations of the prefix copy at once (each a Lambda; S3 copies the parts).
+COPY_CONCURRENCY = 16
 EVERY_STEP_ERRORS = ["DeploymentEnded"]
 
 
@@ -214,7 +216,7 @@ def definition() -> dict[str, Any]:
     s["RegisterDeployment"] = task(
         "Register",
         {"request": "{% $req %}"},
-        "ValidateCheckpoint",
+        "ServedCopyShape",
         assign={
             "artifact": "{% $states.result.Payload %}",
             # Every variable a later state reads exists from here on.
@@ -226,14 +228,59 @@ def definition() -> dict[str, Any]:
             "teardown_deadline": None,
         },
         phase="prepare",
-        errors=["DuplicateDeployment", "CheckpointUnreadable", "ExecutionRoleUnusable", "QuotaExceeded"],
+        errors=[
+            "DuplicateDeployment",
+            "CheckpointUnreadable",
+            "ExecutionRoleUnusable",
+            "QuotaExceeded",
+            "ArchiveTooLarge",
+        ],
     )
+    s["ServedCopyShape"] = {
+        "Type": "Choice",
+        "Comment": "A prefix is copied by the Map, one object per iteration; an archive's members are written "
+        "by the pass that validates them.",
+        "Choices": [{"Condition": "{% $count($artifact.copy_items) > 0 %}", "Next": "CopyShards"}],
+        "Default": "ValidateCheckpoint",
+    }
+    s["CopyShards"] = {
+        "Type": "Map",
+        "Comment": "The served copy of a prefix, fanned out: each object copied server-side (parallel part "
+        "copies for a large one), pinned by the ETag listed at registration.",
+        "Items": "{% $artifact.copy_items %}",
+        "ItemSelector": {
+            "deployment_id": "{% $req.deployment_id %}",
+            "artifact_uri": "{% $req.artifact_uri %}",
+            "execution_arn": EXECUTION,
+            "item": "{% $states.context.Map.Item.Value %}",
+        },
+        "MaxConcurrency": COPY_CONCURRENCY,
+        "ItemProcessor": {
+            "ProcessorConfig": {"Mode": "INLINE"},
+            "StartAt": "CopyShard",
+            "States": {
+                "CopyShard": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::lambda:invoke",
+                    "Arguments": {"FunctionName": "${CopyShardFunctionArn}", "Payload": "{% $states.input %}"},
+                    "TimeoutSeconds": 960,
+                    "Retry": [LAMBDA_RETRY, REGISTRY_RETRY],
+                    "Output": "{% $states.result.Payload %}",
+                    "End": True,
+                }
+            },
+        },
+        "Assign": {"copied": "{% $count($states.result) %}"},
+        "Next": "ValidateCheckpoint",
+        "Catch": catches(PHASES["prepare"], ["CheckpointUnreadable"]),
+    }
     s["ValidateCheckpoint"] = task(
         "Validate",
         {
             "deployment_id": "{% $req.deployment_id %}",
             "artifact_uri": "{% $req.artifact_uri %}",
             "artifact_version": "{% $artifact.artifact_version %}",
+            "copy_items": "{% $artifact.copy_items %}",
             "execution_arn": EXECUTION,
         },
         "ResolveImage",

@@ -22,4 +22,6 @@ def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegisterSettings.from_env()
     registry = settings.registry()
     aws = steps.RegisterClients(s3=clients.s3(), iam=clients.iam(), quotas=clients.service_quotas())
-    return steps.register_and_check(registry, aws, event.request, settings.aws_region, settings.sagemaker_role_arn)
+    return steps.register_and_check(
+        registry, aws, event.request, settings.aws_region, settings.sagemaker_role_arn, settings.max_archive_gb
+    )

@@ -7,6 +7,7 @@ from pydantic import BaseModel
 from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import ValidationSummary
+from modeldrop.contracts.served import CopyItem
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
@@ -17,6 +18,7 @@ class Event(BaseModel):
     artifact_uri: ArtifactUri
     artifact_version: str | None = None
     execution_arn: str
+    copy_items: list[CopyItem] = []  # a prefix's objects, copied by the Map before this step
 
 
 @logger.inject_lambda_context
@@ -34,4 +36,5 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         metrics=metrics,
         artifact_version=event.artifact_version,
         owner=event.execution_arn,
+        items=event.copy_items,
     )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, subscribe
+from conftest import ROOT, put_files, subscribe
 
 MODELDROP = [sys.executable, "-m", "modeldrop"]
 
@@ -257,7 +257,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     monkeypatch.setattr(endpoint_steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
     stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/sweep/model.tar.gz", Body=archive)
     uri = f"s3://{stack.bucket}/direct/sweep/model.tar.gz"
-    served = Artifact.parse(uri)
+    served = Artifact.parse(put_files(stack, "direct/sweep-files/", archive))
     clients = endpoint_steps.CreateClients(
         sagemaker=stack.client("sagemaker"),
         quotas=stack.client("service-quotas"),

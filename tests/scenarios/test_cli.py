@@ -265,8 +265,9 @@ def test_create_throttled_past_the_sdk_retries_adopts_its_own_resources() -> Non
     # The retried step continued with the model and config the first attempt made: one set, deleted at exit.
     assert data["record"]["steps"]["create_endpoint"]["adopted"] == [f"model/{name}", f"endpoint-config/{name}"]
     served = data["record"]["served_uri"]
-    expected = [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}", served]
-    assert sorted(data["deleted_at_exit"]) == sorted(expected)
+    expected = [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"]
+    assert sorted(d for d in data["deleted_at_exit"] if not d.startswith(served)) == sorted(expected)
+    assert f"{served}config.json" in data["deleted_at_exit"]
 
 
 def test_plan_refuses_an_instance_type_typo_naming_the_real_one() -> None:
@@ -332,8 +333,8 @@ def test_a_reupload_after_validation_does_not_reach_the_endpoint() -> None:
     data = json.loads(result.stdout)
     record = data["record"]
     assert data["status"] == "succeeded" and data["leftover_resources"] == []
-    assert record["served_uri"].endswith(f"modeldrop-served/{data['deployment_id']}/model.tar.gz")
-    assert record["artifact_version"] and record["served_uri"] in data["deleted_at_exit"]
+    assert record["served_uri"].endswith(f"modeldrop-served/{data['deployment_id']}/")
+    assert record["artifact_version"] and f"{record['served_uri']}config.json" in data["deleted_at_exit"]
 
 
 def test_plan_at_80_columns_under_a_pty_prints_the_whole_image_uri() -> None:

@@ -171,15 +171,13 @@ def test_a_copy_of_a_multipart_upload_reads_back_as_s3_serves_it(stack: Any, tmp
     from boto3.s3.transfer import TransferConfig
 
     from modeldrop.aws.served_copy import copy_pinned
-    from modeldrop.contracts.artifact import Artifact
 
-    big = tmp_path / "model.tar.gz"
+    big = tmp_path / "model-00001-of-00001.safetensors"
     big.write_bytes(os.urandom(20 * 1024 * 1024))
     s3 = stack.client("s3")
-    s3.upload_file(
-        str(big), stack.bucket, "direct/big/model.tar.gz", Config=TransferConfig(multipart_threshold=8 << 20)
-    )
-    served = copy_pinned(s3, Artifact.parse(f"s3://{stack.bucket}/direct/big/model.tar.gz"), None, "big")
-    key = served.key
+    s3.upload_file(str(big), stack.bucket, "direct/big/shard", Config=TransferConfig(multipart_threshold=8 << 20))
+    etag = s3.head_object(Bucket=stack.bucket, Key="direct/big/shard")["ETag"]
+    key = "modeldrop-served/big/shard"
+    assert copy_pinned(s3, stack.bucket, "direct/big/shard", etag, key, big.stat().st_size) == 1
     body = s3.get_object(Bucket=stack.bucket, Key=key, ChecksumMode="ENABLED")["Body"].read()
     assert body == big.read_bytes()

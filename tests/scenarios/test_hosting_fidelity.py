@@ -68,7 +68,7 @@ def test_the_endpoint_config_carries_the_ami_and_without_it_the_container_cannot
     image = config_image = sm.describe_model(ModelName=name)["PrimaryContainer"]["Image"]
     assert "-cu130-" in config_image
     create_all(
-        sm, "modeldrop-no-ami", image, f"s3://{stack.bucket}/direct/ami/model.tar.gz", True, {},
+        sm, "modeldrop-no-ami", image, f"s3://{stack.bucket}/direct/ami/", {},
         "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker", "ml.g6.2xlarge", 600, 600,
         tags_for("modeldrop-local", "no-ami", "2099-01-01T00:00:00Z"),
     )  # fmt: skip  # the same image, the host's default driver: no InferenceAmiVersion

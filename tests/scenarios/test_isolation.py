@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError
-from conftest import ROOT
+from conftest import ROOT, put_files
 
 MODELDROP = [sys.executable, "-m", "modeldrop"]
 
@@ -112,7 +112,8 @@ def test_a_step_that_finds_its_deployment_ended_releases_what_it_created(stack: 
                       startup_timeout_seconds=600, download_timeout_seconds=600)  # fmt: skip
     role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
     with pytest.raises(DeploymentEnded):
-        endpoint_steps.create(clients, registry, request, image, plan, role, "modeldrop-local", Artifact.parse(uri))
+        served = Artifact.parse(put_files(stack, "direct/late-files/", archive))
+        endpoint_steps.create(clients, registry, request, image, plan, role, "modeldrop-local", served)
     assert stack.leftover_resources() == []
     assert registry.get(request.deployment_id).status == "aborted"
 

@@ -112,8 +112,10 @@ def test_engine_oom_fails_the_endpoint_with_the_cause_from_its_logs(stack: Any, 
     assert "startup timeout will not help" in failure["hint"]
     teardown = json.loads(item["steps"]["teardown"])
     name = item["endpoint_name"]
-    served = f"s3://{stack.bucket}/modeldrop-served/{item['deployment_id']}/model.tar.gz"
-    assert teardown["deleted"] == [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}", served]
+    served = f"s3://{stack.bucket}/modeldrop-served/{item['deployment_id']}/"
+    assert teardown["deleted"][:3] == [f"endpoint/{name}", f"endpoint-config/{name}", f"model/{name}"]
+    # The served copy is the archive's files, uncompressed: every one of them went.
+    assert f"{served}config.json" in teardown["deleted"] and all(d.startswith(served) for d in teardown["deleted"][3:])
     assert stack.leftover_resources() == []
     [event] = _received(sqs, url)
     assert event["detail-type"] == "Deployment Failed"

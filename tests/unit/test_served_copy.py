@@ -7,6 +7,7 @@ from typing import Any
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from modeldrop.aws import served_copy
@@ -16,6 +17,9 @@ from modeldrop.contracts.errors import CheckpointUnreadable
 
 @pytest.fixture
 def s3() -> Any:
+    from modeldrop.local import s3_shims
+
+    s3_shims.install()  # S3's copy preconditions, which moto ignores
     with mock_aws():
         client = boto3.client("s3", region_name="us-east-1")
         client.create_bucket(Bucket="bucket-x")
@@ -24,26 +28,86 @@ def s3() -> Any:
 
 
 @pytest.mark.parametrize("multipart", [False, True])
-def test_the_copy_is_the_pinned_version_after_a_reupload(s3: Any, monkeypatch: Any, multipart: bool) -> None:
-    if multipart:  # the >5 GiB path, on small parts
-        monkeypatch.setattr(served_copy, "MAX_SINGLE_COPY", 6 * 1024 * 1024)
-        monkeypatch.setattr(served_copy, "PART_BYTES", 5 * 1024 * 1024)
+def test_a_copy_is_pinned_to_the_listed_etag(s3: Any, monkeypatch: Any, multipart: bool) -> None:
+    if multipart:  # parallel part copies, on small parts
+        monkeypatch.setattr(served_copy, "MULTIPART_FROM", 6 * 1024 * 1024)
+        monkeypatch.setattr(served_copy, "MIN_PART", 5 * 1024 * 1024)
     data = os.urandom(17 * 1024 * 1024)
-    version = s3.put_object(Bucket="bucket-x", Key="a/model.tar.gz", Body=data)["VersionId"]
-    s3.put_object(Bucket="bucket-x", Key="a/model.tar.gz", Body=b"a corrupt re-upload")
-    uri = str(served_copy.copy_pinned(s3, Artifact.parse("s3://bucket-x/a/model.tar.gz"), version, "dep-1"))
-    assert uri == "s3://bucket-x/modeldrop-served/dep-1/model.tar.gz"
-    assert s3.get_object(Bucket="bucket-x", Key="modeldrop-served/dep-1/model.tar.gz")["Body"].read() == data
-    assert served_copy.delete_served(s3, "bucket-x", "dep-1") == [uri]
+    etag = s3.put_object(Bucket="bucket-x", Key="p/model.safetensors", Body=data)["ETag"]
+    parts = served_copy.copy_pinned(s3, "bucket-x", "p/model.safetensors", etag, "modeldrop-served/d/m", len(data))
+    assert parts == (4 if multipart else 1)
+    assert s3.get_object(Bucket="bucket-x", Key="modeldrop-served/d/m")["Body"].read() == data
+    # Re-uploaded since it was listed: S3 refuses the copy (PreconditionFailed), nothing is left half-made.
+    s3.put_object(Bucket="bucket-x", Key="p/model.safetensors", Body=b"a corrupt re-upload" * 10**6)
+    with pytest.raises(ClientError, match="PreconditionFailed"):
+        served_copy.copy_pinned(s3, "bucket-x", "p/model.safetensors", etag, "modeldrop-served/d/n", len(data))
+    assert s3.list_multipart_uploads(Bucket="bucket-x").get("Uploads", []) == []
+    deleted = served_copy.delete_served(s3, "bucket-x", "d")
+    assert deleted == ["s3://bucket-x/modeldrop-served/d/m"]
     assert "Versions" not in s3.list_object_versions(Bucket="bucket-x", Prefix="modeldrop-served/")
 
 
 def test_a_prefix_that_changed_since_it_was_pinned_is_refused(s3: Any) -> None:
-    from modeldrop.aws.artifact_version import artifact_identity
+    from modeldrop.aws.artifact_version import artifact_facts
 
     s3.put_object(Bucket="bucket-x", Key="p/config.json", Body=b"{}")
-    _identity, version = artifact_identity(s3, Artifact.parse("s3://bucket-x/p/"))
+    facts = artifact_facts(s3, Artifact.parse("s3://bucket-x/p/"))
+    items = served_copy.copy_items(facts.objects, Artifact.parse("s3://bucket-x/p/"))
+    served = Artifact.parse("s3://bucket-x/modeldrop-served/dep-2/")
+    s3.copy_object(Bucket="bucket-x", Key="modeldrop-served/dep-2/config.json", CopySource="bucket-x/p/config.json")
+    served_copy.served_matches(s3, Artifact.parse("s3://bucket-x/p/"), facts.version, served, items)
     s3.put_object(Bucket="bucket-x", Key="p/config.json", Body=b'{"changed": true}')
     with pytest.raises(CheckpointUnreadable, match="changed while it was being deployed"):
-        served_copy.copy_pinned(s3, Artifact.parse("s3://bucket-x/p/"), version, "dep-2")
-    assert "Versions" not in s3.list_object_versions(Bucket="bucket-x", Prefix="modeldrop-served/")
+        served_copy.served_matches(s3, Artifact.parse("s3://bucket-x/p/"), facts.version, served, items)
+
+
+def test_a_served_copy_missing_an_object_is_refused(s3: Any) -> None:
+    s3.put_object(Bucket="bucket-x", Key="p/a.safetensors", Body=b"x")
+    s3.put_object(Bucket="bucket-x", Key="p/config.json", Body=b"{}")
+    facts_items = [
+        served_copy.CopyItem(key="a.safetensors", size=1, etag="e"),
+        served_copy.CopyItem(key="config.json", size=2, etag="e"),
+    ]
+    s3.put_object(Bucket="bucket-x", Key="modeldrop-served/d/config.json", Body=b"{}")
+    with pytest.raises(CheckpointUnreadable, match=r"missing \['a.safetensors'\]"):
+        served_copy.served_matches(
+            s3,
+            Artifact.parse("s3://bucket-x/p/"),
+            None,
+            Artifact.parse("s3://bucket-x/modeldrop-served/d/"),
+            facts_items,
+        )
+
+
+def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkeypatch: Any, tmp_path: Any) -> None:
+    """The validating pass writes each member as it reads it: large members as multipart uploads."""
+    import io
+    import tarfile
+
+    from modeldrop.aws import served_writer
+    from modeldrop.checkpoint.validation import validate_archive_stream
+    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+
+    monkeypatch.setattr(served_writer, "PART_BYTES", 5 * 1024 * 1024)
+    checkpoint = write_checkpoint(tmp_path / "ck")
+    (checkpoint / "big.bin").write_bytes(os.urandom(12 * 1024 * 1024 + 7))
+    packed = write_tar_gz(checkpoint, tmp_path / "model.tar.gz")
+    served = Artifact.parse("s3://bucket-x/modeldrop-served/d/")
+    with served_writer.ServedPrefixWriter(s3, served) as writer, packed.open("rb") as raw:
+        report = validate_archive_stream(raw, "s3://bucket-x/a/model.tar.gz", writer)
+    assert report.format == "tar.gz"
+    listed = {
+        o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="bucket-x", Prefix="modeldrop-served/d/")["Contents"]
+    }
+    expected = {f"modeldrop-served/d/{p.name}": p.stat().st_size for p in checkpoint.iterdir()}
+    assert listed == expected
+    for path in checkpoint.iterdir():
+        body = s3.get_object(Bucket="bucket-x", Key=f"modeldrop-served/d/{path.name}")["Body"].read()
+        assert body == path.read_bytes(), path.name
+    # A stream cut inside the big member: the pass fails, and no upload is left open.
+    cut = packed.read_bytes()[: packed.stat().st_size * 3 // 4]
+    other = Artifact.parse("s3://bucket-x/modeldrop-served/e/")
+    with pytest.raises(CheckpointUnreadable), served_writer.ServedPrefixWriter(s3, other) as writer:
+        validate_archive_stream(io.BytesIO(cut), "s3://bucket-x/a/model.tar.gz", writer)
+    assert s3.list_multipart_uploads(Bucket="bucket-x").get("Uploads", []) == []
+    assert tarfile.is_tarfile(packed)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -15,29 +15,45 @@ if TYPE_CHECKING:
     from mypy_boto3_s3.type_defs import ObjectTypeDef
 
 
+class ArtifactFacts(NamedTuple):
+    identity: str  # the URI at its version: what a deployment claims
+    version: str
+    size_bytes: int  # the archive's size, or the sum of the prefix's objects
+    objects: list[ObjectTypeDef]  # a prefix's listing (empty for an archive)
+
+
 def artifact_identity(s3: S3Client, uri: Artifact) -> tuple[str, str]:
-    """(identity, version): the artifact URI at its current version.
+    """(identity, version): the artifact URI at its current version."""
+    facts = artifact_facts(s3, uri)
+    return facts.identity, facts.version
+
+
+def artifact_facts(s3: S3Client, uri: Artifact) -> ArtifactFacts:
+    """The artifact as it is now: its version and size, from one HEAD or one listing.
 
     An archive's version is its S3 VersionId (its ETag in an unversioned bucket); a prefix's is a
     digest of every object's key and ETag under it, so any change to the prefix is a new version.
     """
+    objects: list[ObjectTypeDef] = []
     try:
         if not uri.is_prefix:
             head = s3.head_object(Bucket=uri.bucket, Key=uri.key)
             version = str(head.get("VersionId") or "null")
             if version == "null":
                 version = "etag:" + str(head.get("ETag", "")).strip('"')
+            size = int(head.get("ContentLength", 0))
         else:
             objects = prefix_objects(s3, uri.bucket, uri.key)
             if not objects:
                 raise CheckpointUnreadable(f"{uri} holds no objects", "upload the checkpoint first")
             version = prefix_version(objects)
+            size = sum(int(o.get("Size", 0)) for o in objects)
     except ClientError as exc:
         code = exc.response.get("Error", {}).get("Code", "")
         raise CheckpointUnreadable(
             f"cannot read {uri}: {code or exc}", "check the URI and that the artifact was uploaded"
         ) from None
-    return f"{uri}@{version}", version
+    return ArtifactFacts(f"{uri}@{version}", version, size, objects)
 
 
 def prefix_objects(s3: S3Client, bucket: str, prefix: str) -> list[ObjectTypeDef]:

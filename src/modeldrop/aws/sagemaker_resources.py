@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker.type_defs import (
         ContainerDefinitionTypeDef,
         DescribeEndpointOutputTypeDef,
+        ModelDataSourceTypeDef,
         ProductionVariantTypeDef,
         TagTypeDef,
     )
@@ -57,12 +58,16 @@ def tags_for(stack_tag: str, deployment_id: str, expires_at: str) -> list[TagTyp
     ]
 
 
+def model_data_source(uri: str) -> ModelDataSourceTypeDef:
+    """The served prefix as CreateModel is given it: uncompressed files, nothing to extract."""
+    return {"S3DataSource": {"S3Uri": uri, "S3DataType": "S3Prefix", "CompressionType": "None"}}
+
+
 def create_all(
     sm: SageMakerClient,
     name: str,
     image_uri: str,
     model_data_uri: str,
-    compressed: bool,
     env: dict[str, str],
     role_arn: str,
     instance_type: str,
@@ -83,16 +88,13 @@ def create_all(
     """
     config_name = config_name or name
     model_name = model_name or name
-    if compressed:
-        container: ContainerDefinitionTypeDef = {"Image": image_uri, "ModelDataUrl": model_data_uri, "Environment": env}
-    else:
-        container = {
-            "Image": image_uri,
-            "Environment": env,
-            "ModelDataSource": {
-                "S3DataSource": {"S3Uri": model_data_uri, "S3DataType": "S3Prefix", "CompressionType": "None"}
-            },
-        }
+    # Always the uncompressed files (an archive's members were written out as it was validated):
+    # SageMaker starts without extracting, and serves the bytes that were validated.
+    container: ContainerDefinitionTypeDef = {
+        "Image": image_uri,
+        "Environment": env,
+        "ModelDataSource": model_data_source(model_data_uri),
+    }
     variant: ProductionVariantTypeDef = {
         "VariantName": "AllTraffic",
         "ModelName": model_name,

@@ -1,8 +1,9 @@
 """What SageMaker serves is an immutable copy of exactly the version that was validated.
 
 The artifact's key can be overwritten at any time; the copy under `modeldrop-served/<deployment>/`
-is written once by this stack (server-side, from the pinned version) and deleted with the
-deployment. Keys under this prefix never start a deployment from their upload event.
+is written once by this stack and deleted with the deployment: a prefix's objects copied
+server-side (one Map iteration each, pinned by ETag), an archive's members written by the pass
+that validates them (served_writer). Keys under this prefix never start a deployment.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from botocore.exceptions import ClientError
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.served import CopyItem
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -25,9 +27,9 @@ SERVED_PREFIX = "modeldrop-served/"
 
 
 def served_location(artifact: Artifact, deployment_id: str) -> Artifact:
-    """Where the served copy of ARTIFACT lives: the same shape, under the deployment's own prefix."""
-    base = f"{SERVED_PREFIX}{deployment_id}/"
-    return Artifact(artifact.bucket, base if artifact.is_prefix else base + "model.tar.gz")
+    """Where the served copy of ARTIFACT lives: always a prefix (an archive is served as the files
+    it holds), under the deployment's own prefix."""
+    return Artifact(artifact.bucket, f"{SERVED_PREFIX}{deployment_id}/")
 
 
 MARKER = "modeldrop.json"
@@ -58,33 +60,35 @@ def version_id(version: str | None) -> str | None:
     return version if version and not version.startswith(("etag:", "objects:")) else None
 
 
-def copy_pinned(s3: S3Client, source: Artifact, version: str | None, deployment_id: str) -> Artifact:
-    """Server-side copy of the pinned version (every object of a prefix); returns the served copy."""
-    target = served_location(source, deployment_id)
-    try:
-        if not source.is_prefix:
-            pinned: CopySourceTypeDef = {"Bucket": source.bucket, "Key": source.key}
-            if (pinned_id := version_id(version)) is not None:
-                pinned["VersionId"] = pinned_id
-            _copy(s3, pinned, target.bucket, target.key)
-            return target
-        objects = prefix_objects(s3, source.bucket, source.key)
-        for obj in objects:
-            relative = obj["Key"][len(source.key) :]
-            if served_from_prefix(relative):
-                _copy(s3, {"Bucket": source.bucket, "Key": obj["Key"]}, target.bucket, served_key(target, relative))
-    except ClientError as exc:
-        raise CheckpointUnreadable(
-            f"cannot copy {source} for serving: {exc.response.get('Error', {}).get('Code')}",
-            "check that the artifact still exists",
-        ) from None
-    # Listed again once copied: an object added, changed or removed while the copy ran is caught too.
-    if version and (prefix_version(objects) != version or prefix_version(_listing(s3, source)) != version):
-        delete_served(s3, target.bucket, deployment_id)
+def copy_items(objects: list[ObjectTypeDef], source: Artifact) -> list[CopyItem]:
+    """What the served copy of a prefix is made of: each object an engine loads, pinned by its ETag."""
+    items = []
+    for obj in objects:
+        relative = obj["Key"][len(source.key) :]
+        if served_from_prefix(relative):
+            items.append(CopyItem(key=relative, size=int(obj.get("Size", 0)), etag=str(obj.get("ETag", ""))))
+    return items
+
+
+def served_matches(
+    s3: S3Client, source: Artifact, version: str | None, served: Artifact, items: list[CopyItem]
+) -> None:
+    """The served copy holds exactly ITEMS (every path, every size), and the source is still at VERSION:
+    a prefix changed while its shards were copied is refused (each copy was pinned by ETag as well)."""
+    if version and prefix_version(_listing(s3, source)) != version:
         raise CheckpointUnreadable(
             f"{source} changed while it was being deployed", "upload the prefix completely, then start again"
         )
-    return target
+    held = {o["Key"][len(served.key) :]: int(o.get("Size", 0)) for o in _listing(s3, served)}
+    wanted = {item.key: item.size for item in items}
+    if held != wanted:
+        missing = sorted(set(wanted) - set(held))[:3]
+        extra = sorted(set(held) - set(wanted))[:3]
+        raise CheckpointUnreadable(
+            f"the served copy of {source} is not the prefix that was listed (missing {missing}, unexpected {extra}, "
+            f"{sum(1 for k in wanted if k in held and held[k] != wanted[k])} of another size)",
+            "deploy again: a copy was interrupted",
+        )
 
 
 def _listing(s3: S3Client, source: Artifact) -> list[ObjectTypeDef]:
@@ -94,39 +98,57 @@ def _listing(s3: S3Client, source: Artifact) -> list[ObjectTypeDef]:
         raise CheckpointUnreadable(f"cannot list {source}: {exc.response.get('Error', {}).get('Code')}") from None
 
 
-MAX_SINGLE_COPY = 5 * 1024**3  # CopyObject's own limit
-PART_BYTES = 512 * 1024**2
+MIN_PART = 8 * 1024**2  # S3's least part is 5 MiB
+MAX_PART = 512 * 1024**2
+MULTIPART_FROM = 64 * 1024**2  # larger objects copy as parallel parts (S3 copies each part itself)
 COPY_THREADS = 8
 
 
-def _copy(s3: S3Client, source: CopySourceTypeDef, bucket: str, key: str) -> None:
-    """A server-side copy in the calling thread: one CopyObject up to 5 GiB, else a multipart copy."""
-    if "VersionId" in source:
-        head = s3.head_object(Bucket=source["Bucket"], Key=source["Key"], VersionId=source["VersionId"])
-    else:
-        head = s3.head_object(Bucket=source["Bucket"], Key=source["Key"])
-    size = int(head["ContentLength"])
-    if size <= MAX_SINGLE_COPY:
-        s3.copy_object(CopySource=source, Bucket=bucket, Key=key)
-        return
-    upload = s3.create_multipart_upload(Bucket=bucket, Key=key)["UploadId"]
+def copy_part_size(size: int) -> int:
+    """Parts for an object of SIZE: about 16 (so a few threads keep S3 busy), within S3's bounds
+    (5 MiB to 5 GiB, at most 10,000 parts)."""
+    return max(MIN_PART, min(MAX_PART, -(-size // 16)), -(-size // 10_000))
+
+
+def copy_pinned(s3: S3Client, bucket: str, source_key: str, etag: str, target_key: str, size: int) -> int:
+    """Server-side copy of SOURCE_KEY as it was listed (CopySourceIfMatch: a changed object is
+    PreconditionFailed); returns the number of parts (1: a single CopyObject)."""
+    source: CopySourceTypeDef = {"Bucket": bucket, "Key": source_key}
+    if size <= MULTIPART_FROM:
+        s3.copy_object(CopySource=source, CopySourceIfMatch=etag, Bucket=bucket, Key=target_key)
+        return 1
+    part_bytes = copy_part_size(size)
+    upload = s3.create_multipart_upload(Bucket=bucket, Key=target_key)["UploadId"]
 
     def part(number: int, start: int) -> CompletedPartTypeDef:
-        end = min(start + PART_BYTES, size) - 1
-        etag = s3.upload_part_copy(
-            Bucket=bucket, Key=key, UploadId=upload, PartNumber=number, CopySource=source,
-            CopySourceRange=f"bytes={start}-{end}",
+        end = min(start + part_bytes, size) - 1
+        etag_out = s3.upload_part_copy(
+            Bucket=bucket, Key=target_key, UploadId=upload, PartNumber=number, CopySource=source,
+            CopySourceIfMatch=etag, CopySourceRange=f"bytes={start}-{end}",
         )["CopyPartResult"]["ETag"]  # fmt: skip
-        return {"PartNumber": number, "ETag": etag}
+        return {"PartNumber": number, "ETag": etag_out}
 
     try:
         # Parts copy in parallel (S3 does the work); only completing the upload creates the object.
         with ThreadPoolExecutor(max_workers=COPY_THREADS) as pool:
-            parts = list(pool.map(lambda args: part(*args), enumerate(range(0, size, PART_BYTES), start=1)))
-        s3.complete_multipart_upload(Bucket=bucket, Key=key, UploadId=upload, MultipartUpload={"Parts": parts})
+            parts = list(pool.map(lambda args: part(*args), enumerate(range(0, size, part_bytes), start=1)))
+        s3.complete_multipart_upload(Bucket=bucket, Key=target_key, UploadId=upload, MultipartUpload={"Parts": parts})
     except BaseException:
-        s3.abort_multipart_upload(Bucket=bucket, Key=key, UploadId=upload)
+        s3.abort_multipart_upload(Bucket=bucket, Key=target_key, UploadId=upload)
         raise
+    return len(parts)
+
+
+def abort_incomplete(s3: S3Client, bucket: str, deployment_id: str) -> list[str]:
+    """Abort every multipart upload left open under the deployment's served prefix (a Lambda killed
+    mid-copy never runs its own abort); returns what was aborted."""
+    prefix = f"{SERVED_PREFIX}{deployment_id}/"
+    aborted = []
+    for page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=prefix):
+        for upload in page.get("Uploads", []):
+            s3.abort_multipart_upload(Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+            aborted.append(f"s3://{bucket}/{upload['Key']} (upload {upload['UploadId'][:12]})")
+    return aborted
 
 
 def served_digest(s3: S3Client, served: Artifact) -> str:
@@ -168,9 +190,10 @@ def delete_served_for(s3: S3Client, artifact: Artifact | None, deployment_id: st
 
 
 def delete_served(s3: S3Client, bucket: str, deployment_id: str) -> list[str]:
-    """Delete every version of the deployment's served copy; returns what was deleted."""
+    """Delete every version of the deployment's served copy, and abort its incomplete uploads;
+    returns what was deleted."""
     prefix = f"{SERVED_PREFIX}{deployment_id}/"
-    deleted: list[str] = []
+    deleted: list[str] = abort_incomplete(s3, bucket, deployment_id)
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
         entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
         if not entries:

@@ -14,7 +14,7 @@ import os
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Protocol
 
 from modeldrop.checkpoint.gzip_stream import StrictGzip, header_end
 from modeldrop.checkpoint.scan_result import ArtifactScan, scan_member
@@ -97,12 +97,50 @@ def open_stream(raw: IO[bytes], compressed: bool, total: int | None = None) -> B
     return StrictGzip(source) if compressed else source
 
 
-def scan_tar(source: ByteSource, name: str, fmt: str) -> ArtifactScan:
+class MemberWriter(Protocol):
+    def write(self, data: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+class MemberSink(Protocol):
+    """Where a validating pass writes the members it reads (the served prefix): each byte the
+    validator reads is the byte written."""
+
+    def wants(self, relative: str) -> bool: ...
+    def open(self, relative: str, size: int) -> MemberWriter: ...
+
+
+class _Tee:
+    """The current member's data, read for the validator and written to the sink as it goes."""
+
+    def __init__(self, reader: TarReader, out: MemberWriter) -> None:
+        self._reader, self._out = reader, out
+
+    def read(self, n: int) -> bytes:
+        data = self._reader.read(n)
+        if data:
+            self._out.write(data)
+        return data
+
+    def drain(self) -> None:
+        while self.read(_DISCARD):
+            pass
+        self._out.close()
+
+
+def scan_tar(source: ByteSource, name: str, fmt: str, sink: MemberSink | None = None) -> ArtifactScan:
+    """Read the archive once; with SINK, every served member is also written there as it streams."""
     scan = ArtifactScan(source=name, format=fmt)
     reader = TarReader(source)
     try:
         for member in reader.members():
-            if not member.is_dir:
+            if member.is_dir:
+                continue
+            if sink is not None and sink.wants(member.path):
+                tee = _Tee(reader, sink.open(member.path, member.size))
+                scan_member(scan, member.path, member.size, tee)
+                tee.drain()
+            else:
                 scan_member(scan, member.path, member.size, reader)
     except CheckpointRefused as exc:
         _damage_first(source, exc)
@@ -118,9 +156,9 @@ def _damage_first(source: ByteSource, exc: CheckpointRefused) -> None:
         source.skip(MAX_DAMAGE_CHECK)
 
 
-def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool) -> ArtifactScan:
+def scan_tar_stream(raw: IO[bytes], source: str, compressed: bool, sink: MemberSink | None = None) -> ArtifactScan:
     """Validate-read a tar(.gz) stream once (to its end, so every gzip trailer is checked)."""
-    return scan_tar(open_stream(raw, compressed), source, "tar.gz" if compressed else "tar")
+    return scan_tar(open_stream(raw, compressed), source, "tar.gz" if compressed else "tar", sink)
 
 
 def scan_archive_file(path: Path) -> ArtifactScan:

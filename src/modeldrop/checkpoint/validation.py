@@ -6,7 +6,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from modeldrop.checkpoint.architecture_rules import expected_kv_tensors, layer_prefix, rule_for
 from modeldrop.checkpoint.artifact_scan import scan_source
@@ -14,6 +14,7 @@ from modeldrop.checkpoint.base_compare import BaseComparison, base_findings, com
 from modeldrop.checkpoint.layout_rules import INDEX, Layout, index_mismatches, layout
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible, load_json
+from modeldrop.checkpoint.tar_scan import MemberSink, scan_tar_stream
 from modeldrop.checkpoint.validation_report import KvShared, ValidationReport
 from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.errors import CheckpointRefused
@@ -415,3 +416,15 @@ def validate_source(source: str, base: str | None = None, s3: S3Client | None = 
             raise
         return refused_report(source, _format_of(source), exc)
     return validate_scan(scan, scan_source(base, s3) if base else None)
+
+
+def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None = None) -> ValidationReport:
+    """Validate a tar(.gz) read once from RAW, writing each served member to SINK as it is read."""
+    compressed = is_compressed(source)
+    try:
+        scan = scan_tar_stream(raw, printable(source), compressed, sink)
+    except CheckpointRefused as exc:
+        if exc.code is None:
+            raise
+        return refused_report(source, "tar.gz" if compressed else "tar", exc)
+    return validate_scan(scan)

@@ -62,6 +62,13 @@ def run_local_cmd(
         str | None,
         typer.Option(help="the S3 key the artifact is uploaded under (default local/<time>/model.tar.gz)"),
     ] = None,
+    prefix: Annotated[
+        bool,
+        typer.Option(
+            "--prefix",
+            help="deploy the checkpoint as an S3 prefix (uploaded as `modeldrop upload` does), not as a .tar.gz",
+        ),
+    ] = False,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -95,6 +102,8 @@ def run_local_cmd(
         fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
     if artifact is not None and not artifact.exists():
         fail(f"{artifact}: no such file or directory")
+    if prefix and artifact is not None and not artifact.is_dir():
+        fail(f"--prefix deploys a checkpoint directory, not {artifact}")
     if key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900):
         fail(f"--key {key!r} must be a relative S3 key ending in model.tar.gz (the S3 rule watches those)")
     banner = [
@@ -127,6 +136,7 @@ def run_local_cmd(
                 deploy_engine=deploy_engine,
                 request=request,
                 key=key,
+                prefix=prefix,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

@@ -103,7 +103,6 @@ def deploy_cmd(
     json_mode(as_json)
     from pydantic import ValidationError
 
-    from modeldrop.aws.execution_watch import watch
     from modeldrop.contracts.errors import describe_validation
     from modeldrop.contracts.models import DeploymentRequest
     from modeldrop.operate.deployments import parse_ttl, start_deployment
@@ -132,29 +131,37 @@ def deploy_cmd(
                 print(json.dumps({"execution_arn": arn}))
             raise typer.Exit(0)
 
-        printer = StatePrinter("8.1f")
-        live = None if as_json or not console.is_terminal else console.status("following the execution")
+        follow(sfn, arn, as_json)
 
-        def show(state: Any) -> None:
-            if as_json:
-                return
-            printer.show(state)
-            if live is not None:  # one line that updates while a wait loop goes round
-                live.update(f"after {state.name}: {printer.waiting() or 'following the execution'}")
 
+def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
+    """Follow the execution ARN state by state and print its outcome (as JSON: with EXTRA fields)."""
+    from modeldrop.aws.execution_watch import watch
+
+    printer = StatePrinter("8.1f")
+    live = None if as_json or not console.is_terminal else console.status("following the execution")
+
+    def show(state: Any) -> None:
+        if as_json:
+            return
+        printer.show(state)
+        if live is not None:  # one line that updates while a wait loop goes round
+            live.update(f"after {state.name}: {printer.waiting() or 'following the execution'}")
+
+    if live is not None:
+        live.start()
+    try:
+        desc, states = watch(sfn, arn, show, poll_seconds=float(os.environ.get("MODELDROP_POLL_SECONDS", "5")))
+    finally:
         if live is not None:
-            live.start()
-        try:
-            desc, states = watch(sfn, arn, show, poll_seconds=float(os.environ.get("MODELDROP_POLL_SECONDS", "5")))
-        finally:
-            if live is not None:
-                live.stop()
-            printer.flush()
+            live.stop()
+        printer.flush()
     output = json.loads(desc["output"]) if desc.get("output") else None
     if as_json:
         print(
             json.dumps(
                 {
+                    **(extra or {}),
                     "execution_arn": arn,
                     "status": desc["status"],
                     "error": desc.get("error"),

@@ -144,6 +144,14 @@ class LimitExceeded(ModeldropError):
     default_hint = "ask within the stack's limits, or have its owner raise the parameter named"
 
 
+class ArchiveTooLarge(ModeldropError):
+    """The artifact is larger than the validating step can read within its time limit (the stack's
+    MaxArchiveGB, derived from a measured rate): refused at registration, before anything is copied."""
+
+    failure_class = "request"
+    default_hint = "deploy it as an uncompressed S3 prefix: modeldrop upload MODEL_DIR s3://BUCKET/PREFIX/"
+
+
 class DeploymentEnded(ModeldropError):
     """The deployment's record already ended (aborted, timed out, failed, torn down or expired) while
     a step was still running: the step released what it had created and did nothing more."""
@@ -194,6 +202,7 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     RecordNotOwned,
     RegistryBusy,
     LimitExceeded,
+    ArchiveTooLarge,
 )
 
 FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DOMAIN_ERRORS}
@@ -210,7 +219,7 @@ def classify(error_name: str) -> str:
     """Failure class of an error name as Step Functions reports it."""
     if error_name in FAILURE_CLASSES:
         return FAILURE_CLASSES[error_name]
-    if error_name == "States.Timeout":
+    if error_name in ("States.Timeout", "Sandbox.Timedout"):  # the task's limit, or the Lambda's own
         return "timeout"
     if error_name.startswith("Lambda."):
         return "lambda"

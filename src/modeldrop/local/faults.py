@@ -32,6 +32,11 @@ FAULTS: dict[str, str] = {
         "SageMaker refuses DeleteEndpoint while an endpoint is Creating; with capacity, the first type's endpoint "
         "stays Creating with no instance for 45 virtual minutes before SageMaker gives up on it"
     ),
+    "huge-archive": "S3 reports the archive as 140 GB: RegisterDeployment refuses it (ArchiveTooLarge) before any copy",
+    "kill-mid-copy": (
+        "the checkpoint is deployed as a prefix holding a 72 MiB file; the CopyShard Lambda copying it dies after "
+        "3 part copies (its own abort never runs): the failure path aborts the incomplete upload"
+    ),
     "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
     "failure queue",
 }

@@ -56,6 +56,25 @@ class _State:
 
 
 _current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar("modeldrop_principal", default=None)
+# One token per function invocation (its worker threads share it): a killed invocation makes no more calls.
+_invocation: contextvars.ContextVar[object | None] = contextvars.ContextVar("modeldrop_invocation", default=None)
+_killed: set[object] = set()
+
+
+class LambdaKilled(Exception):
+    """The invocation was killed (as at its timeout): it made no call after this."""
+
+    error_type = "Sandbox.Timedout"
+
+
+def kill_current() -> None:
+    """Kill the running invocation: this call and every later one it (or its threads) makes fails."""
+    token = _invocation.get()
+    if token is not None:
+        _killed.add(token)
+    raise LambdaKilled("the function was killed mid-invocation (as at its timeout)")
+
+
 STATE = _State()
 CHECKED = STATE.checked
 _installed = False
@@ -66,11 +85,13 @@ DENIED_CODES = {"s3": "AccessDenied", "iam": "AccessDenied", "sts": "AccessDenie
 
 @contextmanager
 def acting_as(principal: Principal | None) -> Iterator[None]:
-    """Run the block as PRINCIPAL (None: outside any function, unchecked)."""
+    """Run the block as PRINCIPAL (None: outside any function, unchecked), as one invocation."""
     token = _current.set(principal)
+    invocation = _invocation.set(object())
     try:
         yield
     finally:
+        _invocation.reset(invocation)
         _current.reset(token)
 
 
@@ -88,6 +109,7 @@ def reset() -> None:
         STATE.checked.clear()
         STATE.after.clear()
         STATE.enforcing = True
+        _killed.clear()
 
 
 def install() -> None:
@@ -101,6 +123,8 @@ def install() -> None:
 
     def make_api_call(self: Any, operation_name: str, api_params: dict[str, Any]) -> Any:
         service = self.meta.service_model.service_name
+        if _invocation.get() in _killed:
+            raise LambdaKilled("the function was killed mid-invocation (as at its timeout)")
         principal = _current.get()
         if principal is not None and STATE.enforcing:
             _authorize(principal, Call(service, operation_name, api_params, self.meta.region_name, ACCOUNT))

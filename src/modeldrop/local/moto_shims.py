@@ -17,11 +17,7 @@ One place, used by the tests and by `modeldrop run-local`:
 - Step Functions emits no "Execution Status Change" events in moto; put them on the default bus --
   for a stopped execution at stop time, while its running Lambda task goes on, as AWS does.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
-- S3: moto's CopyObject keeps a multipart object's composite checksum value but drops its type and
-  part count, so every GET of the copy fails the SDK's checksum validation; keep all three, as S3 does.
-  moto also judges GetObject/PutObject by the bucket policy while ignoring the conditions it does not
-  know (a Bool on aws:SecureTransport denies every request); local.iam_enforcement evaluates bucket
-  policies with their conditions instead, for every S3 call a function makes.
+- S3: see local.s3_shims (copy checksums, copy preconditions, bucket policies).
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -39,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
-from modeldrop.local import file_backed_s3
+from modeldrop.local import file_backed_s3, s3_shims
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -142,8 +138,7 @@ def install() -> None:
         _patch_service_quotas()
         _patch_stepfunctions()
         _patch_execution_events()
-        _patch_s3_copy_checksums()
-        _patch_s3_bucket_policy()
+        s3_shims.install()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)
@@ -521,33 +516,6 @@ def _patch_execution_events() -> None:
     sfn_execution.Execution.stop = stop
 
 
-def _patch_s3_copy_checksums() -> None:
-    from moto.s3.models import S3Backend
-
-    original = S3Backend.copy_object
-
-    def copy_object(self: Any, src_key: Any, dest_bucket_name: str, dest_key_name: str, *a: Any, **kw: Any) -> Any:
-        result = original(self, src_key, dest_bucket_name, dest_key_name, *a, **kw)
-        if getattr(src_key, "checksum_type", None):
-            copied = self.get_bucket(dest_bucket_name).keys.get(dest_key_name)
-            if copied is not None and copied.checksum_value == src_key.checksum_value:
-                copied.checksum_type = src_key.checksum_type
-                copied.checksum_parts = src_key.checksum_parts
-        return result
-
-    S3Backend.copy_object = copy_object
-
-
-def _patch_s3_bucket_policy() -> None:
-    from moto.iam.access_control import PermissionResult
-    from moto.s3.models import FakeBucket
-
-    def get_permission(self: Any, action: str, resource: str) -> Any:
-        return PermissionResult.NEUTRAL  # judged by local.iam_enforcement, conditions included
-
-    FakeBucket.get_permission = get_permission
-
-
 def _patch_events() -> None:
     from moto.events import models as ev
     from moto.utilities.arns import parse_arn
@@ -602,7 +570,7 @@ def error_payload(exc: BaseException) -> str:
     """What the Lambda runtime returns for an unhandled exception."""
     return json.dumps(
         {
-            "errorType": type(exc).__name__,
+            "errorType": getattr(exc, "error_type", type(exc).__name__),
             "errorMessage": str(exc),
             "stackTrace": traceback.format_exception(exc)[-3:],
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -43,6 +44,8 @@ class RunResult(BaseModel):
     redeploy: dict[str, Any] | None = None
     # The starter's failed events, as its on-failure queue holds them (Lambda's destination records).
     starter_failures: list[dict[str, Any]] = Field(default_factory=list)
+    # How many times each function ran (a prefix's copy: one CopyShard per object, the Map's iterations).
+    invocations: dict[str, int] = Field(default_factory=dict)
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -75,12 +78,14 @@ def run_local(
     deploy_engine: str | None = None,
     request: dict[str, Any] | None = None,
     key: str | None = None,
+    prefix: bool = False,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
     Without REQUEST fields the archive is dropped into the bucket and the S3 starter starts the
     deployment; with them (instance types, quota wait, ...) it is uploaded under direct/ and started
-    with that request, as a pipeline calling StartExecution would."""
+    with that request, as a pipeline calling StartExecution would. With PREFIX the checkpoint
+    directory is uploaded as an S3 prefix, its modeldrop.json marker last."""
     from moto import mock_aws
 
     from modeldrop.contracts import clock
@@ -113,9 +118,15 @@ def run_local(
                 _trust_only_bedrock(stack)
             if "starter-error" in faults:
                 _deny_start_execution(stack)
+            if "huge-archive" in faults:
+                _report_size(stack, HUGE_ARCHIVE_BYTES)
+            if "kill-mid-copy" in faults:
+                prefix = True
+                _kill_copy_after_parts(stack, KILL_AFTER_PARTS)
             _hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
-                result = _deploy(stack, artifact, Path(tmp), on_state, request, key)
+                result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
+                result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
                 if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
                     result.redeploy = _redeploy(stack, str(result.record.artifact_uri), on_state)
                     result.leftover_resources = stack.leftover_resources()
@@ -147,17 +158,23 @@ def _deploy(
     on_state: Callable[[StateRun], None] | None,
     request: dict[str, Any] | None = None,
     key: str | None = None,
+    prefix: bool = False,
+    faults: frozenset[str] | set[str] = frozenset(),
 ) -> RunResult:
     from modeldrop.contracts.models import deployment_id_of
 
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    key = f"{'direct/' if request else ''}{key or f'local/{stamp}/model.tar.gz'}"
-    packed = _artifact_file(artifact, workdir)
-    from modeldrop.contracts import progress
+    if prefix:
+        key = f"{'direct/' if request else ''}local/{stamp}/model/"
+        packed = _upload_prefix(stack, artifact, workdir, key, with_marker=not request, faults=faults)
+    else:
+        key = f"{'direct/' if request else ''}{key or f'local/{stamp}/model.tar.gz'}"
+        packed = _artifact_file(artifact, workdir)
+        from modeldrop.contracts import progress
 
-    stack.client("s3").upload_file(
-        str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size), Config=upload_config()
-    )
+        stack.client("s3").upload_file(
+            str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size), Config=upload_config()
+        )
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
         sfn.start_execution(
@@ -220,6 +237,32 @@ def _deploy(
     )
 
 
+def _upload_prefix(
+    stack: Any, artifact: Path | None, workdir: Path, key: str, with_marker: bool, faults: frozenset[str] | set[str]
+) -> Path:
+    """The checkpoint directory as an S3 prefix (the way `modeldrop upload` leaves it); returns the
+    directory. The marker goes last: the S3 starter starts the deployment from it."""
+    from modeldrop.aws.checkpoint_upload import upload_directory
+    from modeldrop.local.sample_checkpoint import write_checkpoint
+
+    directory = artifact if artifact is not None and artifact.is_dir() else write_checkpoint(workdir / "sample")
+    if "kill-mid-copy" in faults:  # an object the Map copies as parallel parts
+        directory = _with_large_file(directory, workdir)
+    upload_directory(stack.client("s3"), directory, stack.bucket, key, marker=with_marker, config=upload_config())
+    return directory
+
+
+def _with_large_file(directory: Path, workdir: Path) -> Path:
+    import shutil
+
+    copy = workdir / "with-large-file"
+    shutil.copytree(directory, copy)
+    with (copy / "extra-weights.bin").open("wb") as fh:
+        for _ in range(LARGE_FILE_MIB):
+            fh.write(b"\x5a" * 1024 * 1024)
+    return copy
+
+
 def upload_config() -> TransferConfig:
     """How run-local uploads into the emulated S3, which runs in this process.
 
@@ -276,6 +319,38 @@ def _stop_running(stack: Any) -> None:
 
 
 ABORT_FAULTS = {"abort", "abort-mid-validate", "abort-mid-create"}
+# --fault huge-archive: the size S3 reports for the artifact (the emulator holds the small sample).
+HUGE_ARCHIVE_BYTES = 140 * 10**9
+# --fault kill-mid-copy: a file copied as parallel parts, and the part copies after which its Lambda dies.
+LARGE_FILE_MIB = 72
+KILL_AFTER_PARTS = 3
+
+
+def _report_size(stack: Any, size: int) -> None:
+    """HeadObject on an uploaded artifact (not the served copy) reports SIZE bytes."""
+    from modeldrop.local.iam_enforcement import after_call
+
+    def grow(params: Any, result: Any) -> None:
+        if not _writes_served_copy(params) and str(params.get("Key", "")).endswith(".tar.gz"):
+            result["ContentLength"] = size
+
+    after_call("s3", "HeadObject", grow)
+
+
+def _kill_copy_after_parts(stack: Any, parts: int) -> None:
+    """The CopyShard Lambda copying a large object dies (as at its timeout) after PARTS part copies:
+    from then on it makes no call at all, so its own abort of the upload never runs."""
+    from modeldrop.local.iam_enforcement import after_call, kill_current
+
+    copied: list[bool] = []
+
+    def count(params: Any, _result: Any) -> None:
+        if _writes_served_copy(params):
+            copied.append(True)
+            if len(copied) == parts:
+                kill_current()
+
+    after_call("s3", "UploadPartCopy", count)
 
 
 def _writes_served_copy(params: Any) -> bool:

@@ -374,6 +374,9 @@ class EmulatedStack:
 
         versions = self.client("s3").list_object_versions(Bucket=self.bucket, Prefix=SERVED_PREFIX)
         left += sorted({f"s3://{self.bucket}/{v['Key']}" for v in versions.get("Versions", [])})
+        # A multipart upload never completed nor aborted bills its parts until the lifecycle rule runs.
+        uploads = self.client("s3").list_multipart_uploads(Bucket=self.bucket, Prefix=SERVED_PREFIX)
+        left += sorted(f"upload/{u['Key']}" for u in uploads.get("Uploads", []))
         return left
 
 

@@ -79,6 +79,8 @@ class RecordSettings(_WithTable):
 
 class RegisterSettings(RecordSettings):
     sagemaker_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
+    # The largest archive ValidateCheckpoint reads within its 15 minutes (template parameter MaxArchiveGB).
+    max_archive_gb: float = Field(40.0, gt=0)
 
 
 class EvalSettings(RecordSettings):

@@ -13,6 +13,7 @@ from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     create_all,
     describe_endpoint,
+    model_data_source,
     tags_for,
 )
 from modeldrop.aws.secret_refs import for_container, parse_refs
@@ -26,6 +27,7 @@ from modeldrop.contracts.errors import (
     EvalFailed,
     InsufficientCapacity,
     QuotaExceeded,
+    StepContractViolated,
 )
 from modeldrop.contracts.models import (
     CreateOutcome,
@@ -127,7 +129,9 @@ def _create(
     now = clock.utcnow()
     expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
     part = attempt_name(req.resource_name, plan.attempt)
-    model_data = served_uri or req.artifact_uri  # the immutable copy of the validated version
+    if served_uri is None or not served_uri.is_prefix:
+        raise StepContractViolated(f"internal error: no served prefix to create {name} from (got {served_uri})")
+    model_data = served_uri  # the immutable, uncompressed copy of the validated version
     sm = clients.sagemaker
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
@@ -141,7 +145,6 @@ def _create(
             name,
             image.image_uri,
             str(model_data),
-            compressed=model_data.compressed,
             env=env,
             role_arn=role_arn,
             instance_type=plan.instance_type,
@@ -174,6 +177,7 @@ def _create(
             **ref.model_dump(mode="json"),
             "quota": asdict(quota) if quota else None,
             "adopted": adopted,
+            "model_data_source": model_data_source(str(model_data)),
             "deadline": deadline,
             "quota_waits": quota_waits,
         },

@@ -11,13 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from modeldrop.aws.artifact_version import artifact_identity
+from modeldrop.aws.artifact_version import artifact_facts
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.secret_refs import check_refs, for_container, parse_refs, refuse_collisions
-from modeldrop.aws.served_copy import copy_pinned, delete_served, served_digest, served_location
-from modeldrop.checkpoint.validation import validate_source
+from modeldrop.aws.served_copy import copy_items, delete_served, served_digest, served_location, served_matches
+from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
+from modeldrop.checkpoint.validation import validate_archive_stream, validate_source
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
+    ArchiveTooLarge,
     CheckpointRefused,
     DuplicateDeployment,
     PlanRefused,
@@ -37,6 +39,7 @@ from modeldrop.contracts.models import (
     resource_name_for,
 )
 from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.contracts.served import CopyItem
 from modeldrop.evaluation.report import MetricSink
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
@@ -50,6 +53,8 @@ if TYPE_CHECKING:
     from mypy_boto3_iam import IAMClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_service_quotas import ServiceQuotasClient
+
+    from modeldrop.checkpoint.validation import ValidationReport
 
 
 def normalize(
@@ -148,9 +153,15 @@ def _requested_types(request: DeploymentRequest) -> list[str] | None:
     return types
 
 
+# A prefix's objects each become one Map iteration; the list travels in the execution's state
+# (256 KiB at most), so a prefix of more files than this is refused at the door.
+MAX_COPY_ITEMS = 1000
+
+
 def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: str) -> dict[str, Any]:
     """Create the record, then claim the artifact version: a second deployment of it fails here."""
-    identity, version = artifact_identity(s3, req.artifact_uri)
+    facts = artifact_facts(s3, req.artifact_uri)
+    identity, version = facts.identity, facts.version
     price = hourly_price(req.instance_type, region)
     created = registry.register(
         req.deployment_id,
@@ -175,7 +186,14 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
             f"{req.artifact_uri} (version {version}) is already deployed by {holder.deployment_id} "
             f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
         )
-    return {"deployment_id": req.deployment_id, "created": created, "artifact_version": version}
+    items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix else []
+    return {
+        "deployment_id": req.deployment_id,
+        "created": created,
+        "artifact_version": version,
+        "size_bytes": facts.size_bytes,
+        "copy_items": [item.model_dump() for item in items],
+    }
 
 
 @dataclass
@@ -186,13 +204,37 @@ class RegisterClients:
 
 
 def register_and_check(
-    registry: Registry, aws: RegisterClients, req: NormalizedRequest, region: str, role_arn: str
+    registry: Registry,
+    aws: RegisterClients,
+    req: NormalizedRequest,
+    region: str,
+    role_arn: str,
+    max_archive_gb: float,
 ) -> dict[str, Any]:
     """RegisterDeployment: the record and the artifact claim, then the preflight -- after the record
     exists, so that a refusal there is recorded (and shown by `modeldrop status`)."""
     registered = register(registry, aws.s3, req, region)
+    check_size(req.artifact_uri, registered["size_bytes"], len(registered["copy_items"]), max_archive_gb)
     preflight(registry, aws.iam, aws.quotas, req, role_arn)
     return registered
+
+
+def check_size(artifact: Artifact, size_bytes: int, items: int, max_archive_gb: float) -> None:
+    """Refuse at the door what ValidateCheckpoint could not finish within its 15 minutes: an archive
+    is read whole by one Lambda; a prefix is copied by a Map (any size), one iteration per object."""
+    upload = f"modeldrop upload MODEL_DIR s3://{artifact.bucket}/{artifact.folder}model/"
+    if not artifact.is_prefix and size_bytes > max_archive_gb * 1e9:
+        raise ArchiveTooLarge(
+            f"{artifact} is {size_bytes / 1e9:.1f} GB: one validating pass reads at most {max_archive_gb:g} GB "
+            "within a Lambda's 15 minutes (the stack's MaxArchiveGB); nothing was copied or created",
+            f"deploy the checkpoint as an uncompressed prefix (s3://bucket/prefix/, as SageMaker advises for large "
+            f"models): {upload}",
+        )
+    if items > MAX_COPY_ITEMS:
+        raise ArchiveTooLarge(
+            f"{artifact} holds {items} files; a deployment serves at most {MAX_COPY_ITEMS}",
+            "keep only the model's files under the prefix (config, tokenizer, safetensors shards and index)",
+        )
 
 
 def report_prefix(artifact: Artifact, deployment_id: str) -> tuple[str, str]:
@@ -216,20 +258,32 @@ def validate(
     metrics: MetricSink | None = None,
     artifact_version: str | None = None,
     owner: str = "",
+    items: list[CopyItem] | None = None,
 ) -> ValidationSummary:
-    """Copy the pinned version server-side into the deployment's own prefix, then validate that copy:
-    what was validated is exactly what SageMaker is given, whatever happens to the upload's key.
+    """Judge exactly what SageMaker will be given, whatever happens to the upload's key since:
+    - an archive is read once from its pinned version, and each member it holds is written to the
+      deployment's served prefix by the same pass (what is served is what was validated);
+    - a prefix was copied by the state machine's Map (ITEMS, each pinned by ETag): the copy is
+      checked complete and the source unchanged, then its headers are read.
 
     A deployment that ended while this ran (a stopped execution whose Lambda runs on) keeps no copy:
     the step deletes what it wrote and fails with DeploymentEnded."""
     started = time.monotonic()
     registry.live(deployment_id, owner)
-    bucket = served_location(artifact, deployment_id).bucket
-    with released_if_ended(registry, deployment_id, lambda: delete_served(s3, bucket, deployment_id)):
-        served = copy_pinned(s3, artifact, artifact_version, deployment_id)
-        # Taken before the copy is read: a write to it from here on shows before CreateModel.
+    served = served_location(artifact, deployment_id)
+    with released_if_ended(registry, deployment_id, lambda: delete_served(s3, served.bucket, deployment_id)):
+        if artifact.is_prefix:
+            served_matches(s3, artifact, artifact_version, served, items or [])
+            report = validate_source(str(served), s3=s3)
+        else:
+            with ServedPrefixWriter(s3, served) as writer:
+                body = open_pinned(s3, artifact, artifact_version)
+                report = validate_archive_stream(body, str(artifact), writer)
+        # Taken before the copy is used: a write to it from here on shows before CreateModel.
         digest = served_digest(s3, served)
-        summary = _judge(s3, registry, deployment_id, artifact, served, artifact_version, owner, metrics, started)
+        summary = _judge(
+            s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started
+        )
         return summary.model_copy(update={"served_digest": digest})
 
 
@@ -239,12 +293,12 @@ def _judge(
     deployment_id: str,
     artifact: Artifact,
     served: Artifact,
+    report: ValidationReport,
     artifact_version: str | None,
     owner: str,
     metrics: MetricSink | None,
     started: float,
 ) -> ValidationSummary:
-    report = validate_source(str(served), s3=s3)
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
         metrics.add_metric(name="ValidationSeconds", unit="Seconds", value=round(seconds, 3))

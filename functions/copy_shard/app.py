@@ -1,0 +1,28 @@
+"""CopyShard: one object of a prefix copied server-side into the deployment's served copy (a Map iteration)."""
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from modeldrop.aws import clients
+from modeldrop.contracts.artifact import ArtifactUri
+from modeldrop.contracts.served import CopyItem, CopyResult
+from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.copy_steps import copy_shard
+from modeldrop.pipeline.lambda_support import handler, logger
+
+
+class Event(BaseModel):
+    deployment_id: str
+    artifact_uri: ArtifactUri
+    execution_arn: str
+    item: CopyItem
+
+
+@logger.inject_lambda_context
+@handler(Event)
+def lambda_handler(event: Event, context: Any) -> CopyResult:
+    settings = RecordSettings.from_env()
+    return copy_shard(
+        clients.s3(), settings.registry(), event.deployment_id, event.execution_arn, event.artifact_uri, event.item
+    )

@@ -1,0 +1,50 @@
+"""CopyShard: one iteration of the state machine's Map that copies a prefix to its served copy.
+
+The Map runs many of these at once (S3 copies each part itself), so no single Lambda holds the
+whole copy, and a 140 GB prefix copies in the time of its largest object.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from botocore.exceptions import ClientError
+
+from modeldrop.aws.registry import Registry
+from modeldrop.aws.served_copy import copy_pinned, delete_served, served_key, served_location
+from modeldrop.contracts.artifact import Artifact
+from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.served import CopyItem, CopyResult
+from modeldrop.pipeline.ownership import released_if_ended
+
+if TYPE_CHECKING:
+    from mypy_boto3_s3 import S3Client
+
+
+def copy_shard(
+    s3: S3Client, registry: Registry, deployment_id: str, owner: str, artifact: Artifact, item: CopyItem
+) -> CopyResult:
+    """Copy ITEM of the prefix ARTIFACT as it was listed at registration (a changed object is refused)."""
+    registry.live(deployment_id, owner)
+    target = served_location(artifact, deployment_id)
+    with released_if_ended(registry, deployment_id, lambda: delete_served(s3, target.bucket, deployment_id)):
+        try:
+            parts = copy_pinned(
+                s3, artifact.bucket, artifact.key + item.key, item.etag, served_key(target, item.key), item.size
+            )
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "412"):
+                raise CheckpointUnreadable(
+                    f"{artifact}{item.key} changed while it was being deployed",
+                    "upload the prefix completely, then start again",
+                ) from None
+            if code in ("NoSuchKey", "404"):
+                raise CheckpointUnreadable(
+                    f"{artifact}{item.key} was deleted while it was being deployed",
+                    "upload the prefix completely, then start again",
+                ) from None
+            raise
+        # Ended while it copied (a stopped execution's Map iteration runs on): the copy goes again.
+        registry.live(deployment_id, owner)
+    return CopyResult(key=item.key, parts=parts)

@@ -1,0 +1,133 @@
+"""Checkpoints of every size: prefixes copied by the state machine's Map, archives served as the
+files they hold, archives too large for one Lambda refused at the door, and `modeldrop upload`."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+from typer.testing import CliRunner
+
+from modeldrop.cli import app
+from modeldrop.local.run import run_local
+from modeldrop.local.sample_checkpoint import write_checkpoint
+
+STACK = "modeldrop-local"
+
+
+def test_a_40_shard_prefix_is_copied_by_the_map_one_iteration_per_object(tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=40)
+    files = sorted(p.name for p in checkpoint.iterdir())
+    assert sum(name.endswith(".safetensors") for name in files) == 40
+    result = run_local(checkpoint, prefix=True)
+    assert result.status == "succeeded", (result.error, result.cause)
+    assert result.leftover_resources == []
+    # The Map ran one CopyShard per object of the prefix; nothing else copied anything.
+    assert result.invocations["CopyShardFunction"] == len(files)
+    assert "CopyShards" in [s.name for s in result.states]
+    record = result.record
+    assert record is not None and record.served_uri is not None and str(record.served_uri).endswith("/")
+    create = record.step_dict("create_endpoint")
+    assert create["model_data_source"]["S3DataSource"] == {
+        "S3Uri": str(record.served_uri),
+        "S3DataType": "S3Prefix",
+        "CompressionType": "None",
+    }
+    served = {d.rsplit("/", 1)[1] for d in result.deleted_at_exit if d.startswith(str(record.served_uri))}
+    assert served == set(files)
+
+
+def test_a_copy_killed_midway_leaves_no_incomplete_upload_after_cleanup() -> None:
+    result = run_local(fault="kill-mid-copy")
+    assert result.status == "failed" and result.error == "Sandbox.Timedout", (result.error, result.cause)
+    assert result.leftover_resources == []  # no served object and no open multipart upload
+    record = result.record
+    assert record is not None and record.failure_class == "timeout"
+    assert record.step_dict("failure")["state"] == "CopyShards"
+    # The killed Lambda never aborted its upload: the failure path found it and aborted it.
+    deleted = record.step_dict("teardown")["deleted"]
+    assert any("extra-weights.bin (upload " in d for d in deleted), deleted
+    assert "ValidateFunction" not in result.invocations
+
+
+def test_an_archive_over_the_stack_limit_is_refused_before_validation() -> None:
+    result = run_local(fault="huge-archive")
+    assert result.status == "failed" and result.error == "ArchiveTooLarge"
+    assert result.cause is not None and "140.0 GB" in result.cause and "modeldrop upload" in result.cause
+    assert "ValidateFunction" not in result.invocations and "CreateEndpointFunction" not in result.invocations
+    assert result.leftover_resources == []
+
+
+def test_the_default_archive_is_served_as_an_uncompressed_prefix() -> None:
+    result = run_local()
+    assert result.status == "succeeded" and result.leftover_resources == []
+    record = result.record
+    assert record is not None and str(record.served_uri).endswith(f"modeldrop-served/{record.deployment_id}/")
+    source = record.step_dict("create_endpoint")["model_data_source"]["S3DataSource"]
+    assert (source["S3DataType"], source["CompressionType"]) == ("S3Prefix", "None")
+    assert "CopyShardFunction" not in result.invocations  # the validating pass wrote the files
+
+
+@pytest.fixture
+def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The emulated stack plus the CloudFormation stack `sam deploy` would have made, with its outputs."""
+    outputs = {
+        "StateMachineArn": stack.state_machine_arn,
+        "DeploymentsTableName": stack.table_name,
+        "ArtifactBucketName": stack.bucket,
+        "EventBusName": stack.resources["EventBus"],
+    }
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+    monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
+    return stack
+
+
+def test_upload_puts_the_shards_then_the_marker_and_resumes(
+    deployed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeldrop.cli import _shared
+    from modeldrop.local.iam_enforcement import after_call
+
+    stack = deployed
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=6)
+    writes: list[str] = []
+    for operation in ("PutObject", "CompleteMultipartUpload"):
+        after_call("s3", operation, lambda params, _result: writes.append(params["Key"]))
+    terminal = io.StringIO()
+    monkeypatch.setattr(_shared, "err", Console(file=terminal, force_terminal=True, width=100))
+    destination = f"s3://{stack.bucket}/runs/big/model/"
+    args = ["upload", str(checkpoint), destination, "--stack", STACK, "--region", "us-east-1"]
+    first = CliRunner().invoke(app, [*args, "--wait", "--json"])
+    assert first.exit_code == 0, first.output
+    run = json.loads(first.output.strip().splitlines()[-1])
+    assert run["status"] == "SUCCEEDED", run
+    assert sorted(run["upload"]["uploaded"]) == sorted(p.name for p in checkpoint.iterdir())
+    # Every file went up before the marker: the deployment never saw half a prefix.
+    ours = [k for k in writes if k.startswith("runs/big/model/")]
+    assert ours[-1] == "runs/big/model/modeldrop.json" and len(ours) == len(list(checkpoint.iterdir())) + 1
+    assert "CopyShards" in [s["name"] for s in run["states"]]
+
+    human = CliRunner().invoke(app, args)
+    assert human.exit_code == 0, human.output
+    assert "uploaded 0 file(s)" in human.output and "marker unchanged" in human.output
+    assert "uploading" in terminal.getvalue()  # the progress bar, on a terminal
+    executions = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    assert len(executions) == 1  # the deployment started once
+
+
+def test_upload_refuses_an_invalid_checkpoint_and_uploads_nothing(deployed: Any, tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ck", drop_kv_shared=True)
+    result = CliRunner().invoke(
+        app, ["upload", str(checkpoint), f"s3://{deployed.bucket}/runs/bad/", "--region", "us-east-1", "--json"]
+    )
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.output)["uploaded"] is False
+    assert "Contents" not in deployed.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix="runs/bad/")
