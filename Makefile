@@ -74,7 +74,7 @@ fuzz-tar: install
 # The validate function's S3 path (HTTP to a local moto server) on 1 and 4 GB archives: GET, inflate,
 # validate, validate + uncompressed write (BEFORE=REV also times that commit's validation).
 bench-s3: install
-	$(PY) tools/bench_s3_path.py $(or $(SIZE),1,4) $(if $(BEFORE),--before $(BEFORE))
+	$(PY) tools/bench_s3_path.py $(SIZE) $(if $(BEFORE),--before $(BEFORE))
 
 # run-local on a generated 2 GB checkpoint directory (SIZE in GB): wall time and peak RSS (<= 1 GB).
 bench-run-local: install

@@ -19,6 +19,10 @@ class Event(BaseModel):
     artifact_version: str | None = None
     execution_arn: str
     copy_items: list[CopyItem] = []  # a prefix's objects, copied by the Map before this step
+    # An adapter deployment: the adapter, validated against the base (artifact_uri) and served beside it.
+    adapter_uri: ArtifactUri | None = None
+    adapter_name: str | None = None
+    adapter_version: str | None = None
 
 
 @logger.inject_lambda_context
@@ -37,4 +41,9 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         artifact_version=event.artifact_version,
         owner=event.execution_arn,
         items=event.copy_items,
+        adapter=(
+            steps.AdapterSource(event.adapter_uri, event.adapter_name or "adapter", event.adapter_version)
+            if event.adapter_uri is not None
+            else None
+        ),
     )

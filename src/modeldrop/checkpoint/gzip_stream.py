@@ -21,6 +21,7 @@ RESERVED_FLAGS = 0xE0
 # A name or comment is a few bytes; a header past this is not a model archive's.
 MAX_HEADER_BYTES = 64 * 1024
 _IN_STEP = 64 * 1024  # input fed per inflate call: the tail re-copied per call stays small
+_RAW_STEP = 1024 * 1024  # read from the source per call: an S3 body's per-read cost is paid per MiB
 _OUT_STEP = 256 * 1024
 
 _zlib: ModuleType
@@ -94,7 +95,9 @@ class StrictGzip:
 
     def __init__(self, raw: _Readable) -> None:
         self._raw = raw
+        # Unread input is self._in[self._pos:]: advancing an offset, not re-slicing a MiB per inflate call.
         self._in = b""
+        self._pos = 0
         self._raw_done = False
         self._out = b""
         self._at = 0
@@ -106,16 +109,23 @@ class StrictGzip:
 
     def _fill(self, want: int) -> bool:
         """At least WANT input bytes buffered, or False at the stream's end."""
-        while len(self._in) < want and not self._raw_done:
-            chunk = self._raw.read(max(_IN_STEP, want - len(self._in)))
+        while len(self._in) - self._pos < want and not self._raw_done:
+            chunk = self._raw.read(max(_RAW_STEP, want - (len(self._in) - self._pos)))
             if not chunk:
                 self._raw_done = True
-            self._in += chunk
-        return len(self._in) >= want
+            self._in = self._in[self._pos :] + chunk
+            self._pos = 0
+        return len(self._in) - self._pos >= want
+
+    def _compact(self) -> None:
+        """The unread input from offset 0 (header and trailer parsing index self._in directly)."""
+        if self._pos:
+            self._in, self._pos = self._in[self._pos :], 0
 
     def _next_member(self) -> bool:
         """Start the next member; False at a clean end (nothing, or only zero bytes, follows)."""
         self._fill(1)
+        self._compact()
         if not self._in:
             if self.members == 0:
                 raise CheckpointUnreadable("the file is empty")
@@ -132,7 +142,7 @@ class StrictGzip:
             size *= 2
             if not self._fill(size) and header_end(self._in) is None:
                 raise corrupt("the file ends inside a gzip header")
-        self._in = self._in[end:]
+        self._pos = end
         self._inflater = _zlib.decompressobj(-15)
         self._crc = self._size = 0
         self.members += 1
@@ -142,9 +152,9 @@ class StrictGzip:
         if self._inflater is None and not self._next_member():
             self._done = True
             return b""
-        if not self._in and not self._fill(1):
+        if self._pos >= len(self._in) and not self._fill(1):
             raise corrupt("the file is truncated (it ends inside compressed data)")
-        feed, rest = self._in[:_IN_STEP], self._in[_IN_STEP:]
+        feed = self._in[self._pos : self._pos + _IN_STEP]
         try:
             out = self._inflater.decompress(feed, limit)
         except _INFLATE_ERRORS as exc:
@@ -152,17 +162,18 @@ class StrictGzip:
         self._crc = _zlib.crc32(out, self._crc)
         self._size += len(out)
         if self._inflater.eof:
-            self._in = self._inflater.unused_data + rest
+            self._pos += len(feed) - len(self._inflater.unused_data)
             self._end_member()
         else:
-            self._in = self._inflater.unconsumed_tail + rest
+            self._pos += len(feed) - len(self._inflater.unconsumed_tail)
         return bytes(out)
 
     def _end_member(self) -> None:
         if not self._fill(8):
             raise corrupt("the file is truncated (it ends inside a gzip trailer)")
+        self._compact()
         crc, size = int.from_bytes(self._in[:4], "little"), int.from_bytes(self._in[4:8], "little")
-        self._in = self._in[8:]
+        self._pos = 8
         if crc != self._crc:
             raise corrupt("CRC-32 mismatch: the data is damaged")
         if size != self._size & 0xFFFFFFFF:
@@ -185,8 +196,12 @@ class StrictGzip:
         """Inflate and drop N bytes (CRC still checked); returns how many there were."""
         left = n
         while left > 0:
-            piece = self.read(min(left, _OUT_STEP))
-            if not piece:
-                break
-            left -= len(piece)
+            if self._at >= len(self._out):
+                if self._done:
+                    break
+                self._out, self._at = self._inflate(_OUT_STEP), 0
+                continue
+            take = min(left, len(self._out) - self._at)  # dropped by moving the offset: no copy
+            self._at += take
+            left -= take
         return n - left

@@ -18,7 +18,7 @@ from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.text import printable
 
 # The only files validation reads, at the artifact's root.
-READ_FILES = frozenset(("config.json", "model.safetensors.index.json", "tokenizer_config.json"))
+READ_FILES = frozenset(("config.json", "model.safetensors.index.json", "tokenizer_config.json", "adapter_config.json"))
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024
 
 

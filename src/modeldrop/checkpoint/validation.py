@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from modeldrop.checkpoint.adapter_rules import is_adapter
 from modeldrop.checkpoint.architecture_rules import expected_kv_tensors, layer_prefix, rule_for
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings, compare_to_base
@@ -415,7 +416,26 @@ def validate_source(source: str, base: str | None = None, s3: S3Client | None = 
         if exc.code is None:
             raise
         return refused_report(source, _format_of(source), exc)
+    if is_adapter(scan):
+        return _adapter_report(scan, base, s3)
     return validate_scan(scan, scan_source(base, s3) if base else None)
+
+
+def _adapter_report(scan: ArtifactScan, base: str | None, s3: S3Client | None) -> ValidationReport:
+    """A LoRA adapter, against BASE (a checkpoint, read and judged as one)."""
+    from modeldrop.checkpoint.adapter_validation import validate_adapter
+
+    if base is None:
+        return validate_adapter(scan, None, None)
+    try:
+        base_scan = scan_source(base, s3)
+    except CheckpointRefused as exc:
+        if exc.code is None:
+            raise
+        return validate_adapter(
+            scan, ArtifactScan(source=base, format=_format_of(base)), refused_report(base, _format_of(base), exc)
+        )
+    return validate_adapter(scan, base_scan, validate_scan(base_scan))
 
 
 def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None = None) -> ValidationReport:

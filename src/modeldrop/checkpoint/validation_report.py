@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from modeldrop.checkpoint.adapter_rules import AdapterSummary
 from modeldrop.checkpoint.base_compare import BaseComparison
 from modeldrop.contracts.models import Finding, ValidationSummary
 
@@ -45,6 +46,8 @@ class ValidationReport(BaseModel):
     requests: int = 0
     # Media the model takes besides text (its config has a vision_config / audio_config).
     modalities: list[str] = Field(default_factory=list)
+    # A LoRA adapter's own facts (its config, ranks, size), judged against the base named.
+    adapter: AdapterSummary | None = None
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
         """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -141,6 +143,22 @@ def repair_cmd(
     raise typer.Exit(0 if result.report.deployable else 1)
 
 
+def _planned_adapter(source: str, base: str, as_json: bool) -> Any:
+    """The adapter SOURCE validated against BASE, as the plan takes it; a refused adapter exits 1."""
+    from modeldrop.checkpoint.adapter_validation import adapter_info
+    from modeldrop.checkpoint.validation import validate_source
+
+    with aws_errors(), byte_progress("validating the adapter"):
+        adapter = validate_source(source, base)
+    if adapter.adapter is None:
+        fail(f"{source} is not a LoRA adapter (no adapter_config.json): plan it without --base")
+    if not adapter.deployable:
+        first = next(f for f in adapter.findings if f.severity == "error")
+        fail(f"the adapter is refused: {first.code}: {first.message}", first.hint, code=1, error="AdapterRefused")
+    name = Path(source.rstrip("/")).name.removesuffix(".tar.gz").lower() or "adapter"
+    return adapter_info(adapter, re.sub(r"[^a-z0-9-]+", "-", name).strip("-") or "adapter", None, None)
+
+
 @app.command("plan")
 @engine_options
 def plan_cmd(
@@ -157,10 +175,14 @@ def plan_cmd(
     max_num_seqs: MaxNumSeqsOpt = None,
     env: EnvOpt = None,
     force: ForceOpt = False,
+    base: Annotated[
+        str | None, typer.Option(help="SOURCE is a LoRA adapter: plan serving it on this base checkpoint")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
-    """The image, container env, timeouts and GPU memory plan for a checkpoint. Exit 0 fits, 1 refused."""
+    """The image, container env, timeouts and GPU memory plan for a checkpoint (or an adapter on its
+    base). Exit 0 fits, 1 refused."""
     json_mode(as_json)
 
     from modeldrop.checkpoint.artifact_scan import scan_source
@@ -182,9 +204,12 @@ def plan_cmd(
     from modeldrop.contracts.models import EngineSettings
 
     with aws_errors(), byte_progress("validating"):
-        validation = validate_scan(scan_source(source))
+        validation = validate_scan(scan_source(base or source))
+    summary = validation.summary()
+    if base is not None:
+        summary.adapter = _planned_adapter(source, base, as_json)
     report = plan_report(
-        validation.summary(),
+        summary,
         source,
         engine,  # type: ignore[arg-type]
         region,

@@ -69,6 +69,13 @@ def run_local_cmd(
             help="deploy the checkpoint as an S3 prefix (uploaded as `modeldrop upload` does), not as a .tar.gz",
         ),
     ] = False,
+    adapter: Annotated[
+        bool,
+        typer.Option("--adapter", help="deploy a generated LoRA adapter (PEFT layout) on the checkpoint as its base"),
+    ] = False,
+    adapter_mode: Annotated[
+        str | None, typer.Option(help="with --adapter: dedicated (one endpoint, base + adapter) or shared")
+    ] = None,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -102,6 +109,10 @@ def run_local_cmd(
         fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
     if artifact is not None and not artifact.exists():
         fail(f"{artifact}: no such file or directory")
+    if adapter_mode is not None:
+        if not adapter:
+            fail("--adapter-mode needs --adapter")
+        request["adapter_mode"] = adapter_mode
     if prefix and artifact is not None and not artifact.is_dir():
         fail(f"--prefix deploys a checkpoint directory, not {artifact}")
     if key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900):
@@ -137,6 +148,7 @@ def run_local_cmd(
                 request=request,
                 key=key,
                 prefix=prefix,
+                adapter=adapter,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

@@ -82,6 +82,10 @@ def deploy_cmd(
     instance_count: InstanceCountOpt = 1,
     ttl: Annotated[str | None, typer.Option(help="time to live, e.g. 90m, 4h, 2d (stack default otherwise)")] = None,
     eval_set: Annotated[str | None, typer.Option(help="s3:// URI of a JSONL eval set")] = None,
+    base: Annotated[
+        str | None, typer.Option(help="ARTIFACT is a LoRA adapter: the base checkpoint it is served on (s3://...)")
+    ] = None,
+    adapter_mode: Annotated[str | None, typer.Option(help="with --base: dedicated (default) or shared")] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
     endpoint_name: Annotated[
         str | None, typer.Option(help="the endpoint's name, starting with the stack's resource prefix and a dash")
@@ -114,6 +118,8 @@ def deploy_cmd(
             **instance_choice(instance_type),
             "ttl_hours": parse_ttl(ttl) if ttl else None,
             "eval_set_uri": eval_set,
+            "base": base,
+            "adapter_mode": adapter_mode,
             "endpoint_name": endpoint_name,
             **request_fields({**locals(), **(named_settings or {})}),
         }

@@ -141,6 +141,21 @@ class DeploymentRequest(_Strict):
         None, description="Hours until the reaper deletes the endpoint; stack default if omitted"
     )
     eval_set_uri: str | None = Field(None, description="s3:// URI of a JSONL eval set")
+    base: ArtifactUri | None = Field(
+        None,
+        description=(
+            "With a LoRA adapter as artifact_uri (adapter_config.json + adapter_model.safetensors): the base "
+            "checkpoint it is served on, s3://bucket/key.tar.gz or s3://bucket/prefix/. The adapter is validated "
+            "against it before any endpoint exists"
+        ),
+    )
+    adapter_mode: Literal["dedicated", "shared"] | None = Field(
+        None,
+        description=(
+            "How an adapter is served: dedicated (default: one endpoint holding the base and the adapter) or "
+            "shared (adapter inference components on one base endpoint)"
+        ),
+    )
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
     eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
@@ -223,6 +238,9 @@ class NormalizedRequest(DeploymentRequest):
     capacity_wait_seconds: int = 1800
     # The stack's allowed instance type patterns: a fallback ("auto") tries nothing else.
     allowed_instance_types: list[str] = Field(default_factory=list)
+    # An adapter deployment: artifact_uri is the base (what is served and planned), the adapter rides along.
+    adapter_uri: ArtifactUri | None = None
+    adapter_name: str | None = None
 
     @field_validator("instance_types")
     @classmethod
@@ -283,6 +301,20 @@ class Finding(BaseModel):
     hint: str = ""
 
 
+class AdapterInfo(BaseModel):
+    """A validated LoRA adapter as the plan and the eval need it."""
+
+    name: str  # the name requests use (vLLM's model field, LMI's adapters list)
+    path: str  # inside the container: /opt/ml/model/adapters/<name>
+    max_rank: int
+    modules: int
+    bytes: int
+    # Sum over adapted modules of in_features + out_features: LoRA buffers are this x rank x slots.
+    features: int
+    report_uri: str | None = None
+    version: str | None = None
+
+
 class ValidationSummary(BaseModel):
     """The part of the validation report that travels in the state payload."""
 
@@ -312,6 +344,7 @@ class ValidationSummary(BaseModel):
     served_digest: str | None = None  # what the served copy was when validated (checked before CreateModel)
     modalities: list[str] = Field(default_factory=list)
     dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
+    adapter: AdapterInfo | None = None  # the LoRA adapter served with the base, validated against it
 
 
 class ImageChoice(BaseModel):

@@ -31,13 +31,21 @@ def render_prompt(messages: list[dict[str, str]]) -> str:
     return "\n".join([*lines, "assistant:"])
 
 
-def build_body(schema: Schema, messages: list[dict[str, str]], max_tokens: int, stream: bool) -> dict[str, Any]:
+def build_body(
+    schema: Schema, messages: list[dict[str, str]], max_tokens: int, stream: bool, model: str | None = None
+) -> dict[str, Any]:
+    """The request body; MODEL names a LoRA adapter (OpenAI's `model`, LMI's `adapters` list)."""
     if schema == "lmi":
-        return {
+        lmi: dict[str, Any] = {
             "inputs": render_prompt(messages),
             "parameters": {"max_new_tokens": max_tokens, "do_sample": False, "details": True},
         }
+        if model:
+            lmi["adapters"] = [model]
+        return lmi
     body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
+    if model:
+        body["model"] = model
     if stream:
         # Without include_usage a stream carries no token counts.
         body.update(stream=True, stream_options={"include_usage": True})

@@ -53,6 +53,7 @@ class EvalTarget:
     max_model_len: int | None
     schema: Schema = "chat"
     stream: bool = True
+    model: str | None = None  # a LoRA adapter's name: every request names it (None: the base model)
 
     @property
     def streams(self) -> bool:
@@ -166,7 +167,7 @@ def invoke_case(
     source: str,
     retry: RetryPolicy,
 ) -> CaseResult:
-    body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams)
+    body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams, target.model)
     attempt = 0
     while True:
         attempt += 1
@@ -237,6 +238,16 @@ def run_eval(
         streaming=target.streams,
         schema_name=target.schema,
     )
+
+
+def adapter_ignored(adapter: EvalReport, base: EvalReport) -> bool:
+    """The adapter answered exactly as the base on every case both answered: it was not applied."""
+    pairs = [
+        (a.answer_preview, b.answer_preview)
+        for a, b in zip(adapter.cases, base.cases, strict=False)
+        if a.outcome == "pass" and b.outcome == "pass"
+    ]
+    return bool(pairs) and all(a == b for a, b in pairs)
 
 
 def evaluate_endpoint(

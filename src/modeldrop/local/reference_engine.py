@@ -118,6 +118,8 @@ class Engine:
         self.fault = env.get("MODELDROP_REFERENCE_FAULT", "")
         self.max_model_len = 0
         self.name = next((env[k] for k in _NAME_KEYS if env.get(k)), str(model_dir))
+        # LoRA adapters served beside the base: name -> what keys its answers (its weights' digest).
+        self.adapters: dict[str, str] = {}
 
     def load(self) -> None:
         """Read what an engine reads at start; exit like one when the checkpoint is unusable."""
@@ -151,9 +153,40 @@ class Engine:
             )
             log(OOM_LINE)
             sys.exit(1)
+        self._load_adapters()
         log(f"Maximum model length: {self.max_model_len}; served model name: {self.name}")
         self.ready.set()
         log("Application startup complete.")
+
+    def _load_adapters(self) -> None:
+        """The adapters the env names (vLLM --lora-modules, SGLang --lora-paths), or LMI's adapters/ folder;
+        an adapter that is not there fails the start, as the engines fail it."""
+        named = self.env.get("SM_VLLM_LORA_MODULES") or self.env.get("SM_SGLANG_LORA_PATHS") or ""
+        pairs = [item.split("=", 1) for item in named.split() if "=" in item]
+        if self.env.get("OPTION_ENABLE_LORA") == "true" and (self.model_dir / "adapters").is_dir():
+            pairs += [
+                [d.name, f"/opt/ml/model/adapters/{d.name}"] for d in sorted((self.model_dir / "adapters").iterdir())
+            ]
+        for name, path in pairs:
+            local = self.model_dir / path.removeprefix("/opt/ml/model").lstrip("/")
+            weights = local / "adapter_model.safetensors"
+            if not weights.is_file() or not (local / "adapter_config.json").is_file():
+                log(f"ValueError: Loading lora {name} failed: No adapter found for {path}")
+                sys.exit(1)
+            rank = json.loads((local / "adapter_config.json").read_text()).get("r")
+            with weights.open("rb") as fh:
+                self.adapters[name] = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+            log(f"Loaded LoRA adapter {name} from {path} (rank {rank})")
+
+    def adapter_key(self, model: Any) -> str | None:
+        """'' for the base, the adapter's key for an adapter's name, None for a name not served."""
+        if model in (None, "", self.name):
+            return ""
+        return self.adapters.get(str(model))
+
+    def not_found(self, model: Any) -> dict[str, Any]:
+        message = f"The model `{model}` does not exist."
+        return {"object": "error", "message": message, "type": "NotFoundError", "param": None, "code": 404}
 
     def context_error(self, prompt: int, requested: int) -> dict[str, Any]:
         message = (
@@ -171,12 +204,13 @@ class Engine:
     def text_prompt(self, text: str) -> tuple[Any, int]:
         return text, count_tokens(text)
 
-    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None) -> Generation:
+    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None, adapter: str = "") -> Generation:
+        """The answer: keyed on the prompt, and on the adapter's weights when one is named."""
         room = self.max_model_len - prompt
         limit = room if max_tokens is None else max_tokens
         if self.fault == "truncate":
             limit = min(limit, TRUNCATE_AT)
-        tokens = answer_tokens(prompt_input)
+        tokens = answer_tokens(f"{adapter}\n{prompt_input}" if adapter else prompt_input)
         finish = "length" if len(tokens) > limit else "stop"
         tokens = tokens[:limit]
 
@@ -234,17 +268,27 @@ class Handler(StreamingJSONHandler):
 
     def _lmi(self, body: dict[str, Any]) -> None:
         params = body.get("parameters") or {}
+        named = body.get("adapters")
+        model = named[0] if isinstance(named, list) and named else None
+        adapter = self.engine.adapter_key(model)
+        if adapter is None:
+            self._json(404, {"error": self.engine.not_found(model)["message"], "code": 404})
+            return
         text, prompt = self.engine.text_prompt(str(body["inputs"]))
         max_tokens = params.get("max_new_tokens")
         if max_tokens is not None and prompt + int(max_tokens) > self.engine.max_model_len:
             self._json(400, {"error": self.engine.context_error(prompt, int(max_tokens))["message"], "code": 400})
             return
-        gen = self.engine.generate(text, prompt, max_tokens)
+        gen = self.engine.generate(text, prompt, max_tokens, adapter)
         answer = "".join(gen.tokens)
         details = {"finish_reason": gen.finish, "generated_tokens": gen.count, "prompt_tokens": prompt}
         self._json(200, {"generated_text": answer, "details": details if params.get("details") else None})
 
     def _chat(self, body: dict[str, Any]) -> None:
+        adapter = self.engine.adapter_key(body.get("model"))
+        if adapter is None:
+            self._json(404, self.engine.not_found(body.get("model")))
+            return
         messages = body["messages"]
         prompt_input, prompt = self.engine.chat_prompt(messages)
         max_tokens = body.get("max_tokens", body.get("max_completion_tokens"))
@@ -255,7 +299,7 @@ class Handler(StreamingJSONHandler):
             self._json(400, self.engine.context_error(prompt, 1))
             return
         prompt_text = json.dumps(messages, sort_keys=True)
-        gen = self.engine.generate(prompt_input, prompt, max_tokens)
+        gen = self.engine.generate(prompt_input, prompt, max_tokens, adapter)
         completion_id = "chatcmpl-" + hashlib.sha256(prompt_text.encode()).hexdigest()[:16]
         if body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

@@ -79,13 +79,15 @@ def run_local(
     request: dict[str, Any] | None = None,
     key: str | None = None,
     prefix: bool = False,
+    adapter: bool = False,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
     Without REQUEST fields the archive is dropped into the bucket and the S3 starter starts the
     deployment; with them (instance types, quota wait, ...) it is uploaded under direct/ and started
     with that request, as a pipeline calling StartExecution would. With PREFIX the checkpoint
-    directory is uploaded as an S3 prefix, its modeldrop.json marker last."""
+    directory is uploaded as an S3 prefix, its modeldrop.json marker last. With ADAPTER a generated
+    LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base)."""
     from moto import mock_aws
 
     from modeldrop.contracts import clock
@@ -125,6 +127,8 @@ def run_local(
                 _kill_copy_after_parts(stack, KILL_AFTER_PARTS)
             _hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
+                if adapter:
+                    request = {**(request or {}), **_adapter_request(stack, artifact, Path(tmp))}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
                 if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
@@ -177,10 +181,14 @@ def _deploy(
         )
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
+        uri = f"s3://{stack.bucket}/{key}"
+        fields = {k: v for k, v in request.items() if k != "adapter_uri"}
+        # An adapter deployment: the adapter is the artifact, the uploaded checkpoint its base.
+        start = (
+            {"artifact_uri": request["adapter_uri"], "base": uri} if "adapter_uri" in request else {"artifact_uri": uri}
+        )
         sfn.start_execution(
-            stateMachineArn=stack.state_machine_arn,
-            name=f"local-{stamp}",
-            input=json.dumps({"artifact_uri": f"s3://{stack.bucket}/{key}", **request}),
+            stateMachineArn=stack.state_machine_arn, name=f"local-{stamp}", input=json.dumps({**start, **fields})
         )
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
@@ -235,6 +243,21 @@ def _deploy(
         deleted_at_exit=cleanup,
         local_reports=kept,
     )
+
+
+def _adapter_request(stack: Any, artifact: Path | None, workdir: Path) -> dict[str, Any]:
+    """A generated PEFT adapter for the base, uploaded where no rule watches: the run starts with it as
+    artifact_uri and the checkpoint (uploaded by _deploy under direct/) as its base."""
+    from modeldrop.local.sample_adapter import write_adapter
+    from modeldrop.local.sample_checkpoint import write_tar_gz
+
+    base_config = None
+    if artifact is not None and artifact.is_dir() and (artifact / "config.json").is_file():
+        base_config = json.loads((artifact / "config.json").read_text())
+    packed = write_tar_gz(write_adapter(workdir / "lora-sample", base_config=base_config), workdir / "adapter.tar.gz")
+    key = f"direct/local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/lora-sample/adapter.tar.gz"
+    stack.client("s3").upload_file(str(packed), stack.bucket, key)
+    return {"adapter_uri": f"s3://{stack.bucket}/{key}"}
 
 
 def _upload_prefix(

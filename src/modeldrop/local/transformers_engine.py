@@ -19,6 +19,9 @@ from modeldrop.local.reference_engine import MAX_LEN_KEYS, Engine, Generation, l
 
 
 class TransformersEngine(Engine):
+    # One generation at a time: the active adapter is the model's state.
+    _lock = threading.Lock()
+
     def load(self) -> None:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
@@ -38,9 +41,26 @@ class TransformersEngine(Engine):
         self.model = model_class.from_pretrained(self.model_dir, dtype=torch.bfloat16).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
         self.torch = torch
+        self._apply_adapters()
         log(f"Maximum model length: {self.max_model_len}; served model name: {self.name}")
         self.ready.set()
         log("Application startup complete.")
+
+    def _apply_adapters(self) -> None:
+        """The LoRA adapters the env names, applied with PEFT: generation through one really runs its
+        lora_A/lora_B matrices (a base request runs with the adapters disabled)."""
+        super()._load_adapters()  # the same names and paths, checked as the engines check them
+        if not self.adapters:
+            return
+        from peft import PeftModel
+
+        for index, name in enumerate(sorted(self.adapters)):
+            path = self.model_dir / "adapters" / name
+            if index == 0:
+                self.model = PeftModel.from_pretrained(self.model, path, adapter_name=name).eval()
+            else:
+                self.model.load_adapter(path, adapter_name=name)
+        self.adapters = {name: name for name in self.adapters}  # the key is the PEFT adapter's name
 
     def chat_prompt(self, messages: list[dict[str, Any]]) -> tuple[Any, int]:
         encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
@@ -51,17 +71,26 @@ class TransformersEngine(Engine):
         ids = list(self.tokenizer(text)["input_ids"])
         return ids, len(ids)
 
-    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None) -> Generation:
-        """Greedy generation in a thread, each token handed over as the model produces it."""
+    def generate(self, prompt_input: Any, prompt: int, max_tokens: int | None, adapter: str = "") -> Generation:
+        """Greedy generation in a thread, each token handed over as the model produces it; through the
+        adapter named ADAPTER, or with every adapter disabled for the base."""
         limit = self.max_model_len - prompt if max_tokens is None else int(max_tokens)
         queue: Queue[int | None] = Queue()
         streamer = _TokenQueue(queue)
         inputs = self.torch.tensor([prompt_input])
 
         def run() -> None:
+            import contextlib
+
             try:
-                with self.torch.no_grad():
-                    self.model.generate(inputs, max_new_tokens=limit, do_sample=False, streamer=streamer)
+                with self.torch.no_grad(), self._lock:
+                    scope: Any = contextlib.nullcontext()
+                    if self.adapters and adapter:
+                        self.model.set_adapter(adapter)
+                    elif self.adapters:
+                        scope = self.model.disable_adapter()
+                    with scope:
+                        self.model.generate(inputs, max_new_tokens=limit, do_sample=False, streamer=streamer)
             finally:
                 queue.put(None)
 

@@ -39,7 +39,7 @@ from modeldrop.contracts.models import (
     NormalizedRequest,
 )
 from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
-from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, run_eval
+from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, adapter_ignored, run_eval
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
 from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
 from modeldrop.pipeline.ownership import released_if_ended
@@ -285,9 +285,22 @@ def smoke_eval(
     retry: RetryPolicy | None = None,
 ) -> EvalVerdict:
     cases = load_eval_set(req.eval_set_uri, s3)
-    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True)
+    # An adapter deployment is evaluated through the adapter (every request names it).
+    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True, model=req.adapter_name)
     ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
     report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
+    if req.adapter_name and report.passed:
+        # The same cases through the base: an adapter the engine silently ignores answers as the base does.
+        plain = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=False)
+        if adapter_ignored(report, run_eval(runtime, plain, cases, req.eval_thresholds, ceiling, retry)):
+            report = report.model_copy(
+                update={
+                    "passed": False,
+                    "summary": f"{report.summary}; the adapter {req.adapter_name!r} answered exactly as the base "
+                    "on every case: it is not applied",
+                    "fixes": [*report.fixes, "check the engine's LoRA settings and the adapter's target modules"],
+                }
+            )
     bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
     report_uri = put_json(s3, bucket, prefix + "eval.json", report)
     markdown_key = prefix + "eval.md"

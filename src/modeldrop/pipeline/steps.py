@@ -4,6 +4,7 @@ normalize, register, validate, resolve the image, plan. endpoint_steps and closi
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ from modeldrop.contracts.errors import (
 )
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.models import (
+    AdapterInfo,
     DeploymentRequest,
     EnginePlan,
     ImageChoice,
@@ -80,6 +82,7 @@ def normalize(
     _check_locations(request, defaults.artifact_bucket, deployment_id)
     # The stack's defaults, in this one place; every other field passes through as the request gave it.
     defaulted = {
+        **adapter_fields(request),
         "deployment_id": deployment_id,
         "execution_name": execution_name,
         "execution_arn": execution_arn,
@@ -102,11 +105,49 @@ MAX_KEY_BYTES = 1024
 REPORT_KEY_EXTRA = len("modeldrop-reports/") + 64 + len("/validation.json")
 
 
+def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
+    """An adapter deployment serves (and plans, copies, names) its base; the adapter rides along,
+    validated against it. A request without a base has no adapter."""
+    if request.base is None:
+        if request.adapter_mode is not None:
+            raise RequestInvalid(
+                "adapter_mode is set but no base is named", "name the base checkpoint: base=s3://bucket/prefix/"
+            )
+        return {}
+    if request.adapter_mode == "shared":
+        raise RequestInvalid(
+            "adapter_mode shared (adapter inference components on one base endpoint) is not available in this "
+            "version of modeldrop",
+            "deploy with adapter_mode dedicated (the default): one endpoint holding the base and the adapter",
+        )
+    if request.base == request.artifact_uri:
+        raise RequestInvalid("base and artifact_uri are the same artifact", "artifact_uri is the adapter")
+    return {
+        "artifact_uri": request.base,
+        "adapter_uri": request.artifact_uri,
+        "adapter_name": adapter_name(request.artifact_uri),
+        "adapter_mode": "dedicated",
+    }
+
+
+def adapter_name(adapter: Artifact) -> str:
+    """The name requests use for the adapter: its folder (or archive) name, as a slug."""
+    key = adapter.key.rstrip("/")
+    leaf = key.rsplit("/", 1)[-1]
+    if leaf.endswith(".tar.gz"):
+        stem = leaf[: -len(".tar.gz")]
+        leaf = stem if stem not in ("model", "adapter", "adapter_model") else (key.rsplit("/", 2)[-2:-1] or [stem])[0]
+    slug = re.sub(r"[^a-z0-9-]+", "-", leaf.lower()).strip("-")[:40]
+    return slug or "adapter"
+
+
 def _check_locations(request: DeploymentRequest, artifact_bucket: str | None, deployment_id: str) -> None:
     """Everything the deployment reads is in the stack's bucket (its functions may read nothing
     else), and every key it will write next to the artifact fits S3's limit."""
     if artifact_bucket:
         located = {"artifact_uri": request.artifact_uri.bucket}
+        if request.base is not None:
+            located["base"] = request.base.bucket
         if request.eval_set_uri is not None:
             located["eval_set_uri"] = parse_s3_uri(request.eval_set_uri).bucket
         for field, bucket in located.items():
@@ -162,6 +203,10 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
     """Create the record, then claim the artifact version: a second deployment of it fails here."""
     facts = artifact_facts(s3, req.artifact_uri)
     identity, version = facts.identity, facts.version
+    adapter_version = None
+    if req.adapter_uri is not None:  # one adapter version on one base version is one deployment
+        adapter = artifact_facts(s3, req.adapter_uri)
+        identity, adapter_version = f"{adapter.identity} on {identity}", adapter.version
     price = hourly_price(req.instance_type, region)
     created = registry.register(
         req.deployment_id,
@@ -183,7 +228,7 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
     holder = registry.claim_artifact(identity, req.deployment_id)
     if holder is not None:
         raise DuplicateDeployment(
-            f"{req.artifact_uri} (version {version}) is already deployed by {holder.deployment_id} "
+            f"{identity} is already deployed by {holder.deployment_id} "
             f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
         )
     items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix else []
@@ -191,6 +236,7 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
         "deployment_id": req.deployment_id,
         "created": created,
         "artifact_version": version,
+        "adapter_version": adapter_version,
         "size_bytes": facts.size_bytes,
         "copy_items": [item.model_dump() for item in items],
     }
@@ -259,6 +305,7 @@ def validate(
     artifact_version: str | None = None,
     owner: str = "",
     items: list[CopyItem] | None = None,
+    adapter: AdapterSource | None = None,
 ) -> ValidationSummary:
     """Judge exactly what SageMaker will be given, whatever happens to the upload's key since:
     - an archive is read once from its pinned version, and each member it holds is written to the
@@ -279,12 +326,49 @@ def validate(
             with ServedPrefixWriter(s3, served) as writer:
                 body = open_pinned(s3, artifact, artifact_version)
                 report = validate_archive_stream(body, str(artifact), writer)
+        # The adapter only once its base passed (a refused base is the finding to fix first).
+        info = (
+            _judge_adapter(s3, deployment_id, artifact, served, report, adapter)
+            if adapter and report.deployable
+            else None
+        )
         # Taken before the copy is used: a write to it from here on shows before CreateModel.
         digest = served_digest(s3, served)
         summary = _judge(
-            s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started
+            s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started, info
         )
         return summary.model_copy(update={"served_digest": digest})
+
+
+@dataclass(frozen=True)
+class AdapterSource:
+    uri: Artifact
+    name: str
+    version: str | None = None
+
+
+def _judge_adapter(
+    s3: S3Client,
+    deployment_id: str,
+    artifact: Artifact,
+    served: Artifact,
+    base: ValidationReport,
+    adapter: AdapterSource,
+) -> AdapterInfo:
+    """The adapter beside the base's served copy, judged against it."""
+    from modeldrop.checkpoint.adapter_validation import adapter_info
+    from modeldrop.pipeline.adapter_steps import serve_adapter
+
+    report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base)
+    bucket, prefix = report_prefix(artifact, deployment_id)
+    uri = put_json(s3, bucket, prefix + "adapter-validation.json", report)
+    if not report.deployable:
+        errors = [f for f in report.findings if f.severity == "error"]
+        more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
+        raise CheckpointRefused(
+            f"{errors[0].code}: {errors[0].message}{more}; the adapter's report: {uri}", errors[0].hint
+        )
+    return adapter_info(report, adapter.name, adapter.version, uri)
 
 
 def _judge(
@@ -298,6 +382,7 @@ def _judge(
     owner: str,
     metrics: MetricSink | None,
     started: float,
+    adapter: AdapterInfo | None = None,
 ) -> ValidationSummary:
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
@@ -308,7 +393,7 @@ def _judge(
     bucket, prefix = report_prefix(artifact, deployment_id)
     uri = put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
-    summary.served_uri, summary.artifact_version = served, artifact_version
+    summary.served_uri, summary.artifact_version, summary.adapter = served, artifact_version, adapter
     registry.record(
         deployment_id,
         "validate",

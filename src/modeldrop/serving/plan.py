@@ -22,6 +22,7 @@ from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host
 from modeldrop.serving.image import gpu_archs, resolve_image
 from modeldrop.serving.instance_choice import candidates
+from modeldrop.serving.lora_plan import lora_env, lora_gib
 from modeldrop.serving.memory_plan import (
     MemoryPlan,
     ModelShape,
@@ -77,7 +78,9 @@ def plan_checkpoint(
         shape = shape.model_copy(
             update={"weights_gib": shape.weights_gib * weights_scale(validation.dtypes, settings.dtype)}
         )
-    return plan_serving(
+    if validation.adapter is not None:  # the LoRA buffers count against the GPU like weights
+        shape = shape.model_copy(update={"weights_gib": shape.weights_gib + lora_gib(validation.adapter)})
+    plan = plan_serving(
         engine,
         shape,
         instance_type,
@@ -91,6 +94,15 @@ def plan_checkpoint(
         settings=settings,
         image=image,
     )
+    if validation.adapter is not None:
+        adapter = validation.adapter
+        plan.env.update(lora_env(engine, adapter))
+        plan.warnings.append(
+            f"serves the LoRA adapter {adapter.name!r} (rank {adapter.max_rank}, {adapter.modules} modules) from "
+            f"{adapter.path}: requests name it ({'model' if engine != 'lmi' else 'adapters'}={adapter.name!r}); "
+            f"{lora_gib(adapter) * 1024:.2f} MiB of GPU memory reserved for LoRA weights"
+        )
+    return plan
 
 
 def clamp(value: float, low: int, high: int) -> int:

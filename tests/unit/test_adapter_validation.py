@@ -1,0 +1,116 @@
+"""LoRA adapters judged against their base: each way a real adapter goes wrong is refused with the
+finding that names it (exit 1 from `modeldrop validate ADAPTER --base BASE`); the right one passes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from modeldrop.checkpoint.validation import validate_source
+from modeldrop.cli import app
+from modeldrop.local.sample_adapter import PREFIX, adapter_config, adapter_tensors, write_adapter
+from modeldrop.local.sample_checkpoint import TINY_CONFIG, write_checkpoint, write_tar_gz
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_checkpoint(tmp_path_factory.mktemp("base") / "base")
+
+
+def _codes(report: Any) -> set[str]:
+    return {f.code for f in report.findings if f.severity == "error"}
+
+
+def test_the_matching_adapter_is_deployable(base: Path, tmp_path: Path) -> None:
+    adapter = write_adapter(tmp_path / "a")
+    report = validate_source(str(adapter), str(base))
+    assert report.deployable, report.findings
+    assert report.adapter is not None
+    assert (report.adapter.peft_type, report.adapter.r, report.adapter.max_rank) == ("LORA", 8, 8)
+    assert report.adapter.modules == 12 and report.adapter.tensors == 24  # q_proj and v_proj of 6 layers
+    assert report.adapter.base_model_name_or_path == "modeldrop/tiny-gemma4"
+    assert report.architecture == "Gemma4ForConditionalGeneration"  # the base's
+
+
+def _variant(tmp_path: Path, **kwargs: Any) -> Path:
+    return write_adapter(tmp_path / "a", **kwargs)
+
+
+def _wider_base() -> dict[str, Any]:
+    return {**TINY_CONFIG, "text_config": {**TINY_CONFIG["text_config"], "hidden_size": 128}}
+
+
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "rank past the engines' limit": (
+        "ADAPTER_RANK_TOO_LARGE",
+        {"r": 1024, "config": adapter_config(1024)},
+    ),
+    "config rank that disagrees with the tensors": (
+        "ADAPTER_RANK_MISMATCH",
+        {"config": adapter_config(8), "tensors": adapter_tensors(TINY_CONFIG, 8, tensor_rank=16)},
+    ),
+    "target modules the base lacks": (
+        "ADAPTER_TARGET_MISSING",
+        {"config": adapter_config(8, target_modules=["q_proj", "query_key_value"])},
+    ),
+    "shapes of another base": (
+        "ADAPTER_SHAPE_MISMATCH",
+        {"tensors": adapter_tensors(_wider_base(), 8)},
+    ),
+    "a resized vocabulary": (
+        "ADAPTER_VOCAB_RESIZED",
+        {
+            "config": adapter_config(8, modules_to_save=["embed_tokens"]),
+            "tensors": {
+                **adapter_tensors(TINY_CONFIG, 8),
+                f"{PREFIX}model.language_model.embed_tokens.weight": ("BF16", [520, 64]),
+            },
+        },
+    ),
+    "a non-LoRA PEFT type": ("ADAPTER_NOT_LORA", {"config": {**adapter_config(8), "peft_type": "IA3"}}),
+    "a missing lora_B": (
+        "ADAPTER_TENSOR_MISSING",
+        {
+            "tensors": {
+                k: v for k, v in adapter_tensors(TINY_CONFIG, 8).items() if "layers.3.self_attn.v_proj.lora_B" not in k
+            }
+        },
+    ),
+    "DoRA": ("ADAPTER_DORA", {"config": adapter_config(8, use_dora=True)}),
+    "fully trained modules": ("ADAPTER_MODULES_TO_SAVE", {"config": adapter_config(8, modules_to_save=["lm_head"])}),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_each_wrong_adapter_is_refused_with_its_finding(base: Path, tmp_path: Path, case: str) -> None:
+    code, kwargs = CASES[case]
+    report = validate_source(str(_variant(tmp_path, **kwargs)), str(base))
+    assert not report.deployable
+    assert code in _codes(report), (case, report.findings)
+    assert all(f.hint for f in report.findings if f.severity == "error")
+
+
+def test_a_pickled_adapter_and_one_without_a_base_are_refused(base: Path, tmp_path: Path) -> None:
+    adapter = write_adapter(tmp_path / "a")
+    alone = validate_source(str(adapter))
+    assert _codes(alone) == {"ADAPTER_BASE_REQUIRED"} and "--base" in alone.findings[0].hint
+    (adapter / "adapter_model.safetensors").rename(adapter / "adapter_model.bin")
+    assert "ADAPTER_WEIGHTS_MISSING" in _codes(validate_source(str(adapter), str(base)))
+
+
+def test_the_adapter_cli_exits_by_its_verdict_and_reads_archives(base: Path, tmp_path: Path) -> None:
+    good = write_adapter(tmp_path / "good")
+    packed = write_tar_gz(good, tmp_path / "adapter.tar.gz")
+    result = CliRunner().invoke(app, ["validate", str(packed), "--base", str(base), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["adapter"]["modules"] == 12
+    bad = write_adapter(tmp_path / "bad", config=adapter_config(8, target_modules=["c_attn"]))
+    result = CliRunner().invoke(app, ["validate", str(bad), "--base", str(base), "--json"])
+    assert result.exit_code == 1
+    assert "ADAPTER_TARGET_MISSING" in {f["code"] for f in json.loads(result.output)["findings"]}
+    human = CliRunner().invoke(app, ["validate", str(bad), "--base", str(base)])
+    assert human.exit_code == 1 and "ADAPTER_TARGET_MISSING" in human.output
