@@ -188,7 +188,9 @@ def _wait(stack: Any, count: int, functions: ShippedFunctions, timeout: float = 
     raise TimeoutError(f"executions still running; the functions answered: {answers}")
 
 
-def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: Any, archive: bytes) -> None:
+def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
+    shipped: Any, archive: bytes, checkpoint: Path, tmp_path: Path
+) -> None:
     stack, functions = shipped
     built = {p.name for p in functions.build.iterdir() if (p / "app.py").is_file()}
     assert built == set(stack.functions), "sam build and template.yaml disagree on the functions"
@@ -205,20 +207,39 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
     stack.hosting.plan("oom")
     s3.put_object(Bucket=stack.bucket, Key="shipped/oom/model.tar.gz", Body=archive)
     _wait(stack, 2, functions)
-    # And one whose first instance type has no capacity: the fallback steps run too.
+    # And one whose first instance type has no capacity, from a prefix: the fallback steps and the
+    # Map's copy run too.
     stack.hosting.plan("capacity")
-    s3.put_object(Bucket=stack.bucket, Key="direct/shipped/fallback/model.tar.gz", Body=archive)
+    for path in sorted(checkpoint.iterdir()):
+        s3.put_object(Bucket=stack.bucket, Key=f"direct/shipped/fallback/{path.name}", Body=path.read_bytes())
     stack.client("stepfunctions").start_execution(
         stateMachineArn=stack.state_machine_arn,
         name="shipped-fallback",
         input=json.dumps(
             {
-                "artifact_uri": f"s3://{stack.bucket}/direct/shipped/fallback/model.tar.gz",
+                "artifact_uri": f"s3://{stack.bucket}/direct/shipped/fallback/",
                 "instance_types": ["ml.g6.2xlarge", "ml.g6e.2xlarge"],
             }
         ),
     )
-    outcomes = {d["name"]: d for d in _wait(stack, 3, functions)}
+    _wait(stack, 3, functions)
+    # And a LoRA adapter on that base: the adapter's validation and serving run in the runtime too.
+    from modeldrop.local.sample_adapter import write_adapter
+    from modeldrop.local.sample_checkpoint import write_tar_gz
+
+    packed = write_tar_gz(write_adapter(tmp_path / "lora-shipped"), tmp_path / "adapter.tar.gz")
+    s3.upload_file(str(packed), stack.bucket, "direct/shipped/lora/adapter.tar.gz")
+    stack.client("stepfunctions").start_execution(
+        stateMachineArn=stack.state_machine_arn,
+        name="shipped-adapter",
+        input=json.dumps(
+            {
+                "artifact_uri": f"s3://{stack.bucket}/direct/shipped/lora/adapter.tar.gz",
+                "base": f"s3://{stack.bucket}/shipped/ok/model.tar.gz",
+            }
+        ),
+    )
+    outcomes = {d["name"]: d for d in _wait(stack, 4, functions)}
     reaper = functions.worker("ReaperFunction").invoke(
         json.loads((ROOT / "events" / "reaper-scheduled.json").read_text())
     )
@@ -226,7 +247,7 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
     assert functions.import_failures() == []
     assert "result" in reaper, reaper
     statuses = sorted((d["status"], d.get("error")) for d in outcomes.values())
-    assert statuses == [("FAILED", "EndpointFailed"), ("SUCCEEDED", None), ("SUCCEEDED", None)], [
+    assert statuses == [("FAILED", "EndpointFailed"), ("SUCCEEDED", None), ("SUCCEEDED", None), ("SUCCEEDED", None)], [
         (d["status"], d.get("error"), d.get("cause")) for d in outcomes.values()
     ]
     assert set(functions.workers) == built, f"never invoked: {built - set(functions.workers)}"
@@ -244,9 +265,10 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(shipped: An
     )
     assert probe.returncode == 0, probe.stderr
     # Only the deployments that succeeded are still up (until their TTL): each an endpoint, config,
-    # model, process, and the served copy of its artifact.
+    # model, process, and the served copy of its artifact (the files of a prefix).
     left = stack.leftover_resources()
-    served = [r for r in left if r.startswith("s3://")]
+    served = {r.split("/")[4] for r in left if r.startswith("s3://")}
+    others = [r for r in left if not r.startswith("s3://")]
     endpoints = sorted(r.split("/", 1)[1] for r in left if r.startswith("endpoint/"))
-    assert len(left) == 10 and len(endpoints) == 2 and len(served) == 2, left
-    assert all(any(s.split("/")[-2] in e for e in endpoints) for s in served), left
+    assert len(others) == 12 and len(endpoints) == 3 and len(served) == 3, left
+    assert all(any(s in e for e in endpoints) for s in served), left

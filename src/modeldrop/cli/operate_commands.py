@@ -237,14 +237,17 @@ def _deployment_table(title: str, rows: list[Any], ids: int, names: int, seconda
     view.add_column("status", no_wrap=True)
     view.add_column("endpoint", no_wrap=True, min_width=names)
     view.add_column("instance", no_wrap=True)
+    adapters = any(r.adapter for r in rows)
     if secondary:
-        for col in ("engine", "age", "expires in"):
+        for col in ("engine", "age", "expires in", *(["adapter (on base)"] if adapters else [])):
             view.add_column(col)
     view.add_column("cost", no_wrap=True)
     for r in rows:
         cells = [r.deployment_id, r.status, r.endpoint_name or "-", r.instance_type or "-"]
         if secondary:
             cells += [r.engine or "-", _ago(r.age_hours), _ago(r.expires_in_hours)]
+            if adapters:
+                cells.append(f"{r.adapter} (on {r.base})" if r.adapter else "-")
         cells.append(_cost_text(r))
         view.add_row(*cells)
     return view

@@ -18,6 +18,7 @@ from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.env_safety import env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.contracts.served import AdapterInfo
 
 Engine = Literal["vllm", "sglang", "lmi"]
 # Instance types one deployment tries at most: with the poll, quota and teardown loops' own bounds,
@@ -299,20 +300,6 @@ class Finding(BaseModel):
     severity: Literal["error", "warning", "info"]
     message: str
     hint: str = ""
-
-
-class AdapterInfo(BaseModel):
-    """A validated LoRA adapter as the plan and the eval need it."""
-
-    name: str  # the name requests use (vLLM's model field, LMI's adapters list)
-    path: str  # inside the container: /opt/ml/model/adapters/<name>
-    max_rank: int
-    modules: int
-    bytes: int
-    # Sum over adapted modules of in_features + out_features: LoRA buffers are this x rank x slots.
-    features: int
-    report_uri: str | None = None
-    version: str | None = None
 
 
 class ValidationSummary(BaseModel):

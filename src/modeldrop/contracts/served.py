@@ -1,4 +1,5 @@
-"""The served copy of a prefix, as the state machine fans it out: one item per object."""
+"""What is served: a prefix's objects as the state machine fans their copy out (one item per
+object), and a LoRA adapter served beside its base."""
 
 from __future__ import annotations
 
@@ -17,3 +18,17 @@ class CopyItem(BaseModel):
 class CopyResult(BaseModel):
     key: str
     parts: int  # 1: one CopyObject; more: a multipart copy of that many parts, copied in parallel
+
+
+class AdapterInfo(BaseModel):
+    """A validated LoRA adapter as the plan and the eval need it."""
+
+    name: str  # the name requests use (vLLM's model field, LMI's adapters list)
+    path: str  # inside the container: /opt/ml/model/adapters/<name>
+    max_rank: int
+    modules: int
+    bytes: int
+    # Sum over adapted modules of in_features + out_features: LoRA buffers are this x rank x slots.
+    features: int
+    report_uri: str | None = None
+    version: str | None = None

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from modeldrop.aws.execution_watch import StateRun, watch
 from modeldrop.contracts.errors import cause_message
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.local import interrupts
+from modeldrop.local import interrupts, run_inputs
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
 
@@ -50,24 +50,6 @@ class RunResult(BaseModel):
     engine: str = "reference"
     fault: str = "none"
     seconds: float = 0.0
-
-
-def _artifact_file(artifact: Path | None, workdir: Path) -> Path:
-    """A .tar.gz to drop into the bucket (the S3 starter watches *model.tar.gz), streamed, never held in memory."""
-    import gzip
-    import shutil
-
-    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
-
-    if artifact is not None and artifact.is_file() and artifact.name.endswith((".tar.gz", ".tgz")):
-        return artifact
-    packed = workdir / "model.tar.gz"
-    if artifact is not None and artifact.is_file():  # a plain .tar: compress it on the way
-        with artifact.open("rb") as src, gzip.open(packed, "wb", compresslevel=1) as dst:
-            shutil.copyfileobj(src, dst, 1024 * 1024)
-    else:
-        write_tar_gz(artifact or write_checkpoint(workdir / "sample"), packed)
-    return packed
 
 
 def run_local(
@@ -121,14 +103,14 @@ def run_local(
             if "starter-error" in faults:
                 _deny_start_execution(stack)
             if "huge-archive" in faults:
-                _report_size(stack, HUGE_ARCHIVE_BYTES)
+                run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES)
             if "kill-mid-copy" in faults:
                 prefix = True
-                _kill_copy_after_parts(stack, KILL_AFTER_PARTS)
+                run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS)
             _hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
                 if adapter:
-                    request = {**(request or {}), **_adapter_request(stack, artifact, Path(tmp))}
+                    request = {**(request or {}), **run_inputs.adapter_request(stack, artifact, Path(tmp))}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
                 if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
@@ -170,10 +152,10 @@ def _deploy(
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     if prefix:
         key = f"{'direct/' if request else ''}local/{stamp}/model/"
-        packed = _upload_prefix(stack, artifact, workdir, key, with_marker=not request, faults=faults)
+        packed = run_inputs.upload_prefix(stack, artifact, workdir, key, with_marker=not request, faults=faults)
     else:
         key = f"{'direct/' if request else ''}{key or f'local/{stamp}/model.tar.gz'}"
-        packed = _artifact_file(artifact, workdir)
+        packed = run_inputs.artifact_file(artifact, workdir)
         from modeldrop.contracts import progress
 
         stack.client("s3").upload_file(
@@ -245,47 +227,6 @@ def _deploy(
     )
 
 
-def _adapter_request(stack: Any, artifact: Path | None, workdir: Path) -> dict[str, Any]:
-    """A generated PEFT adapter for the base, uploaded where no rule watches: the run starts with it as
-    artifact_uri and the checkpoint (uploaded by _deploy under direct/) as its base."""
-    from modeldrop.local.sample_adapter import write_adapter
-    from modeldrop.local.sample_checkpoint import write_tar_gz
-
-    base_config = None
-    if artifact is not None and artifact.is_dir() and (artifact / "config.json").is_file():
-        base_config = json.loads((artifact / "config.json").read_text())
-    packed = write_tar_gz(write_adapter(workdir / "lora-sample", base_config=base_config), workdir / "adapter.tar.gz")
-    key = f"direct/local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/lora-sample/adapter.tar.gz"
-    stack.client("s3").upload_file(str(packed), stack.bucket, key)
-    return {"adapter_uri": f"s3://{stack.bucket}/{key}"}
-
-
-def _upload_prefix(
-    stack: Any, artifact: Path | None, workdir: Path, key: str, with_marker: bool, faults: frozenset[str] | set[str]
-) -> Path:
-    """The checkpoint directory as an S3 prefix (the way `modeldrop upload` leaves it); returns the
-    directory. The marker goes last: the S3 starter starts the deployment from it."""
-    from modeldrop.aws.checkpoint_upload import upload_directory
-    from modeldrop.local.sample_checkpoint import write_checkpoint
-
-    directory = artifact if artifact is not None and artifact.is_dir() else write_checkpoint(workdir / "sample")
-    if "kill-mid-copy" in faults:  # an object the Map copies as parallel parts
-        directory = _with_large_file(directory, workdir)
-    upload_directory(stack.client("s3"), directory, stack.bucket, key, marker=with_marker, config=upload_config())
-    return directory
-
-
-def _with_large_file(directory: Path, workdir: Path) -> Path:
-    import shutil
-
-    copy = workdir / "with-large-file"
-    shutil.copytree(directory, copy)
-    with (copy / "extra-weights.bin").open("wb") as fh:
-        for _ in range(LARGE_FILE_MIB):
-            fh.write(b"\x5a" * 1024 * 1024)
-    return copy
-
-
 def upload_config() -> TransferConfig:
     """How run-local uploads into the emulated S3, which runs in this process.
 
@@ -342,38 +283,6 @@ def _stop_running(stack: Any) -> None:
 
 
 ABORT_FAULTS = {"abort", "abort-mid-validate", "abort-mid-create"}
-# --fault huge-archive: the size S3 reports for the artifact (the emulator holds the small sample).
-HUGE_ARCHIVE_BYTES = 140 * 10**9
-# --fault kill-mid-copy: a file copied as parallel parts, and the part copies after which its Lambda dies.
-LARGE_FILE_MIB = 72
-KILL_AFTER_PARTS = 3
-
-
-def _report_size(stack: Any, size: int) -> None:
-    """HeadObject on an uploaded artifact (not the served copy) reports SIZE bytes."""
-    from modeldrop.local.iam_enforcement import after_call
-
-    def grow(params: Any, result: Any) -> None:
-        if not _writes_served_copy(params) and str(params.get("Key", "")).endswith(".tar.gz"):
-            result["ContentLength"] = size
-
-    after_call("s3", "HeadObject", grow)
-
-
-def _kill_copy_after_parts(stack: Any, parts: int) -> None:
-    """The CopyShard Lambda copying a large object dies (as at its timeout) after PARTS part copies:
-    from then on it makes no call at all, so its own abort of the upload never runs."""
-    from modeldrop.local.iam_enforcement import after_call, kill_current
-
-    copied: list[bool] = []
-
-    def count(params: Any, _result: Any) -> None:
-        if _writes_served_copy(params):
-            copied.append(True)
-            if len(copied) == parts:
-                kill_current()
-
-    after_call("s3", "UploadPartCopy", count)
 
 
 def _writes_served_copy(params: Any) -> bool:

@@ -145,6 +145,8 @@ class DeploymentRow(BaseModel):
     expires_in_hours: float | None
     cost_usd: float | None
     cost_is_final: bool
+    adapter: str | None = None  # a LoRA adapter deployment: the adapter's name (served on its base)
+    base: str | None = None
 
 
 def row_for(record: DeploymentRecord, now: datetime | None = None) -> DeploymentRow:
@@ -161,6 +163,8 @@ def row_for(record: DeploymentRecord, now: datetime | None = None) -> Deployment
         expires_in_hours=round(_hours_between(now, clock.parse_iso(expires)), 2) if expires and live else None,
         cost_usd=record.cost_so_far(),
         cost_is_final=bool(record.ended_at),
+        adapter=(record.request or {}).get("adapter_name"),
+        base=str(record.artifact_uri) if (record.request or {}).get("adapter_name") else None,
     )
 
 

@@ -3,20 +3,23 @@ served copy (`adapters/<name>/`, where LMI looks and the vLLM/SGLang env points)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.aws.served_copy import copy_items, copy_pinned, served_key
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
-from modeldrop.checkpoint.adapter_validation import validate_adapter
+from modeldrop.checkpoint.adapter_validation import adapter_info, validate_adapter
 from modeldrop.checkpoint.artifact_scan import scan_s3_prefix
 from modeldrop.checkpoint.tar_scan import scan_tar_stream
 from modeldrop.checkpoint.validation import refused_report
 from modeldrop.checkpoint.validation_report import ValidationReport
 from modeldrop.contracts.artifact import Artifact, is_compressed
-from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
+from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable, RequestInvalid
+from modeldrop.contracts.models import AdapterInfo, DeploymentRequest
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -61,3 +64,69 @@ def serve_adapter(
         ) from None
     scan.source = str(adapter)
     return validate_adapter(scan, scan_s3_prefix(s3, served), base_report)
+
+
+def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
+    """An adapter deployment serves (and plans, copies, names) its base; the adapter rides along,
+    validated against it. A request without a base has no adapter."""
+    if request.base is None:
+        if request.adapter_mode is not None:
+            raise RequestInvalid(
+                "adapter_mode is set but no base is named", "name the base checkpoint: base=s3://bucket/prefix/"
+            )
+        return {}
+    if request.adapter_mode == "shared":
+        raise RequestInvalid(
+            "adapter_mode shared (adapter inference components on one base endpoint) is not available in this "
+            "version of modeldrop",
+            "deploy with adapter_mode dedicated (the default): one endpoint holding the base and the adapter",
+        )
+    if request.base == request.artifact_uri:
+        raise RequestInvalid("base and artifact_uri are the same artifact", "artifact_uri is the adapter")
+    return {
+        "artifact_uri": request.base,
+        "adapter_uri": request.artifact_uri,
+        "adapter_name": adapter_name(request.artifact_uri),
+        "adapter_mode": "dedicated",
+    }
+
+
+def adapter_name(adapter: Artifact) -> str:
+    """The name requests use for the adapter: its folder (or archive) name, as a slug."""
+    key = adapter.key.rstrip("/")
+    leaf = key.rsplit("/", 1)[-1]
+    if leaf.endswith(".tar.gz"):
+        stem = leaf[: -len(".tar.gz")]
+        leaf = stem if stem not in ("model", "adapter", "adapter_model") else (key.rsplit("/", 2)[-2:-1] or [stem])[0]
+    slug = re.sub(r"[^a-z0-9-]+", "-", leaf.lower()).strip("-")[:40]
+    return slug or "adapter"
+
+
+@dataclass(frozen=True)
+class AdapterSource:
+    uri: Artifact
+    name: str
+    version: str | None = None
+
+
+def judge_adapter(
+    s3: S3Client,
+    deployment_id: str,
+    artifact: Artifact,
+    served: Artifact,
+    base: ValidationReport,
+    adapter: AdapterSource,
+) -> AdapterInfo:
+    """The adapter beside the base's served copy, judged against it."""
+    from modeldrop.pipeline.steps import put_json, report_prefix
+
+    report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base)
+    bucket, prefix = report_prefix(artifact, deployment_id)
+    uri = put_json(s3, bucket, prefix + "adapter-validation.json", report)
+    if not report.deployable:
+        errors = [f for f in report.findings if f.severity == "error"]
+        more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
+        raise CheckpointRefused(
+            f"{errors[0].code}: {errors[0].message}{more}; the adapter's report: {uri}", errors[0].hint
+        )
+    return adapter_info(report, adapter.name, adapter.version, uri)

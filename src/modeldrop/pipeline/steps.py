@@ -4,7 +4,6 @@ normalize, register, validate, resolve the image, plan. endpoint_steps and closi
 from __future__ import annotations
 
 import json
-import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from modeldrop.contracts.models import (
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.contracts.served import CopyItem
 from modeldrop.evaluation.report import MetricSink
+from modeldrop.pipeline.adapter_steps import AdapterSource, adapter_fields, judge_adapter
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
 from modeldrop.pipeline.preflight import preflight
@@ -103,42 +103,6 @@ def normalize(
 # S3's longest key; a report key adds this much to the artifact's folder.
 MAX_KEY_BYTES = 1024
 REPORT_KEY_EXTRA = len("modeldrop-reports/") + 64 + len("/validation.json")
-
-
-def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
-    """An adapter deployment serves (and plans, copies, names) its base; the adapter rides along,
-    validated against it. A request without a base has no adapter."""
-    if request.base is None:
-        if request.adapter_mode is not None:
-            raise RequestInvalid(
-                "adapter_mode is set but no base is named", "name the base checkpoint: base=s3://bucket/prefix/"
-            )
-        return {}
-    if request.adapter_mode == "shared":
-        raise RequestInvalid(
-            "adapter_mode shared (adapter inference components on one base endpoint) is not available in this "
-            "version of modeldrop",
-            "deploy with adapter_mode dedicated (the default): one endpoint holding the base and the adapter",
-        )
-    if request.base == request.artifact_uri:
-        raise RequestInvalid("base and artifact_uri are the same artifact", "artifact_uri is the adapter")
-    return {
-        "artifact_uri": request.base,
-        "adapter_uri": request.artifact_uri,
-        "adapter_name": adapter_name(request.artifact_uri),
-        "adapter_mode": "dedicated",
-    }
-
-
-def adapter_name(adapter: Artifact) -> str:
-    """The name requests use for the adapter: its folder (or archive) name, as a slug."""
-    key = adapter.key.rstrip("/")
-    leaf = key.rsplit("/", 1)[-1]
-    if leaf.endswith(".tar.gz"):
-        stem = leaf[: -len(".tar.gz")]
-        leaf = stem if stem not in ("model", "adapter", "adapter_model") else (key.rsplit("/", 2)[-2:-1] or [stem])[0]
-    slug = re.sub(r"[^a-z0-9-]+", "-", leaf.lower()).strip("-")[:40]
-    return slug or "adapter"
 
 
 def _check_locations(request: DeploymentRequest, artifact_bucket: str | None, deployment_id: str) -> None:
@@ -328,7 +292,7 @@ def validate(
                 report = validate_archive_stream(body, str(artifact), writer)
         # The adapter only once its base passed (a refused base is the finding to fix first).
         info = (
-            _judge_adapter(s3, deployment_id, artifact, served, report, adapter)
+            judge_adapter(s3, deployment_id, artifact, served, report, adapter)
             if adapter and report.deployable
             else None
         )
@@ -338,37 +302,6 @@ def validate(
             s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started, info
         )
         return summary.model_copy(update={"served_digest": digest})
-
-
-@dataclass(frozen=True)
-class AdapterSource:
-    uri: Artifact
-    name: str
-    version: str | None = None
-
-
-def _judge_adapter(
-    s3: S3Client,
-    deployment_id: str,
-    artifact: Artifact,
-    served: Artifact,
-    base: ValidationReport,
-    adapter: AdapterSource,
-) -> AdapterInfo:
-    """The adapter beside the base's served copy, judged against it."""
-    from modeldrop.checkpoint.adapter_validation import adapter_info
-    from modeldrop.pipeline.adapter_steps import serve_adapter
-
-    report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base)
-    bucket, prefix = report_prefix(artifact, deployment_id)
-    uri = put_json(s3, bucket, prefix + "adapter-validation.json", report)
-    if not report.deployable:
-        errors = [f for f in report.findings if f.severity == "error"]
-        more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
-        raise CheckpointRefused(
-            f"{errors[0].code}: {errors[0].message}{more}; the adapter's report: {uri}", errors[0].hint
-        )
-    return adapter_info(report, adapter.name, adapter.version, uri)
 
 
 def _judge(
