@@ -131,3 +131,41 @@ def test_upload_refuses_an_invalid_checkpoint_and_uploads_nothing(deployed: Any,
     assert result.exit_code == 1, result.output
     assert json.loads(result.output)["uploaded"] is False
     assert "Contents" not in deployed.client("s3").list_objects_v2(Bucket=deployed.bucket, Prefix="runs/bad/")
+
+
+def test_a_prefix_changed_after_registration_is_refused_by_the_pinned_copy(stack: Any, tmp_path: Path) -> None:
+    """A shard re-uploaded between RegisterDeployment's listing and its copy: CopySourceIfMatch fails the
+    Map's iteration (PreconditionFailed), the deployment ends CheckpointUnreadable, nothing is left."""
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=3)
+    s3 = stack.client("s3")
+    for path in sorted(checkpoint.iterdir()):
+        s3.put_object(Bucket=stack.bucket, Key=f"direct/p/{path.name}", Body=path.read_bytes())
+    shard = next(p.name for p in sorted(checkpoint.iterdir()) if p.name.endswith(".safetensors"))
+    stack.after["RegisterFunction"] = lambda _event: s3.put_object(
+        Bucket=stack.bucket, Key=f"direct/p/{shard}", Body=b"re-uploaded after the listing"
+    )
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/p/"}), timeout=120)
+    stack.settle()
+    assert desc["status"] == "FAILED" and desc["error"] == "CheckpointUnreadable", desc
+    assert f"{shard} changed while it was being deployed" in desc["cause"]  # the copy of that object
+    assert stack.leftover_resources() == []
+
+
+def test_upload_skips_what_is_there_and_sends_what_changed(stack: Any, tmp_path: Path) -> None:
+    from modeldrop.aws.checkpoint_upload import upload_directory
+
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=3)
+    s3 = stack.client("s3")
+    first = upload_directory(s3, checkpoint, stack.bucket, "runs/r/", marker=False)
+    assert first.marker is None and len(first.uploaded) == len(list(checkpoint.iterdir()))
+    # An interrupted run resumed: one file changed (same size, other bytes), the rest already there.
+    config = checkpoint / "config.json"
+    config.write_text(config.read_text().replace("gemma4", "GEMMA4"))
+    second = upload_directory(s3, checkpoint, stack.bucket, "runs/r/", marker=False)
+    assert second.uploaded == ["config.json"] and len(second.skipped) == len(first.uploaded) - 1
+    # A file under the prefix that is not in the directory would be served with it: refused.
+    s3.put_object(Bucket=stack.bucket, Key="runs/r/stale.safetensors", Body=b"x")
+    from modeldrop.contracts.errors import RequestInvalid
+
+    with pytest.raises(RequestInvalid, match=r"stale\.safetensors"):
+        upload_directory(s3, checkpoint, stack.bucket, "runs/r/")

@@ -4,6 +4,8 @@ finding that names it (exit 1 from `modeldrop validate ADAPTER --base BASE`); th
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -114,3 +116,57 @@ def test_the_adapter_cli_exits_by_its_verdict_and_reads_archives(base: Path, tmp
     assert "ADAPTER_TARGET_MISSING" in {f["code"] for f in json.loads(result.output)["findings"]}
     human = CliRunner().invoke(app, ["validate", str(bad), "--base", str(base)])
     assert human.exit_code == 1 and "ADAPTER_TARGET_MISSING" in human.output
+
+
+TORCH_PYTHON = os.environ.get("MODELDROP_TORCH_PYTHON")
+# Adapters written by PEFT itself for a real transformers Gemma-4 checkpoint, then broken as users break them.
+PEFT_VARIANTS = """
+import json, sys, torch
+from peft import IA3Config, LoraConfig, get_peft_model
+from safetensors.torch import load_file, save_file
+from transformers import AutoModelForCausalLM
+base, out = sys.argv[1], sys.argv[2]
+def model():
+    return AutoModelForCausalLM.from_pretrained(base, dtype=torch.bfloat16)
+def lora(name, **kw):
+    config = LoraConfig(**{"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"], **kw})
+    get_peft_model(model(), config).save_pretrained(f"{out}/{name}")
+def edit(name, **fields):
+    path = f"{out}/{name}/adapter_config.json"
+    json.dump({**json.load(open(path)), **fields}, open(path, "w"))
+lora("good")
+lora("rank1024", r=1024)
+lora("rankcfg"); edit("rankcfg", r=16)
+lora("targets"); edit("targets", target_modules=["q_proj", "query_key_value"])
+m = model(); m.resize_token_embeddings(m.get_input_embeddings().weight.shape[0] + 8)
+resized = get_peft_model(m, LoraConfig(r=8, target_modules=["q_proj"]))
+resized.save_pretrained(f"{out}/resized", save_embedding_layers=True)
+ia3 = IA3Config(target_modules=["v_proj", "down_proj"], feedforward_modules=["down_proj"])
+get_peft_model(model(), ia3).save_pretrained(f"{out}/ia3")
+lora("nob")
+t = load_file(f"{out}/nob/adapter_model.safetensors")
+del t[next(k for k in sorted(t) if "lora_B" in k)]
+save_file(t, f"{out}/nob/adapter_model.safetensors", {"format": "pt"})
+"""
+PEFT_EXPECTED = {
+    "good": None,
+    "rank1024": "ADAPTER_RANK_TOO_LARGE",
+    "rankcfg": "ADAPTER_RANK_MISMATCH",
+    "targets": "ADAPTER_TARGET_MISSING",
+    "resized": "ADAPTER_VOCAB_RESIZED",
+    "ia3": "ADAPTER_NOT_LORA",
+    "nob": "ADAPTER_TENSOR_MISSING",
+}
+
+
+@pytest.mark.skipif(not TORCH_PYTHON, reason="set MODELDROP_TORCH_PYTHON to a Python with torch, transformers, peft")
+def test_adapters_written_by_peft_itself(tmp_path: Path) -> None:
+    assert TORCH_PYTHON is not None
+    base = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4-text-kvshared-base"
+    subprocess.run([TORCH_PYTHON, "-c", PEFT_VARIANTS, str(base), str(tmp_path)], check=True, timeout=900)
+    for name, code in PEFT_EXPECTED.items():
+        report = validate_source(str(tmp_path / name), str(base))
+        if code is None:
+            assert report.deployable, (name, report.findings)
+        else:
+            assert not report.deployable and code in _codes(report), (name, report.findings)

@@ -95,7 +95,10 @@ def judge(
     """Every rule, in the order a user fixes them: the config, the tensors, then the fit to the base."""
     a = _Adapter(config, tensors, base, base_config)
     _split(a)
-    for check in (_peft_type, _rank_config, _pairs, _ranks, _limit, _targets, _shapes, _extra_modules, _vocab, _dtype):
+    a.findings.extend(_peft_type(a))
+    # Another PEFT method has other keys and tensors: its type is the one finding that matters.
+    checks = (_rank_config, _pairs, _ranks, _limit, _targets, _shapes, _extra_modules, _vocab, _dtype)
+    for check in checks if config.get("peft_type") == "LORA" else ():
         a.findings.extend(check(a))
     ranks = [t.shape[0] for m in a.pairs.values() for k, t in m.items() if k in ("lora_A",) and t.shape]
     ranks += [t.shape[0] for m in a.pairs.values() for k, t in m.items() if k == "lora_embedding_A" and t.shape]
@@ -153,11 +156,12 @@ def _peft_type(a: _Adapter) -> Iterable[Finding]:
             "use_dora is true: vLLM, SGLang and LMI do not serve DoRA's magnitude vectors",
             "merge the adapter into the base (merge_and_unload) and deploy the checkpoint, or train plain LoRA",
         )
-    if a.config.get("bias", "none") not in ("none", None):
+    if a.config.get("bias", "none") not in ("none", None) or a.config.get("lora_bias"):
         yield finding(
             "ADAPTER_BIAS",
             "error",
-            f"bias is {a.config.get('bias')!r}: the engines load no LoRA bias terms",
+            f"bias is {a.config.get('bias')!r} (lora_bias {a.config.get('lora_bias')!r}): the engines load no LoRA "
+            "bias terms",
             "train with bias='none', or merge the adapter into the base and deploy the checkpoint",
         )
 
