@@ -169,3 +169,12 @@ def test_upload_skips_what_is_there_and_sends_what_changed(stack: Any, tmp_path:
 
     with pytest.raises(RequestInvalid, match=r"stale\.safetensors"):
         upload_directory(s3, checkpoint, stack.bucket, "runs/r/")
+
+
+def test_upload_without_a_marker_has_no_deployment_to_wait_for(deployed: Any, tmp_path: Path) -> None:
+    checkpoint = write_checkpoint(tmp_path / "ck")
+    args = ["upload", str(checkpoint), f"s3://{deployed.bucket}/runs/nm/", "--stack", STACK, "--region", "us-east-1"]
+    result = CliRunner().invoke(app, [*args, "--no-marker", "--wait"])
+    assert result.exit_code == 2 and "no marker at" in result.output, result.output
+    executions = deployed.client("stepfunctions").list_executions(stateMachineArn=deployed.state_machine_arn)
+    assert executions["executions"] == []

@@ -100,7 +100,15 @@ def _started_by_marker(session: Any, state_machine_arn: str, bucket: str, prefix
 
     key = prefix + MARKER
     if version is None:  # the marker was already there: follow the deployment its version started
-        version = session.client("s3").head_object(Bucket=bucket, Key=key).get("VersionId")
+        from botocore.exceptions import ClientError
+
+        try:
+            version = session.client("s3").head_object(Bucket=bucket, Key=key).get("VersionId")
+        except ClientError:
+            fail(
+                f"no marker at s3://{bucket}/{key}, so no deployment started to follow",
+                "upload without --no-marker (the marker starts the deployment), or drop --wait",
+            )
     name = execution_name(bucket, key, version)
     arn = state_machine_arn.replace(":stateMachine:", ":execution:") + f":{name}"
     sfn = session.client("stepfunctions")
