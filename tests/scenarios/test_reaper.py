@@ -175,6 +175,8 @@ def test_the_reaper_deletes_served_copies_of_ended_deployments_only(stack: Any, 
         for deployment_id in ("ended-1", "serving-1", "unknown-1"):
             key = f"modeldrop-served/{deployment_id}/model.tar.gz"
             stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=archive)
+        # A copy that is only an open upload: its Lambda was killed before any object was complete.
+        stack.client("s3").create_multipart_upload(Bucket=stack.bucket, Key="modeldrop-served/killed-1/shard")
     soon = stack.invoke_function("ReaperFunction", {})
     assert soon["served_copies_deleted"] == [f"s3://{stack.bucket}/modeldrop-served/ended-1/model.tar.gz"]
     from modeldrop.aws import clients
@@ -184,9 +186,12 @@ def test_the_reaper_deletes_served_copies_of_ended_deployments_only(stack: Any, 
         stack.client("sagemaker"), registry, stack.client("events"), stack.resources["EventBus"], "modeldrop-local",
         "modeldrop", now=clock.utcnow() + timedelta(hours=2), s3=clients.s3(), bucket=stack.bucket,
     )  # fmt: skip
-    assert later.served_copies_deleted == [f"s3://{stack.bucket}/modeldrop-served/unknown-1/model.tar.gz"]
+    assert later.served_copies_deleted[-1] == f"s3://{stack.bucket}/modeldrop-served/unknown-1/model.tar.gz"
+    assert len(later.served_copies_deleted) == 2
+    assert later.served_copies_deleted[0].startswith(f"s3://{stack.bucket}/modeldrop-served/killed-1/shard (upload ")
     left = stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="modeldrop-served/")["Contents"]
     assert [o["Key"] for o in left] == ["modeldrop-served/serving-1/model.tar.gz"]
+    assert stack.client("s3").list_multipart_uploads(Bucket=stack.bucket).get("Uploads", []) == []
 
 
 def test_an_ended_deployments_endpoint_whose_delete_keeps_failing_is_overdue(stack: Any, monkeypatch: Any) -> None:

@@ -111,3 +111,14 @@ def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkey
         validate_archive_stream(io.BytesIO(cut), "s3://bucket-x/a/model.tar.gz", writer)
     assert s3.list_multipart_uploads(Bucket="bucket-x").get("Uploads", []) == []
     assert tarfile.is_tarfile(packed)
+
+
+def test_an_open_upload_reports_when_it_was_initiated(s3: Any) -> None:
+    """moto answers 2010-11-10 for every upload; the reaper judges an orphan upload by its age."""
+    from datetime import UTC, datetime, timedelta
+
+    s3.create_multipart_upload(Bucket="bucket-x", Key="modeldrop-served/d/a")
+    s3.create_multipart_upload(Bucket="bucket-x", Key="modeldrop-served/e/b")
+    uploads = s3.list_multipart_uploads(Bucket="bucket-x", Prefix="modeldrop-served/e/")["Uploads"]
+    assert [u["Key"] for u in uploads] == ["modeldrop-served/e/b"]
+    assert abs(uploads[0]["Initiated"] - datetime.now(UTC)) < timedelta(minutes=1)

@@ -4,6 +4,8 @@
   count, so every GET of the copy fails the SDK's checksum validation; keep all three, as S3 does.
 - CopyObject and UploadPartCopy ignore `x-amz-copy-source-if-match`: S3 answers 412
   PreconditionFailed when the source's ETag differs (how a copy is pinned to the listed object).
+- ListMultipartUploads reports every upload as initiated on 2010-11-10: report when it was (the
+  reaper judges an orphan upload by its age).
 - moto judges GetObject/PutObject by the bucket policy while ignoring the conditions it does not
   know (a Bool on aws:SecureTransport denies every request); local.iam_enforcement evaluates bucket
   policies with their conditions instead, for every S3 call a function makes.
@@ -25,8 +27,45 @@ def install() -> None:
         return
     _patch_s3_copy_checksums()
     _patch_s3_copy_preconditions()
+    _patch_s3_upload_times()
     _patch_s3_bucket_policy()
     _installed = True
+
+
+MOTO_INITIATED = "2010-11-10T20:48:33.000Z"
+
+
+def _patch_s3_upload_times() -> None:
+    from datetime import UTC, datetime
+
+    from moto.s3.models import FakeMultipart
+    from moto.s3.responses import S3Response
+
+    original_init = FakeMultipart.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        self.initiated = datetime.now(UTC)
+
+    original_list = S3Response.list_multipart_uploads
+
+    def list_multipart_uploads(self: Any) -> Any:
+        status, headers, body = original_list(self)
+        prefix = self.querystring.get("prefix", [""])[0] or ""
+        uploads = [
+            u for u in self.backend.list_multipart_uploads(self.bucket_name).values() if u.key_name.startswith(prefix)
+        ]
+        text = body.decode() if isinstance(body, bytes) else body
+        for upload in uploads:  # the response lists them in this order, each with moto's fixed date
+            stamp = getattr(upload, "initiated", None)
+            if stamp is not None:
+                text = text.replace(
+                    MOTO_INITIATED, stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z", 1
+                )
+        return status, headers, text.encode() if isinstance(body, bytes) else text
+
+    FakeMultipart.__init__ = init
+    S3Response.list_multipart_uploads = list_multipart_uploads
 
 
 def _patch_s3_copy_preconditions() -> None:

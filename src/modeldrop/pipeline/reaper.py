@@ -116,17 +116,33 @@ def reap(
 
 def _sweep_served_copies(s3: S3Client, registry: Registry, bucket: str, now: datetime, result: ReapResult) -> None:
     """Delete the served copy of every deployment that ended, and of any no deployment registered
-    (once older than the orphan grace); a deployment in flight or serving keeps its copy."""
-    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=SERVED_PREFIX, Delimiter="/")
-    for page in pages:
+    (once older than the orphan grace); a deployment in flight or serving keeps its copy. A copy may
+    be only incomplete uploads (a Lambda killed before any object was complete): found too."""
+    with_objects: set[str] = set()
+    listed = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=SERVED_PREFIX, Delimiter="/")
+    for page in listed:
         for common in page.get("CommonPrefixes", []):
-            deployment_id = common["Prefix"][len(SERVED_PREFIX) :].rstrip("/")
-            record = registry.get(deployment_id) if deployment_id else None
-            if record is not None and not record.released:
+            with_objects.add(common["Prefix"][len(SERVED_PREFIX) :].rstrip("/"))
+    uploads: dict[str, datetime] = {}  # deployment id -> its newest open upload's start
+    for open_page in s3.get_paginator("list_multipart_uploads").paginate(Bucket=bucket, Prefix=SERVED_PREFIX):
+        for upload in open_page.get("Uploads", []):
+            deployment_id = upload["Key"][len(SERVED_PREFIX) :].split("/", 1)[0]
+            initiated = upload.get("Initiated")
+            started = initiated if isinstance(initiated, datetime) else now
+            uploads[deployment_id] = max(uploads.get(deployment_id, started), started)
+    for deployment_id in sorted((with_objects | set(uploads)) - {""}):
+        record = registry.get(deployment_id)
+        if record is not None and not record.released:
+            continue
+        if record is None:
+            cutoff = now - ORPHAN_GRACE
+            if uploads.get(deployment_id, cutoff) > cutoff:
                 continue
-            if record is None and not _older_than(s3, bucket, common["Prefix"], now - ORPHAN_GRACE):
+            if deployment_id in with_objects and not _older_than(
+                s3, bucket, f"{SERVED_PREFIX}{deployment_id}/", cutoff
+            ):
                 continue
-            result.served_copies_deleted += delete_served(s3, bucket, deployment_id)
+        result.served_copies_deleted += delete_served(s3, bucket, deployment_id)
 
 
 def _older_than(s3: S3Client, bucket: str, prefix: str, cutoff: datetime) -> bool:
