@@ -72,7 +72,8 @@ fuzz-tar: install
 	MODELDROP_TAR_FUZZ_CASES=$(or $(CASES),5000) $(PY) -m pytest -q tests/unit/test_tar_differential.py
 
 # The validate function's S3 path (HTTP to a local moto server) on 1 and 4 GB archives: GET, inflate,
-# validate, validate + uncompressed write (BEFORE=REV also times that commit's validation).
+# validate, validate + uncompressed write, and BEFORE's validation (the commit before the faster path).
+BEFORE ?= 09fe6b7
 bench-s3: install
 	$(PY) tools/bench_s3_path.py $(SIZE) $(if $(BEFORE),--before $(BEFORE))
 
