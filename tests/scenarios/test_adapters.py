@@ -36,6 +36,18 @@ def test_run_local_adapter_serves_the_adapter_and_evaluates_through_it() -> None
     assert result.eval is not None and result.eval["passed"] and result.eval["cases"] == 3
 
 
+def test_an_lmi_deployment_finds_the_adapter_in_its_folder_and_names_it_in_adapters() -> None:
+    """LMI discovers /opt/ml/model/adapters/<name> itself and takes the name in the body's `adapters`
+    list: the eval passes only if the answers went through the adapter (they differ from the base's)."""
+    result = run_local(adapter=True, deploy_engine="lmi")
+    assert result.status == "succeeded", (result.error, result.cause)
+    assert result.leftover_resources == []
+    assert result.record is not None
+    env = result.record.step_dict("build_env")["env"]
+    assert (env["OPTION_ENABLE_LORA"], env["OPTION_MAX_LORA_RANK"]) == ("true", "8")
+    assert not any("LORA_MODULES" in key for key in env)
+
+
 def _start(stack: Any, tmp_path: Path, adapter: Path, **request: Any) -> dict[str, Any]:
     s3 = stack.client("s3")
     base = write_tar_gz(write_checkpoint(tmp_path / "base"), tmp_path / "base.tar.gz")

@@ -103,6 +103,17 @@ def test_the_reference_engine_answers_per_adapter_and_refuses_unknown_names(tmp_
         server.shutdown()
 
 
+def test_the_adapter_is_named_where_each_engine_reads_it() -> None:
+    from modeldrop.evaluation.chat_protocol import build_body
+
+    messages = [{"role": "user", "content": "hi"}]
+    assert build_body("chat", messages, 8, False, "lora-a")["model"] == "lora-a"
+    lmi_chat = build_body("chat", messages, 8, False, "lora-a", adapter_field="adapters")
+    assert lmi_chat["adapters"] == ["lora-a"] and "model" not in lmi_chat
+    assert build_body("lmi", messages, 8, False, "lora-a")["adapters"] == ["lora-a"]
+    assert "model" not in build_body("chat", messages, 8, False)
+
+
 def test_an_adapter_answering_as_the_base_is_caught() -> None:
     from modeldrop.contracts.models import EvalThresholds
     from modeldrop.evaluation.runner import adapter_ignored

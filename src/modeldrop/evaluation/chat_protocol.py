@@ -32,9 +32,15 @@ def render_prompt(messages: list[dict[str, str]]) -> str:
 
 
 def build_body(
-    schema: Schema, messages: list[dict[str, str]], max_tokens: int, stream: bool, model: str | None = None
+    schema: Schema,
+    messages: list[dict[str, str]],
+    max_tokens: int,
+    stream: bool,
+    model: str | None = None,
+    adapter_field: str = "model",
 ) -> dict[str, Any]:
-    """The request body; MODEL names a LoRA adapter (OpenAI's `model`, LMI's `adapters` list)."""
+    """The request body; MODEL names a LoRA adapter: in OpenAI's `model` field, or in LMI's `adapters`
+    list (ADAPTER_FIELD "adapters", which LMI reads in either schema)."""
     if schema == "lmi":
         lmi: dict[str, Any] = {
             "inputs": render_prompt(messages),
@@ -45,7 +51,7 @@ def build_body(
         return lmi
     body: dict[str, Any] = {"messages": messages, "max_tokens": max_tokens, "temperature": 0}
     if model:
-        body["model"] = model
+        body.update({"adapters": [model]} if adapter_field == "adapters" else {"model": model})
     if stream:
         # Without include_usage a stream carries no token counts.
         body.update(stream=True, stream_options={"include_usage": True})

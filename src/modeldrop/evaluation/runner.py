@@ -54,6 +54,8 @@ class EvalTarget:
     schema: Schema = "chat"
     stream: bool = True
     model: str | None = None  # a LoRA adapter's name: every request names it (None: the base model)
+    # Where the name goes: OpenAI's `model` (vLLM, SGLang), or LMI's own `adapters` list.
+    adapter_field: str = "model"
 
     @property
     def streams(self) -> bool:
@@ -167,7 +169,9 @@ def invoke_case(
     source: str,
     retry: RetryPolicy,
 ) -> CaseResult:
-    body = build_body(target.schema, case.message_dicts(), max_tokens, target.streams, target.model)
+    body = build_body(
+        target.schema, case.message_dicts(), max_tokens, target.streams, target.model, target.adapter_field
+    )
     attempt = 0
     while True:
         attempt += 1

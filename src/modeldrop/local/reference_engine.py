@@ -285,9 +285,11 @@ class Handler(StreamingJSONHandler):
         self._json(200, {"generated_text": answer, "details": details if params.get("details") else None})
 
     def _chat(self, body: dict[str, Any]) -> None:
-        adapter = self.engine.adapter_key(body.get("model"))
+        named = body.get("adapters")  # LMI's field, in either schema; OpenAI's `model` otherwise
+        model = named[0] if isinstance(named, list) and named else body.get("model")
+        adapter = self.engine.adapter_key(model)
         if adapter is None:
-            self._json(404, self.engine.not_found(body.get("model")))
+            self._json(404, self.engine.not_found(model))
             return
         messages = body["messages"]
         prompt_input, prompt = self.engine.chat_prompt(messages)

@@ -286,7 +286,14 @@ def smoke_eval(
 ) -> EvalVerdict:
     cases = load_eval_set(req.eval_set_uri, s3)
     # An adapter deployment is evaluated through the adapter (every request names it).
-    target = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=True, model=req.adapter_name)
+    target = EvalTarget(
+        ref.endpoint_name,
+        plan.max_model_len,
+        schema="chat",
+        stream=True,
+        model=req.adapter_name,
+        adapter_field="adapters" if req.engine == "lmi" else "model",
+    )
     ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
     report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
     if req.adapter_name and report.passed:
