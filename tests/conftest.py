@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -114,3 +115,21 @@ def subscribe(stack: Any, pattern: str = '{"source": ["modeldrop"]}') -> tuple[A
     events.put_rule(Name="to-pipeline", EventBusName=bus, EventPattern=pattern)
     events.put_targets(Rule="to-pipeline", EventBusName=bus, Targets=[{"Id": "q", "Arn": arn}])
     return sqs, url
+
+
+@pytest.fixture
+def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The emulated stack plus the CloudFormation stack `sam deploy` would have made, with its outputs."""
+    outputs = {
+        "StateMachineArn": stack.state_machine_arn,
+        "DeploymentsTableName": stack.table_name,
+        "ArtifactBucketName": stack.bucket,
+        "EventBusName": stack.resources["EventBus"],
+    }
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::SNS::Topic"}},
+        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
+    }
+    stack.client("cloudformation").create_stack(StackName="modeldrop-local", TemplateBody=json.dumps(template))
+    monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
+    return stack

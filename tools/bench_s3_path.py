@@ -58,9 +58,9 @@ s3 = boto3.client('s3')
 artifact = Artifact.parse(f's3://{sys.argv[1]}/{sys.argv[2]}')
 if sys.argv[3] == 'write':
     with ServedPrefixWriter(s3, Artifact.parse(f's3://{sys.argv[1]}/modeldrop-served/bench/')) as writer:
-        report = validate_archive_stream(open_pinned(s3, artifact, None), str(artifact), writer)
+        _scan, report = validate_archive_stream(open_pinned(s3, artifact, None), str(artifact), writer)
 else:
-    report = validate_archive_stream(open_pinned(s3, artifact, None), str(artifact))
+    _scan, report = validate_archive_stream(open_pinned(s3, artifact, None), str(artifact))
 assert report.tensor_count > 0, report
 """
 STARTUP = "import boto3, modeldrop.aws.served_writer, modeldrop.checkpoint.validation, modeldrop.cli"

@@ -41,9 +41,5 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         artifact_version=event.artifact_version,
         owner=event.execution_arn,
         items=event.copy_items,
-        adapter=(
-            steps.AdapterSource(event.adapter_uri, event.adapter_name or "adapter", event.adapter_version)
-            if event.adapter_uri is not None
-            else None
-        ),
+        adapter=steps.AdapterSource.of(event.adapter_uri, event.adapter_name, event.adapter_version),
     )

@@ -72,24 +72,6 @@ def test_the_default_archive_is_served_as_an_uncompressed_prefix() -> None:
     assert "CopyShardFunction" not in result.invocations  # the validating pass wrote the files
 
 
-@pytest.fixture
-def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The emulated stack plus the CloudFormation stack `sam deploy` would have made, with its outputs."""
-    outputs = {
-        "StateMachineArn": stack.state_machine_arn,
-        "DeploymentsTableName": stack.table_name,
-        "ArtifactBucketName": stack.bucket,
-        "EventBusName": stack.resources["EventBus"],
-    }
-    template = {
-        "Resources": {"Handle": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
-    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
-    monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
-    return stack
-
-
 def test_upload_puts_the_shards_then_the_marker_and_resumes(
     deployed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -169,6 +151,16 @@ def test_upload_skips_what_is_there_and_sends_what_changed(stack: Any, tmp_path:
 
     with pytest.raises(RequestInvalid, match=r"stale\.safetensors"):
         upload_directory(s3, checkpoint, stack.bucket, "runs/r/")
+
+
+def test_a_prefix_holding_only_its_marker_is_refused_at_registration(stack: Any) -> None:
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/empty/modeldrop.json", Body=b"{}")
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/empty/"}), timeout=60)
+    stack.settle()
+    assert desc["status"] == "FAILED" and desc["error"] == "CheckpointUnreadable", desc
+    assert "holds no model files, only its marker" in desc["cause"]
+    assert "CopyShardFunction" not in [i.function for i in stack.invocations]
+    assert stack.leftover_resources() == []
 
 
 def test_upload_without_a_marker_has_no_deployment_to_wait_for(deployed: Any, tmp_path: Path) -> None:

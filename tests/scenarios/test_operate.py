@@ -21,24 +21,6 @@ STACK = "modeldrop-local"
 REGION = ["--stack", STACK, "--region", "us-east-1"]
 
 
-@pytest.fixture
-def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """The emulated stack plus the CloudFormation stack `sam deploy` would have made, with its outputs."""
-    outputs = {
-        "StateMachineArn": stack.state_machine_arn,
-        "DeploymentsTableName": stack.table_name,
-        "ArtifactBucketName": stack.bucket,
-        "EventBusName": stack.resources["EventBus"],
-    }
-    template = {
-        "Resources": {"Handle": {"Type": "AWS::SNS::Topic"}},
-        "Outputs": {k: {"Value": v} for k, v in outputs.items()},
-    }
-    stack.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
-    monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
-    return stack
-
-
 def _cli(*args: str) -> Any:
     return CliRunner().invoke(app, list(args))
 

@@ -94,8 +94,8 @@ def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkey
     packed = write_tar_gz(checkpoint, tmp_path / "model.tar.gz")
     served = Artifact.parse("s3://bucket-x/modeldrop-served/d/")
     with served_writer.ServedPrefixWriter(s3, served) as writer, packed.open("rb") as raw:
-        report = validate_archive_stream(raw, "s3://bucket-x/a/model.tar.gz", writer)
-    assert report.format == "tar.gz"
+        scan, report = validate_archive_stream(raw, "s3://bucket-x/a/model.tar.gz", writer)
+    assert report.format == "tar.gz" and scan is not None and set(scan.files) == {p.name for p in checkpoint.iterdir()}
     listed = {
         o["Key"]: o["Size"] for o in s3.list_objects_v2(Bucket="bucket-x", Prefix="modeldrop-served/d/")["Contents"]
     }
@@ -122,3 +122,19 @@ def test_an_open_upload_reports_when_it_was_initiated(s3: Any) -> None:
     uploads = s3.list_multipart_uploads(Bucket="bucket-x", Prefix="modeldrop-served/e/")["Uploads"]
     assert [u["Key"] for u in uploads] == ["modeldrop-served/e/b"]
     assert abs(uploads[0]["Initiated"] - datetime.now(UTC)) < timedelta(minutes=1)
+
+
+def test_a_prefix_whose_file_list_would_not_fit_the_execution_state_is_refused() -> None:
+    """The Map's items travel in the execution's state (256 KiB): 200 files of 1,000-byte names are
+    under the count limit and still too many bytes."""
+    from modeldrop.contracts.errors import ArchiveTooLarge
+    from modeldrop.pipeline.steps import check_size
+
+    prefix = Artifact.parse("s3://bucket-x/p/")
+    few = [{"key": f"model-{i}.safetensors", "size": 1, "etag": '"e"'} for i in range(10)]
+    check_size(prefix, 10, few, 40)
+    long = [{"key": f"{i:04d}" + "x" * 996, "size": 1, "etag": '"e"'} for i in range(200)]
+    with pytest.raises(ArchiveTooLarge, match="200 files"):
+        check_size(prefix, 200, long, 40)
+    with pytest.raises(CheckpointUnreadable, match="only its marker"):
+        check_size(prefix, 0, [], 40)

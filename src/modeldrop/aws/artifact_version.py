@@ -22,12 +22,6 @@ class ArtifactFacts(NamedTuple):
     objects: list[ObjectTypeDef]  # a prefix's listing (empty for an archive)
 
 
-def artifact_identity(s3: S3Client, uri: Artifact) -> tuple[str, str]:
-    """(identity, version): the artifact URI at its current version."""
-    facts = artifact_facts(s3, uri)
-    return facts.identity, facts.version
-
-
 def artifact_facts(s3: S3Client, uri: Artifact) -> ArtifactFacts:
     """The artifact as it is now: its version and size, from one HEAD or one listing.
 

@@ -78,11 +78,10 @@ def _already_there(s3: S3Client, bucket: str, key: str, size: int, digest: str) 
     return int(head.get("ContentLength", -1)) == size and head.get("Metadata", {}).get(DIGEST_KEY) == digest
 
 
-def _strays(s3: S3Client, bucket: str, prefix: str, keys: set[str]) -> list[str]:
-    """Objects under PREFIX that are not in the directory: they would be served with it."""
+def _held(s3: S3Client, bucket: str, prefix: str) -> dict[str, int]:
+    """What the prefix holds now: relative key -> size (one listing, for the strays and the resume)."""
     pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
-    held = [o["Key"][len(prefix) :] for page in pages for o in page.get("Contents", [])]
-    return sorted(k for k in held if served_from_prefix(k) and k not in keys)
+    return {o["Key"][len(prefix) :]: int(o.get("Size", 0)) for page in pages for o in page.get("Contents", [])}
 
 
 def upload_directory(
@@ -101,7 +100,9 @@ def upload_directory(
     if not prefix.endswith("/"):
         raise RequestInvalid(f"s3://{bucket}/{prefix} is not a prefix", f"end it with a slash: s3://{bucket}/{prefix}/")
     files = model_files(directory)
-    strays = _strays(s3, bucket, prefix, {k for k, _ in files})
+    held = _held(s3, bucket, prefix)
+    local = {k for k, _ in files}
+    strays = sorted(k for k in held if served_from_prefix(k) and k not in local)
     if strays:
         raise RequestInvalid(
             f"s3://{bucket}/{prefix} already holds {len(strays)} file(s) that are not in {directory}, e.g. "
@@ -112,7 +113,8 @@ def upload_directory(
     pending = []
     for relative, path in files:
         size, digest = path.stat().st_size, file_digest(path)
-        if _already_there(s3, bucket, prefix + relative, size, digest):
+        # Only an object listed at this size can be the same file: its digest is in its metadata (a HEAD).
+        if held.get(relative) == size and _already_there(s3, bucket, prefix + relative, size, digest):
             summary.skipped.append(relative)
         else:
             pending.append((relative, path, size, digest))
@@ -135,16 +137,18 @@ def upload_directory(
     summary.uploaded = [relative for relative, *_ in pending]
     summary.bytes_uploaded = total
     if marker:
-        _write_marker(s3, bucket, prefix, overrides or {}, summary)
+        _write_marker(s3, bucket, prefix, overrides or {}, summary, held.get(MARKER))
     return summary
 
 
-def _write_marker(s3: S3Client, bucket: str, prefix: str, overrides: dict[str, Any], summary: UploadSummary) -> None:
+def _write_marker(
+    s3: S3Client, bucket: str, prefix: str, overrides: dict[str, Any], summary: UploadSummary, held: int | None
+) -> None:
     """The marker, unless the same one is already there (a second run starts no second deployment)."""
     body = json.dumps(overrides, sort_keys=True).encode()
     digest = hashlib.sha256(body).hexdigest()
     key = prefix + MARKER
-    if _already_there(s3, bucket, key, len(body), digest):
+    if held == len(body) and _already_there(s3, bucket, key, len(body), digest):
         summary.skipped.append(MARKER)
         return
     put = s3.put_object(

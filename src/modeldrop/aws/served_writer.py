@@ -122,14 +122,12 @@ class ServedPrefixWriter:
         self.pool = ThreadPoolExecutor(max_workers=MAX_INFLIGHT)
         self.slots = threading.BoundedSemaphore(MAX_INFLIGHT)
         self.open_uploads: dict[str, str] = {}
-        self.written: dict[str, int] = {}
 
     def wants(self, relative: str) -> bool:
         """Whether the member at RELATIVE is served (the marker and report folders are not)."""
         return served_from_prefix(relative)
 
     def open(self, relative: str, size: int) -> _Member:
-        self.written[relative] = size
         return _Member(self, served_key(self.target, relative), size)
 
     def upload_part(self, key: str, upload: str, number: int, data: bytes) -> CompletedPartTypeDef:

@@ -9,7 +9,6 @@ serve the base unchanged); each finding names the fix.
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,14 +19,11 @@ from pydantic import BaseModel, Field
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.contracts.models import Finding
+from modeldrop.contracts.served import MAX_LORA_RANK, VLLM_LORA_RANKS
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 PEFT_PREFIX = "base_model.model."
-# vLLM accepts max_lora_rank up to 512 (one of 1, 8, 16, 32, 64, 128, 256, 320, 512); LMI's lmi-dist
-# backend is vLLM's loader, and SGLang's --max-lora-rank is bounded the same way in practice.
-MAX_ENGINE_RANK = 512
-VLLM_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 _LORA = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_A|lora_B|lora_embedding_A|lora_embedding_B)(?:\.[^.]+)?\.weight$")
 _LORA_RAW = re.compile(r"^(?P<module>.+)\.(?P<kind>lora_embedding_A|lora_embedding_B)(?:\.[^.]+)?$")
 RETRAIN = "re-save the adapter with PEFT (model.save_pretrained) after training a LoRA on this base"
@@ -238,14 +234,14 @@ def _limit(a: _Adapter) -> Iterable[Finding]:
     ranks = [t.shape[0] for kinds in a.pairs.values() for k, t in kinds.items() if k in ("lora_A", "lora_embedding_A")]
     configured = [r for r in [a.config.get("r")] if isinstance(r, int)]
     highest = max(ranks + configured, default=0)
-    if highest > MAX_ENGINE_RANK:
+    if highest > MAX_LORA_RANK:
         yield finding(
             "ADAPTER_RANK_TOO_LARGE",
             "error",
-            f"rank {highest} is past what the engines serve: vLLM's max_lora_rank goes up to {MAX_ENGINE_RANK} "
-            f"(one of {', '.join(map(str, VLLM_RANKS))}), LMI's OPTION_MAX_LORA_RANK and SGLang's "
+            f"rank {highest} is past what the engines serve: vLLM's max_lora_rank goes up to {MAX_LORA_RANK} "
+            f"(one of {', '.join(map(str, VLLM_LORA_RANKS))}), LMI's OPTION_MAX_LORA_RANK and SGLang's "
             "--max-lora-rank alike",
-            f"train with r <= {MAX_ENGINE_RANK} (64 is the LMI guide's example), or merge the adapter into the base "
+            f"train with r <= {MAX_LORA_RANK} (64 is the LMI guide's example), or merge the adapter into the base "
             "and deploy the checkpoint",
         )
 
@@ -336,7 +332,7 @@ def _shapes(a: _Adapter) -> Iterable[Finding]:
 
 
 def _is_vocab_module(name: str) -> bool:
-    leaf = posixpath.basename(name.replace(".", "/"))
+    leaf = name.rsplit(".", 1)[-1]
     return leaf in ("embed_tokens", "lm_head", "wte", "word_embeddings", "embed_out", "embedding")
 
 

@@ -50,39 +50,48 @@ def _tensors(scan: ArtifactScan, only: str | None = None) -> dict[str, TensorInf
     return tensors
 
 
+# What an adapter's report says of the model it runs in: its base's own words.
+_FROM_BASE = (
+    "architecture",
+    "model_type",
+    "vocab_size",
+    "num_hidden_layers",
+    "max_position_embeddings",
+    "torch_dtype",
+    "layer_types",
+    "sliding_window",
+    "num_key_value_heads",
+    "head_dim",
+    "has_tokenizer",
+    "has_chat_template",
+    "has_generation_config",
+    "kv_shared",
+    "modalities",
+)
+_NO_BASE: dict[str, Any] = {
+    **dict.fromkeys(_FROM_BASE),
+    "has_tokenizer": False,
+    "has_chat_template": False,
+    "has_generation_config": False,
+    "kv_shared": KvShared(),
+    "modalities": [],
+}
+
+
 def validate_adapter(
     scan: ArtifactScan, base: ArtifactScan | None, base_report: ValidationReport | None
 ) -> ValidationReport:
-    """ValidationReport of the adapter in SCAN against BASE (whose own report is BASE_REPORT)."""
+    """ValidationReport of the adapter in SCAN against BASE, whose own report is BASE_REPORT (BASE is
+    None when no base was named, or when an archive rule refused it before any file was read)."""
     findings: list[Finding] = list(layout_findings(scan))
     config = load_json(scan, ADAPTER_CONFIG, findings) or {}
     for rel, err in sorted(scan.header_errors.items()):
         code = scan.header_error_codes.get(rel, "HEADER_INVALID")
         findings.append(finding(code, "error", f"{rel}: {err}", "re-save the adapter with PEFT's save_pretrained"))
+    findings += _base_findings(base_report)
+    base_config = (load_json(base, "config.json", []) or {}) if base is not None else {}
     tensors = _tensors(scan, ADAPTER_WEIGHTS)
     summary = AdapterSummary()
-    if base is None or base_report is None:
-        findings.append(
-            finding(
-                "ADAPTER_BASE_REQUIRED",
-                "error",
-                "this is a LoRA adapter: it is judged against the base it will be served on",
-                "name the base: modeldrop validate ADAPTER --base BASE_DIR_OR_S3_URI",
-            )
-        )
-        base_config: dict[str, Any] = {}
-    else:
-        base_config = load_json(base, "config.json", []) or {}
-        if not base_report.deployable:
-            first = next(f for f in base_report.findings if f.severity == "error")
-            findings.append(
-                finding(
-                    "ADAPTER_BASE_REFUSED",
-                    "error",
-                    f"the base {base_report.source} is itself refused: {first.code}: {first.message}",
-                    first.hint,
-                )
-            )
     if config and ADAPTER_WEIGHTS in scan.headers:
         rules, summary = judge(config, tensors, _tensors(base) if base is not None else {}, base_config)
         findings += rules if base is not None else [f for f in rules if not f.code.startswith(_NEEDS_BASE)]
@@ -92,17 +101,16 @@ def validate_adapter(
             findings += tokenizer_findings(scan, base, vocab if isinstance(vocab, int) else None)
             findings += base_name_findings(config, base_config, base.source)
     summary.base = base_report.source if base_report is not None else None
-    weights = sum(t.nbytes for t in tensors.values())
     dtypes: dict[str, int] = {}
     for t in tensors.values():
         dtypes[t.dtype] = dtypes.get(t.dtype, 0) + t.nbytes
-    ref = base_report
+    weights = sum(dtypes.values())
+    inherited = base_report.model_dump(include=set(_FROM_BASE)) if base_report is not None else _NO_BASE
     return ValidationReport(
+        **inherited,
         deployable=not any(f.severity == "error" for f in findings),
         source=scan.source,
         format=scan.format,
-        architecture=ref.architecture if ref else None,
-        model_type=ref.model_type if ref else None,
         tensor_count=len(tensors),
         shard_count=1 if ADAPTER_WEIGHTS in scan.files else 0,
         total_bytes=sum(scan.files.values()),
@@ -110,23 +118,28 @@ def validate_adapter(
         weights_gib=round(weights / GIB, 4),
         parameters=sum(_count(t) for t in tensors.values()),
         dtypes=dict(sorted(dtypes.items())),
-        vocab_size=ref.vocab_size if ref else None,
-        num_hidden_layers=ref.num_hidden_layers if ref else None,
-        max_position_embeddings=ref.max_position_embeddings if ref else None,
-        torch_dtype=ref.torch_dtype if ref else None,
-        layer_types=ref.layer_types if ref else None,
-        sliding_window=ref.sliding_window if ref else None,
-        num_key_value_heads=ref.num_key_value_heads if ref else None,
-        head_dim=ref.head_dim if ref else None,
-        has_tokenizer=ref.has_tokenizer if ref else False,
-        has_chat_template=ref.has_chat_template if ref else False,
-        has_generation_config=ref.has_generation_config if ref else False,
-        kv_shared=ref.kv_shared if ref else KvShared(),
         findings=[f.model_copy(update={"message": printable(f.message)}) for f in findings],
         requests=scan.requests + (base.requests if base is not None else 0),
-        modalities=ref.modalities if ref else [],
         adapter=summary,
     )
+
+
+def _base_findings(base_report: ValidationReport | None) -> list[Finding]:
+    """No base named, or a base that is itself refused: either is the adapter's first finding."""
+    if base_report is None:
+        return [
+            finding(
+                "ADAPTER_BASE_REQUIRED",
+                "error",
+                "this is a LoRA adapter: it is judged against the base it will be served on",
+                "name the base: modeldrop validate ADAPTER --base BASE_DIR_OR_S3_URI",
+            )
+        ]
+    if base_report.deployable:
+        return []
+    first = next(f for f in base_report.findings if f.severity == "error")
+    message = f"the base {base_report.source} is itself refused: {first.code}: {first.message}"
+    return [finding("ADAPTER_BASE_REFUSED", "error", message, first.hint)]
 
 
 # Without a base, only the rules about the adapter itself are judged.

@@ -407,38 +407,49 @@ def _format_of(source: str) -> str:
     return "tar.gz" if is_compressed(source) else "tar"
 
 
-def validate_source(source: str, base: str | None = None, s3: S3Client | None = None) -> ValidationReport:
-    """Scan and judge SOURCE (and BASE): an archive refused by a rule is a report with its finding
-    (exit 1), bytes that cannot be read raise CheckpointUnreadable (exit 2)."""
+# A judged artifact: its scan (None when an archive rule refused it before any file was read) and report.
+Judged = tuple[ArtifactScan | None, ValidationReport]
+
+
+def judge_source(source: str, s3: S3Client | None = None) -> Judged:
+    """Scan and judge SOURCE as a checkpoint: an archive refused by a rule is a report with its
+    finding (exit 1), bytes that cannot be read raise CheckpointUnreadable (exit 2)."""
     try:
         scan = scan_source(source, s3)
     except CheckpointRefused as exc:
         if exc.code is None:
             raise
-        return refused_report(source, _format_of(source), exc)
-    if is_adapter(scan):
-        return _adapter_report(scan, base, s3)
-    return validate_scan(scan, scan_source(base, s3) if base else None)
+        return None, refused_report(source, _format_of(source), exc)
+    return scan, validate_scan(scan)
 
 
-def _adapter_report(scan: ArtifactScan, base: str | None, s3: S3Client | None) -> ValidationReport:
-    """A LoRA adapter, against BASE (a checkpoint, read and judged as one)."""
-    from modeldrop.checkpoint.adapter_validation import validate_adapter
+def validate_source(source: str, base: str | None = None, s3: S3Client | None = None) -> ValidationReport:
+    """Scan and judge SOURCE (and BASE): a checkpoint, or a LoRA adapter judged against BASE."""
+    return validate_with_base(source, base, s3)[0]
 
-    if base is None:
-        return validate_adapter(scan, None, None)
+
+def validate_with_base(
+    source: str, base: str | None = None, s3: S3Client | None = None
+) -> tuple[ValidationReport, ValidationReport | None]:
+    """(SOURCE's report, BASE's own report when SOURCE is an adapter judged against it). A checkpoint
+    with a BASE is compared with it (every tensor of the base it lacks); a base is read once."""
     try:
-        base_scan = scan_source(base, s3)
+        scan = scan_source(source, s3)
     except CheckpointRefused as exc:
         if exc.code is None:
             raise
-        return validate_adapter(
-            scan, ArtifactScan(source=base, format=_format_of(base)), refused_report(base, _format_of(base), exc)
-        )
-    return validate_adapter(scan, base_scan, validate_scan(base_scan))
+        return refused_report(source, _format_of(source), exc), None
+    if not is_adapter(scan):
+        return validate_scan(scan, scan_source(base, s3) if base else None), None
+    from modeldrop.checkpoint.adapter_validation import validate_adapter
+
+    if base is None:
+        return validate_adapter(scan, None, None), None
+    base_scan, base_report = judge_source(base, s3)
+    return validate_adapter(scan, base_scan, base_report), base_report
 
 
-def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None = None) -> ValidationReport:
+def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None = None) -> Judged:
     """Validate a tar(.gz) read once from RAW, writing each served member to SINK as it is read."""
     compressed = is_compressed(source)
     try:
@@ -446,5 +457,5 @@ def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None
     except CheckpointRefused as exc:
         if exc.code is None:
             raise
-        return refused_report(source, "tar.gz" if compressed else "tar", exc)
-    return validate_scan(scan)
+        return None, refused_report(source, "tar.gz" if compressed else "tar", exc)
+    return scan, validate_scan(scan)

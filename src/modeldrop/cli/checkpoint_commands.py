@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -80,6 +78,10 @@ def validate_cmd(
         if report.kv_shared.num_kv_shared_layers:
             kv = report.kv_shared
             table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
+        if report.adapter is not None:
+            a = report.adapter
+            described = f"{a.peft_type} r={a.r} alpha={a.lora_alpha}, {a.modules} modules, on {a.base or 'no base'}"
+            table.add_row("LoRA adapter", escape(printable(described)))
         if report.base is not None:
             table.add_row(
                 "vs base", f"{len(report.base.missing)} of {report.base.base_tensor_count} base tensors missing"
@@ -143,20 +145,23 @@ def repair_cmd(
     raise typer.Exit(0 if result.report.deployable else 1)
 
 
-def _planned_adapter(source: str, base: str, as_json: bool) -> Any:
-    """The adapter SOURCE validated against BASE, as the plan takes it; a refused adapter exits 1."""
+def _with_adapter(source: str, base: str) -> Any:
+    """BASE's summary for the plan, with the adapter SOURCE validated against it (each read once); a
+    refused adapter exits 1, under the name the pipeline would give it."""
     from modeldrop.checkpoint.adapter_validation import adapter_info
-    from modeldrop.checkpoint.validation import validate_source
+    from modeldrop.checkpoint.validation import validate_with_base
+    from modeldrop.contracts.served import adapter_name
 
-    with aws_errors(), byte_progress("validating the adapter"):
-        adapter = validate_source(source, base)
-    if adapter.adapter is None:
+    with aws_errors(), byte_progress("validating the adapter and its base"):
+        adapter, base_report = validate_with_base(source, base)
+    if adapter.adapter is None or base_report is None:
         fail(f"{source} is not a LoRA adapter (no adapter_config.json): plan it without --base")
     if not adapter.deployable:
         first = next(f for f in adapter.findings if f.severity == "error")
         fail(f"the adapter is refused: {first.code}: {first.message}", first.hint, code=1, error="AdapterRefused")
-    name = Path(source.rstrip("/")).name.removesuffix(".tar.gz").lower() or "adapter"
-    return adapter_info(adapter, re.sub(r"[^a-z0-9-]+", "-", name).strip("-") or "adapter", None, None)
+    summary = base_report.summary()
+    summary.adapter = adapter_info(adapter, adapter_name(source), None, None)
+    return summary
 
 
 @app.command("plan")
@@ -203,11 +208,11 @@ def plan_cmd(
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     from modeldrop.contracts.models import EngineSettings
 
-    with aws_errors(), byte_progress("validating"):
-        validation = validate_scan(scan_source(base or source))
-    summary = validation.summary()
     if base is not None:
-        summary.adapter = _planned_adapter(source, base, as_json)
+        summary = _with_adapter(source, base)
+    else:
+        with aws_errors(), byte_progress("validating"):
+            summary = validate_scan(scan_source(source)).summary()
     report = plan_report(
         summary,
         source,

@@ -3,7 +3,26 @@ object), and a LoRA adapter served beside its base."""
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field
+
+# The max_lora_rank values vLLM accepts (LMI's lmi-dist is vLLM's loader; SGLang's bound is the same
+# in practice): an adapter of a larger rank cannot be served.
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+MAX_LORA_RANK = VLLM_LORA_RANKS[-1]
+_GENERIC_ARCHIVE_NAMES = ("model", "adapter", "adapter_model")
+
+
+def adapter_name(location: str) -> str:
+    """The name requests use for an adapter: its folder's name (or its archive's, unless that is a
+    generic model/adapter.tar.gz, then the folder holding it), as a slug."""
+    parts = [p for p in location.rstrip("/").split("/") if p]
+    leaf = parts[-1] if parts else ""
+    if leaf.endswith(".tar.gz"):
+        stem = leaf[: -len(".tar.gz")]
+        leaf = parts[-2] if stem in _GENERIC_ARCHIVE_NAMES and len(parts) > 1 else stem
+    return re.sub(r"[^a-z0-9-]+", "-", leaf.lower()).strip("-")[:40] or "adapter"
 
 
 class CopyItem(BaseModel):

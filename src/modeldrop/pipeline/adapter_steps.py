@@ -3,7 +3,6 @@ served copy (`adapters/<name>/`, where LMI looks and the vLLM/SGLang env points)
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -14,12 +13,15 @@ from modeldrop.aws.served_copy import copy_items, copy_pinned, served_key
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
 from modeldrop.checkpoint.adapter_validation import adapter_info, validate_adapter
 from modeldrop.checkpoint.artifact_scan import scan_s3_prefix
+from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.tar_scan import scan_tar_stream
 from modeldrop.checkpoint.validation import refused_report
 from modeldrop.checkpoint.validation_report import ValidationReport
 from modeldrop.contracts.artifact import Artifact, is_compressed
-from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable, RequestInvalid
+from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable, RequestInvalid, StepContractViolated
 from modeldrop.contracts.models import AdapterInfo, DeploymentRequest
+from modeldrop.contracts.served import adapter_name
+from modeldrop.pipeline.reports import put_json, report_prefix
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -32,9 +34,15 @@ def adapter_location(served: Artifact, name: str) -> Artifact:
 
 
 def serve_adapter(
-    s3: S3Client, adapter: Artifact, version: str | None, served: Artifact, name: str, base_report: ValidationReport
+    s3: S3Client,
+    adapter: Artifact,
+    version: str | None,
+    served: Artifact,
+    name: str,
+    base: tuple[ArtifactScan | None, ValidationReport],
 ) -> ValidationReport:
-    """Write the pinned adapter under the served base's `adapters/NAME/` and judge it against the base."""
+    """Write the pinned adapter under the served base's `adapters/NAME/` and judge it against the
+    base, as its validating pass scanned and judged it (the base is not read again)."""
     target = adapter_location(served, name)
     try:
         if adapter.is_prefix:
@@ -63,7 +71,7 @@ def serve_adapter(
             "check that the adapter still exists, unchanged since the deployment started",
         ) from None
     scan.source = str(adapter)
-    return validate_adapter(scan, scan_s3_prefix(s3, served), base_report)
+    return validate_adapter(scan, *base)
 
 
 def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
@@ -86,20 +94,9 @@ def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
     return {
         "artifact_uri": request.base,
         "adapter_uri": request.artifact_uri,
-        "adapter_name": adapter_name(request.artifact_uri),
+        "adapter_name": adapter_name(request.artifact_uri.key),
         "adapter_mode": "dedicated",
     }
-
-
-def adapter_name(adapter: Artifact) -> str:
-    """The name requests use for the adapter: its folder (or archive) name, as a slug."""
-    key = adapter.key.rstrip("/")
-    leaf = key.rsplit("/", 1)[-1]
-    if leaf.endswith(".tar.gz"):
-        stem = leaf[: -len(".tar.gz")]
-        leaf = stem if stem not in ("model", "adapter", "adapter_model") else (key.rsplit("/", 2)[-2:-1] or [stem])[0]
-    slug = re.sub(r"[^a-z0-9-]+", "-", leaf.lower()).strip("-")[:40]
-    return slug or "adapter"
 
 
 @dataclass(frozen=True)
@@ -108,18 +105,25 @@ class AdapterSource:
     name: str
     version: str | None = None
 
+    @classmethod
+    def of(cls, uri: Artifact | None, name: str | None, version: str | None) -> AdapterSource | None:
+        """The adapter a Validate event names (NormalizeRequest names every adapter), or None."""
+        if uri is None:
+            return None
+        if not name:
+            raise StepContractViolated(f"internal error: the adapter {uri} reached validation with no name")
+        return cls(uri, name, version)
+
 
 def judge_adapter(
     s3: S3Client,
     deployment_id: str,
     artifact: Artifact,
     served: Artifact,
-    base: ValidationReport,
+    base: tuple[ArtifactScan | None, ValidationReport],
     adapter: AdapterSource,
 ) -> AdapterInfo:
-    """The adapter beside the base's served copy, judged against it."""
-    from modeldrop.pipeline.steps import put_json, report_prefix
-
+    """The adapter beside the base's served copy, judged against the base's scan and report."""
     report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base)
     bucket, prefix = report_prefix(artifact, deployment_id)
     uri = put_json(s3, bucket, prefix + "adapter-validation.json", report)

@@ -43,7 +43,7 @@ from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, adapter_ignored
 from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
 from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
 from modeldrop.pipeline.ownership import released_if_ended
-from modeldrop.pipeline.steps import put_json, report_prefix
+from modeldrop.pipeline.reports import put_json, report_prefix
 from modeldrop.pipeline.teardown import Held, delete_now
 from modeldrop.serving.memory_plan import hourly_price
 from modeldrop.serving.plan import max_tokens_ceiling

@@ -9,18 +9,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from modeldrop.aws.artifact_version import artifact_facts
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.secret_refs import check_refs, for_container, parse_refs, refuse_collisions
 from modeldrop.aws.served_copy import copy_items, delete_served, served_digest, served_location, served_matches
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
-from modeldrop.checkpoint.validation import validate_archive_stream, validate_source
+from modeldrop.checkpoint.validation import judge_source, validate_archive_stream
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     ArchiveTooLarge,
     CheckpointRefused,
+    CheckpointUnreadable,
     DuplicateDeployment,
     PlanRefused,
     RequestInvalid,
@@ -46,6 +47,7 @@ from modeldrop.pipeline.adapter_steps import AdapterSource, adapter_fields, judg
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
 from modeldrop.pipeline.preflight import preflight
+from modeldrop.pipeline.reports import put_json, report_prefix
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
@@ -161,6 +163,7 @@ def _requested_types(request: DeploymentRequest) -> list[str] | None:
 # A prefix's objects each become one Map iteration; the list travels in the execution's state
 # (256 KiB at most), so a prefix of more files than this is refused at the door.
 MAX_COPY_ITEMS = 1000
+MAX_COPY_LIST_BYTES = 160_000  # keys may be 1 KiB each: the count alone does not bound the list
 
 
 def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: str) -> dict[str, Any]:
@@ -224,12 +227,12 @@ def register_and_check(
     """RegisterDeployment: the record and the artifact claim, then the preflight -- after the record
     exists, so that a refusal there is recorded (and shown by `modeldrop status`)."""
     registered = register(registry, aws.s3, req, region)
-    check_size(req.artifact_uri, registered["size_bytes"], len(registered["copy_items"]), max_archive_gb)
+    check_size(req.artifact_uri, registered["size_bytes"], registered["copy_items"], max_archive_gb)
     preflight(registry, aws.iam, aws.quotas, req, role_arn)
     return registered
 
 
-def check_size(artifact: Artifact, size_bytes: int, items: int, max_archive_gb: float) -> None:
+def check_size(artifact: Artifact, size_bytes: int, items: list[dict[str, Any]], max_archive_gb: float) -> None:
     """Refuse at the door what ValidateCheckpoint could not finish within its 15 minutes: an archive
     is read whole by one Lambda; a prefix is copied by a Map (any size), one iteration per object."""
     upload = f"modeldrop upload MODEL_DIR s3://{artifact.bucket}/{artifact.folder}model/"
@@ -240,24 +243,17 @@ def check_size(artifact: Artifact, size_bytes: int, items: int, max_archive_gb: 
             f"deploy the checkpoint as an uncompressed prefix (s3://bucket/prefix/, as SageMaker advises for large "
             f"models): {upload}",
         )
-    if items > MAX_COPY_ITEMS:
+    listed = len(json.dumps(items))
+    if len(items) > MAX_COPY_ITEMS or listed > MAX_COPY_LIST_BYTES:
         raise ArchiveTooLarge(
-            f"{artifact} holds {items} files; a deployment serves at most {MAX_COPY_ITEMS}",
+            f"{artifact} holds {len(items)} files whose list takes {listed / 1000:.0f} kB; a deployment serves at "
+            f"most {MAX_COPY_ITEMS} files, listed in {MAX_COPY_LIST_BYTES // 1000} kB of the execution's 256 KiB state",
             "keep only the model's files under the prefix (config, tokenizer, safetensors shards and index)",
         )
-
-
-def report_prefix(artifact: Artifact, deployment_id: str) -> tuple[str, str]:
-    """(bucket, key prefix) for the reports: next to an archive; for a prefix, outside it (at the
-    bucket's root), since everything inside a prefix is the model the next deployment serves."""
-    folder = "" if artifact.is_prefix else artifact.folder
-    return artifact.bucket, f"{folder}modeldrop-reports/{deployment_id}/"
-
-
-def put_json(s3: S3Client, bucket: str, key: str, body: BaseModel | dict[str, Any]) -> str:
-    data = body.model_dump_json(indent=2) if isinstance(body, BaseModel) else json.dumps(body, indent=2, default=str)
-    s3.put_object(Bucket=bucket, Key=key, Body=data.encode(), ContentType="application/json")
-    return f"s3://{bucket}/{key}"
+    if artifact.is_prefix and not items:  # only the marker (or report folders): nothing to serve
+        raise CheckpointUnreadable(
+            f"{artifact} holds no model files, only its marker", f"upload the checkpoint's files first: {upload}"
+        )
 
 
 def validate(
@@ -285,14 +281,14 @@ def validate(
     with released_if_ended(registry, deployment_id, lambda: delete_served(s3, served.bucket, deployment_id)):
         if artifact.is_prefix:
             served_matches(s3, artifact, artifact_version, served, items or [])
-            report = validate_source(str(served), s3=s3)
+            scan, report = judge_source(str(served), s3)
         else:
             with ServedPrefixWriter(s3, served) as writer:
                 body = open_pinned(s3, artifact, artifact_version)
-                report = validate_archive_stream(body, str(artifact), writer)
+                scan, report = validate_archive_stream(body, str(artifact), writer)
         # The adapter only once its base passed (a refused base is the finding to fix first).
         info = (
-            judge_adapter(s3, deployment_id, artifact, served, report, adapter)
+            judge_adapter(s3, deployment_id, artifact, served, (scan, report), adapter)
             if adapter and report.deployable
             else None
         )

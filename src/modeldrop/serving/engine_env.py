@@ -45,6 +45,7 @@ MEANINGS: dict[str, Meaning] = {
         Meaning("enable_lora", "flag", "serve LoRA adapters"),
         Meaning("max_loras", "int", "LoRA adapters resident at once"),
         Meaning("max_lora_rank", "int", "largest LoRA rank accepted"),
+        Meaning("lora_modules", "str", "the LoRA adapters to load at start, name=path"),
     )
 }
 
@@ -71,6 +72,7 @@ KEYS: dict[str, dict[str, str]] = {
         "enable_lora": "SM_VLLM_ENABLE_LORA",
         "max_loras": "SM_VLLM_MAX_LORAS",
         "max_lora_rank": "SM_VLLM_MAX_LORA_RANK",
+        "lora_modules": "SM_VLLM_LORA_MODULES",
     },
     "sglang": {
         "model_path": "SM_SGLANG_MODEL_PATH",
@@ -85,6 +87,7 @@ KEYS: dict[str, dict[str, str]] = {
         "enable_lora": "SM_SGLANG_ENABLE_LORA",
         "max_loras": "SM_SGLANG_MAX_LORAS_PER_BATCH",
         "max_lora_rank": "SM_SGLANG_MAX_LORA_RANK",
+        "lora_modules": "SM_SGLANG_LORA_PATHS",
     },
     "lmi": {
         "model_path": "HF_MODEL_ID",
@@ -118,6 +121,7 @@ UNSUPPORTED: dict[str, dict[str, str]] = {
     },
     "lmi": {
         "served_model_name": "LMI serves one model on /invocations; the OpenAI model name is not configurable",
+        "lora_modules": "LMI loads every adapter it finds in /opt/ml/model/adapters/<name>: none is named",
     },
 }
 
