@@ -284,6 +284,8 @@ def definition() -> dict[str, Any]:
             "adapter_uri": "{% $req.adapter_uri %}",
             "adapter_name": "{% $req.adapter_name %}",
             "adapter_version": "{% $artifact.adapter_version %}",
+            "adapter_mode": "{% $req.adapter_mode %}",
+            "more_adapters": "{% $artifact.more_adapters %}",
             "execution_arn": EXECUTION,
         },
         "ResolveImage",
@@ -381,6 +383,7 @@ def definition() -> dict[str, Any]:
     )
     s["EndpointInService"] = {
         "Type": "Choice",
+        "Comment": "InService; with adapter_mode shared, once its base and adapter inference components are too.",
         "Choices": [{"Condition": "{% $poll.status = 'InService' %}", "Next": "SmokeEval"}],
         "Default": "WaitForEndpoint",
     }

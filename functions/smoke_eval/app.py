@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.models import EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
-from modeldrop.pipeline import endpoint_steps
+from modeldrop.pipeline import eval_steps
 from modeldrop.pipeline.config import EvalSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
@@ -25,6 +25,6 @@ def lambda_handler(event: Event, context: Any) -> EvalVerdict:
     registry = settings.registry()
     # Throttling is retried by the eval itself, with every attempt counted in the report.
     runtime = clients.sagemaker_runtime()
-    return endpoint_steps.smoke_eval(
+    return eval_steps.smoke_eval(
         runtime, clients.s3(), registry, event.request, event.endpoint, event.plan, metrics=metrics
     )

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
-from modeldrop.contracts.models import ValidationSummary
+from modeldrop.contracts.models import NamedAdapter, ValidationSummary
 from modeldrop.contracts.served import CopyItem
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
@@ -23,6 +23,8 @@ class Event(BaseModel):
     adapter_uri: ArtifactUri | None = None
     adapter_name: str | None = None
     adapter_version: str | None = None
+    adapter_mode: str | None = None
+    more_adapters: list[NamedAdapter] = []  # shared mode: the other adapters, versions pinned at registration
 
 
 @logger.inject_lambda_context
@@ -42,4 +44,6 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         owner=event.execution_arn,
         items=event.copy_items,
         adapter=steps.AdapterSource.of(event.adapter_uri, event.adapter_name, event.adapter_version),
+        more_adapters=[steps.AdapterSource(a.uri, a.name, a.version) for a in event.more_adapters],
+        shared=event.adapter_mode == "shared",
     )

@@ -79,13 +79,6 @@ def test_an_adapter_of_another_base_is_refused_before_any_endpoint(stack: Any, t
     assert stack.leftover_resources() == []
 
 
-def test_shared_mode_is_refused_with_the_dedicated_fix(stack: Any, tmp_path: Path) -> None:
-    desc = _start(stack, tmp_path, write_adapter(tmp_path / "lora-x"), adapter_mode="shared")
-    assert desc["status"] == "FAILED" and desc["error"] == "RequestInvalid"
-    assert "deploy with adapter_mode dedicated" in desc["cause"]
-    assert stack.leftover_resources() == []
-
-
 TORCH_PYTHON = os.environ.get("MODELDROP_TORCH_PYTHON")
 MAKE_ADAPTER = """
 import sys, torch

@@ -78,6 +78,7 @@ def create_all(
     model_name: str | None = None,
     instance_count: int = 1,
     inference_ami_version: str | None = None,
+    for_components: bool = False,
 ) -> list[str]:
     """Create model, endpoint config and endpoint (named ``name``; the config and model too unless
     given their own names), all tagged alike.
@@ -97,13 +98,14 @@ def create_all(
     }
     variant: ProductionVariantTypeDef = {
         "VariantName": "AllTraffic",
-        "ModelName": model_name,
         "InitialInstanceCount": instance_count,
         # Checked against botocore's own list of hosting types when the request was read.
         "InstanceType": cast("ProductionVariantInstanceTypeType", instance_type),
         "ContainerStartupHealthCheckTimeoutInSeconds": startup_timeout,
         "ModelDataDownloadTimeoutInSeconds": download_timeout,
     }
+    if not for_components:  # else the model runs in a base inference component, and the config has the role
+        variant["ModelName"] = model_name
     if inference_ami_version:  # the host's NVIDIA driver for the image's CUDA (the plan chose it)
         variant["InferenceAmiVersion"] = cast("ProductionVariantInferenceAmiVersionType", inference_ami_version)
     ours = {t["Key"]: t["Value"] for t in tags}
@@ -119,7 +121,13 @@ def create_all(
         (
             "endpoint-config",
             config_name,
-            lambda: sm.create_endpoint_config(EndpointConfigName=config_name, ProductionVariants=[variant], Tags=tags),
+            lambda: (
+                sm.create_endpoint_config(
+                    EndpointConfigName=config_name, ProductionVariants=[variant], Tags=tags, ExecutionRoleArn=role_arn
+                )
+                if for_components
+                else sm.create_endpoint_config(EndpointConfigName=config_name, ProductionVariants=[variant], Tags=tags)
+            ),
             lambda: sm.describe_endpoint_config(EndpointConfigName=config_name)["EndpointConfigArn"],
         ),
         (

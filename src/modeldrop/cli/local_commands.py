@@ -76,6 +76,15 @@ def run_local_cmd(
     adapter_mode: Annotated[
         str | None, typer.Option(help="with --adapter: dedicated (one endpoint, base + adapter) or shared")
     ] = None,
+    adapters: Annotated[
+        int,
+        typer.Option(
+            "--adapters",
+            min=1,
+            max=16,
+            help="with --adapter-mode shared: how many generated adapters share the base endpoint",
+        ),
+    ] = 1,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -113,6 +122,8 @@ def run_local_cmd(
         if not adapter:
             fail("--adapter-mode needs --adapter")
         request["adapter_mode"] = adapter_mode
+    if adapters > 1 and adapter_mode != "shared":
+        fail("--adapters N serves several adapters on one base: it needs --adapter --adapter-mode shared")
     if prefix and artifact is not None and not artifact.is_dir():
         fail(f"--prefix deploys a checkpoint directory, not {artifact}")
     if key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900):
@@ -149,6 +160,7 @@ def run_local_cmd(
                 key=key,
                 prefix=prefix,
                 adapter=adapter,
+                adapters=adapters,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

@@ -68,7 +68,14 @@ def _ago(hours: float | None) -> str:
 @app.command("deploy")
 @engine_options
 def deploy_cmd(
-    artifact: Annotated[str, typer.Argument(help="s3://bucket/key.tar.gz or s3://bucket/prefix/")],
+    artifacts: Annotated[
+        list[str],
+        typer.Argument(
+            help="s3://bucket/key.tar.gz or s3://bucket/prefix/; with --base --adapter-mode shared, one or more "
+            "adapters, each an adapter inference component on the one base endpoint",
+            metavar="ARTIFACT...",
+        ),
+    ],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
@@ -112,8 +119,10 @@ def deploy_cmd(
     from modeldrop.operate.deployments import parse_ttl, start_deployment
 
     with aws_errors():
+        artifact = artifacts[0]
         fields: dict[str, Any] = {
             "artifact_uri": artifact,
+            "adapters": artifacts[1:] or None,
             "engine": engine,
             **instance_choice(instance_type),
             "ttl_hours": parse_ttl(ttl) if ttl else None,
@@ -294,6 +303,15 @@ def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[s
         rows.append(("FailureReason", str(record.failure_reason or "-")))
         if failure.get("diagnosis"):
             rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
+    for share in data.get("adapter_components") or []:
+        cost_share = share["cost_share_usd"]
+        rows.append(
+            (
+                f"adapter {share['adapter']}",
+                f"{'serving' if share['serving'] else 'torn down'} as {share['component']}"
+                + (f"; its share ${cost_share:.2f}" if cost_share is not None else ""),
+            )
+        )
     if evaluation := record.step_dict("smoke_eval"):
         rows.append(("eval", str(evaluation.get("summary"))))
         rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
@@ -347,6 +365,13 @@ def teardown_cmd(
         bool, typer.Option("--all", help="every endpoint the stack manages (do this before `sam delete`)")
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="with --all: do not ask on a terminal")] = False,
+    adapter: Annotated[
+        str | None,
+        typer.Option(
+            help="adapter_mode shared: delete only this adapter's inference component (its name, or the "
+            "component's); the base and the other adapters go on serving"
+        ),
+    ] = None,
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
@@ -362,6 +387,9 @@ def teardown_cmd(
         _teardown_all(stack, region, profile, yes, as_json)
         return
     assert deployment is not None
+    if adapter is not None:
+        _teardown_adapter(deployment, adapter, stack, region, profile, as_json)
+        return
     with aws_errors():
         session, info, registry = _connect(stack, region, profile)
         result = teardown(
@@ -377,6 +405,21 @@ def teardown_cmd(
 
         cost = DeploymentRecord.model_validate(record).cost_so_far() or 0
         console.print(f"{record['deployment_id']} torn down; final cost ${cost:.2f}")
+
+
+def _teardown_adapter(
+    deployment: str, adapter: str, stack: str, region: str | None, profile: str | None, as_json: bool
+) -> None:
+    from modeldrop.operate.deployments import teardown_adapter_now
+
+    with aws_errors():
+        session, _info, registry = _connect(stack, region, profile)
+        result = teardown_adapter_now(session.client("sagemaker"), registry, deployment, adapter)
+    if as_json:
+        print(json.dumps(result, default=str))
+        return
+    console.print("deleted: " + ", ".join(result["deleted"]))
+    console.print(f"{result['deployment_id']}: still serving {', '.join(result['serving']) or 'no adapter'}")
 
 
 def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool, as_json: bool) -> None:

@@ -7,6 +7,7 @@ be exercised in tests without sleeping.
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime, timedelta
 
 _lock = threading.Lock()
@@ -22,6 +23,22 @@ def advance(seconds: float) -> None:
     global _offset
     with _lock:
         _offset += timedelta(seconds=seconds)
+
+
+_virtual_sleep = False
+
+
+def sleep(seconds: float) -> None:
+    """Wait SECONDS: really on AWS; in the emulator the clock advances instead (as a Wait state does)."""
+    if _virtual_sleep:
+        advance(seconds)
+    else:
+        time.sleep(seconds)
+
+
+def use_virtual_sleep(virtual: bool = True) -> None:
+    global _virtual_sleep
+    _virtual_sleep = virtual
 
 
 def reset() -> None:

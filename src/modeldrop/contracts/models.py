@@ -24,6 +24,8 @@ Engine = Literal["vllm", "sglang", "lmi"]
 # Instance types one deployment tries at most: with the poll, quota and teardown loops' own bounds,
 # an execution's history stays within Step Functions' 25,000 events (a contract test adds it up).
 MAX_INSTANCE_TYPES = 6
+# adapter_mode shared: adapter inference components one deployment puts on its base endpoint.
+MAX_SHARED_ADAPTERS = 16
 INSTANCE_TYPE_PATTERN = r"^ml\.[a-z0-9]+\.[a-z0-9]+$"
 
 
@@ -157,6 +159,13 @@ class DeploymentRequest(_Strict):
             "shared (adapter inference components on one base endpoint)"
         ),
     )
+    adapters: Annotated[list[ArtifactUri], Field(max_length=MAX_SHARED_ADAPTERS - 1)] | None = Field(
+        None,
+        description=(
+            "adapter_mode shared only: further LoRA adapters served on the same base endpoint beside artifact_uri, "
+            "each as its own adapter inference component, named by its folder (or archive)"
+        ),
+    )
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
     eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
@@ -218,6 +227,12 @@ class DeploymentRequest(_Strict):
         return value
 
 
+class NamedAdapter(BaseModel):
+    uri: ArtifactUri
+    name: str
+    version: str | None = None  # pinned at registration
+
+
 class NormalizedRequest(DeploymentRequest):
     """The request with every default applied and the names of what it will create.
 
@@ -242,6 +257,8 @@ class NormalizedRequest(DeploymentRequest):
     # An adapter deployment: artifact_uri is the base (what is served and planned), the adapter rides along.
     adapter_uri: ArtifactUri | None = None
     adapter_name: str | None = None
+    # adapter_mode shared: the adapters after the first, each an adapter inference component.
+    more_adapters: list[NamedAdapter] = Field(default_factory=list)
 
     @field_validator("instance_types")
     @classmethod
@@ -332,6 +349,11 @@ class ValidationSummary(BaseModel):
     modalities: list[str] = Field(default_factory=list)
     dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
     adapter: AdapterInfo | None = None  # the LoRA adapter served with the base, validated against it
+    more_adapters: list[AdapterInfo] = Field(default_factory=list)  # adapter_mode shared: the others
+
+    @property
+    def adapters(self) -> list[AdapterInfo]:
+        return [self.adapter, *self.more_adapters] if self.adapter is not None else []
 
 
 class ImageChoice(BaseModel):
@@ -374,6 +396,24 @@ class EnginePlan(BaseModel):
     host: dict[str, Any] = Field(default_factory=dict)
 
 
+class AdapterComponent(BaseModel):
+    component: str  # the adapter inference component's name: what invocations name
+    adapter: str  # the adapter's own name
+    artifact_url: str  # the validated adapter, packed as SageMaker takes it (.tar.gz)
+
+
+class ComponentPlan(BaseModel):
+    """adapter_mode shared: the base inference component and the adapter components on the endpoint."""
+
+    base: str
+    variant: str = "AllTraffic"
+    model_name: str
+    accelerators: int
+    memory_mb: int
+    adapters: list[AdapterComponent]
+    tags: list[dict[str, str]]
+
+
 class EndpointRef(BaseModel):
     endpoint_name: str
     endpoint_config_name: str
@@ -384,6 +424,7 @@ class EndpointRef(BaseModel):
     created_at: str | None = None
     # The deadline spread over at most MAX_POLLS polls: the poll loop's Wait is never shorter.
     min_poll_seconds: int = 5
+    components: ComponentPlan | None = None  # adapter_mode shared
 
 
 class CreateOutcome(BaseModel):
@@ -438,6 +479,9 @@ class EvalVerdict(BaseModel):
     report_markdown_uri: str | None = None
     ttft_p50_s: float | None = None
     tokens_per_s_p50: float | None = None
+    component: str | None = None  # the inference component evaluated (adapter_mode shared)
+    fixes: list[str] = Field(default_factory=list)
+    components: list[EvalVerdict] = Field(default_factory=list)  # shared: one verdict per adapter component
 
 
 class FailureRecord(BaseModel):

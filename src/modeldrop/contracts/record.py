@@ -36,6 +36,7 @@ StepName = Literal[
     "expired",
     "reaped",
     "stranded",
+    "adapters_removed",
 ]
 
 # Nothing moves a record out of these: a Lambda still running after its execution ended cannot

@@ -51,3 +51,4 @@ class AdapterInfo(BaseModel):
     features: int
     report_uri: str | None = None
     version: str | None = None
+    artifact_url: str | None = None  # adapter_mode shared: the validated files packed as one .tar.gz

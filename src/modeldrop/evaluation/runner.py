@@ -56,6 +56,15 @@ class EvalTarget:
     model: str | None = None  # a LoRA adapter's name: every request names it (None: the base model)
     # Where the name goes: OpenAI's `model` (vLLM, SGLang), or LMI's own `adapters` list.
     adapter_field: str = "model"
+    component: str | None = None  # an inference component's name: SageMaker routes the request to it
+
+    @property
+    def routing(self) -> dict[str, str]:
+        """The invocation's target: the endpoint, and the inference component when there is one."""
+        routed = {"EndpointName": self.endpoint_name}
+        if self.component:
+            routed["InferenceComponentName"] = self.component
+        return routed
 
     @property
     def streams(self) -> bool:
@@ -86,7 +95,7 @@ def _invoke_plain(
     runtime: SageMakerRuntimeClient, target: EvalTarget, body: dict[str, Any]
 ) -> tuple[Completion, float | None]:
     response = runtime.invoke_endpoint(
-        EndpointName=target.endpoint_name,
+        **target.routing,
         ContentType="application/json",
         Accept="application/json",
         Body=json.dumps(body).encode(),
@@ -98,7 +107,7 @@ def _invoke_stream(
     runtime: SageMakerRuntimeClient, target: EvalTarget, body: dict[str, Any], started: float
 ) -> tuple[Completion, float | None]:
     response = runtime.invoke_endpoint_with_response_stream(
-        EndpointName=target.endpoint_name,
+        **target.routing,
         ContentType="application/json",
         Accept="text/event-stream",
         Body=json.dumps(body).encode(),

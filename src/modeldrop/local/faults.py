@@ -37,6 +37,10 @@ FAULTS: dict[str, str] = {
         "the checkpoint is deployed as a prefix holding a 72 MiB file; the CopyShard Lambda copying it dies after "
         "3 part copies (its own abort never runs): the failure path aborts the incomplete upload"
     ),
+    "adapter-load": (
+        "adapter_mode shared with 2 generated adapters: the base's engine refuses to load the second adapter "
+        "component (Failed); its components, then the base and the endpoint, are deleted in that order"
+    ),
     "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
     "failure queue",
 }

@@ -39,6 +39,7 @@ from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local import engines
+from modeldrop.local.component_hosting import ComponentHost
 from modeldrop.local.faults import FAULTS
 from modeldrop.local.iam_enforcement import acting_as
 from modeldrop.serving.host import amis, default_driver, driver_runs, image_cuda
@@ -60,7 +61,16 @@ CANNOT_START = (
 CAPACITY_GIVE_UP_SECONDS = 2700
 TEARDOWN_THROTTLES = 10
 # The faults that decide what one endpoint does; the others shape the emulated SageMaker API.
-ENDPOINT_FAULTS = ("capacity", "oom", "slow-start", "truncate", "throttle", "stream-break", "teardown-throttle")
+ENDPOINT_FAULTS = (
+    "capacity",
+    "oom",
+    "slow-start",
+    "truncate",
+    "throttle",
+    "stream-break",
+    "teardown-throttle",
+    "adapter-load",
+)
 # Faults that are not the endpoint's: injected into a function's first invocation by run-local.
 FUNCTION_FAULTS = {"finalize-error": ("FinalizeFunction", "ProvisionedThroughputExceededException")}
 THROTTLED_CALLS = 2
@@ -94,6 +104,7 @@ class HostedEndpoint:
     failure_reason: str | None = None
     unflushed: list[tuple[int, str]] = field(default_factory=list)
     throttle_left: int = 0
+    for_components: bool = False  # an endpoint for inference components: it runs them, not a model
     pump: threading.Thread | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     log_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -109,6 +120,17 @@ class HostedEndpoint:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class HostedComponent(HostedEndpoint):
+    """A base inference component's engine process, on its endpoint's instance."""
+
+    endpoint_name: str = ""
+
+    @property
+    def log_group(self) -> str:
+        return f"/aws/sagemaker/InferenceComponents/{self.name}"
 
 
 class LocalHosting:
@@ -143,6 +165,7 @@ class LocalHosting:
         self._capacity_type: str | None = None  # the capacity fault's type: the first one created
         self.release_at: dict[str, datetime] = {}  # endpoints another team deletes at a virtual time
         self._ticking = False
+        self.components = ComponentHost(self)
 
     def plan(self, fault: str) -> None:
         """The next created endpoint gets this fault instead of the hosting's default."""
@@ -194,8 +217,9 @@ class LocalHosting:
     def on_create(self, name: str, backend: Any) -> None:
         config = backend.endpoint_configs[backend.endpoints[name].endpoint_config_name]
         variant = config.production_variants[0]
-        model = backend._models[variant["ModelName"]]
-        container = model.primary_container or {}
+        # An endpoint for inference components runs nothing until a base component is created on it.
+        model = backend._models[variant["ModelName"]] if variant.get("ModelName") else None
+        container = (model.primary_container if model else None) or {}
         fault = self.planned.popleft() if self.planned else self.fault
         instance_type = variant.get("InstanceType", "ml.g6.2xlarge")
         if fault == "capacity":
@@ -221,6 +245,12 @@ class LocalHosting:
         self.endpoints[name] = hosted
         if fault == "capacity":
             # No instance, so no container and no log stream: as SageMaker leaves it.
+            return
+        if model is None:
+            hosted.for_components = True
+            self._create_log_stream(hosted)
+            self._log(hosted, "modeldrop local hosting: instance ready for inference components")
+            hosted.status = "InService"
             return
         driver = self._host_driver(variant, instance_type)
         needed = image_cuda(str(container.get("Image", "")))
@@ -258,12 +288,14 @@ class LocalHosting:
         """Stop every endpoint process and refuse to start any more (idempotent)."""
         with self._start_lock:
             self.closed = True
+        self.components.stop_all()
         for name in list(self.endpoints):
             self.on_delete(name)
         shutil.rmtree(self.scratch, onexc=_make_writable_and_retry)
 
     def running(self) -> list[str]:
-        return [n for n, h in self.endpoints.items() if h.process is not None and h.process.poll() is None]
+        hosted = [*self.endpoints.items(), *self.components.bases.items()]
+        return [n for n, h in hosted if h.process is not None and h.process.poll() is None]
 
     # ---- the lifecycle ------------------------------------------------------------------------
     @staticmethod
@@ -357,7 +389,7 @@ class LocalHosting:
                 "PYTHONUNBUFFERED": "1",
             }
         )
-        if hosted.fault in ("oom", "truncate", "stream-break"):
+        if hosted.fault in ("oom", "truncate", "stream-break", "adapter-load"):
             env["MODELDROP_REFERENCE_FAULT"] = hosted.fault
         if hosted.fault == "teardown-throttle":
             env["MODELDROP_REFERENCE_FAULT"] = "oom"

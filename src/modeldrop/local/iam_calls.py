@@ -172,6 +172,24 @@ def _sm_create_model(call: Call, lookups: Lookups) -> list[AuthRequest]:
     return requests
 
 
+def _sm_create_config(call: Call, lookups: Lookups) -> list[AuthRequest]:
+    """An endpoint config for inference components carries the role SageMaker assumes: PassRole."""
+    requests = _sm_create("endpoint-config", "EndpointConfigName")(call, lookups)
+    role = call.params.get("ExecutionRoleArn")
+    if role:
+        requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
+    return requests
+
+
+def _sm_create_component(call: Call, lookups: Lookups) -> list[AuthRequest]:
+    """CreateInferenceComponent covers the component, its endpoint and (a base component) its model."""
+    spec = call.params.get("Specification") or {}
+    also = [("endpoint", str(call.params["EndpointName"]))]
+    if spec.get("ModelName"):
+        also.append(("model", str(spec["ModelName"])))
+    return _sm_create("inference-component", "InferenceComponentName", lambda _c: also)(call, lookups)
+
+
 def _sm_on(action: str, kind: str, name_param: str, tagged: bool = False) -> Rule:
     def rule(call: Call, lookups: Lookups) -> list[AuthRequest]:
         arn = _sm_arn(call, kind, call.params[name_param])
@@ -293,7 +311,18 @@ RULES: dict[tuple[str, str], Rule] = {
     ("dynamodb", "Scan"): _table("Scan"),
     ("dynamodb", "Query"): _table("Query"),
     ("sagemaker", "CreateModel"): _sm_create_model,
-    ("sagemaker", "CreateEndpointConfig"): _sm_create("endpoint-config", "EndpointConfigName"),
+    ("sagemaker", "CreateEndpointConfig"): _sm_create_config,
+    ("sagemaker", "CreateInferenceComponent"): _sm_create_component,
+    ("sagemaker", "DescribeInferenceComponent"): _sm_on(
+        "DescribeInferenceComponent", "inference-component", "InferenceComponentName"
+    ),
+    ("sagemaker", "DeleteInferenceComponent"): _sm_on(
+        "DeleteInferenceComponent", "inference-component", "InferenceComponentName", tagged=True
+    ),
+    ("sagemaker", "UpdateInferenceComponent"): _sm_on(
+        "UpdateInferenceComponent", "inference-component", "InferenceComponentName", tagged=True
+    ),
+    ("sagemaker", "ListInferenceComponents"): _any_resource("sagemaker:ListInferenceComponents"),
     (
         "sagemaker",
         "CreateEndpoint",

@@ -27,6 +27,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.local.iam_calls import Call, requests_for
 from modeldrop.local.iam_policy import AuthRequest, allowed, statements_of
+from modeldrop.local.sagemaker_components import components_of
 
 ACCOUNT = "123456789012"
 
@@ -202,6 +203,7 @@ class _MotoLookups:
             "endpoint": backend.endpoints,
             "endpoint-config": backend.endpoint_configs,
             "model": backend._models,
+            "inference-component": components_of(backend),
         }
         # SageMaker names are case-insensitive, and its ARNs are written in lower case.
         for key, resource in table.get(kind, {}).items():

@@ -18,6 +18,7 @@ One place, used by the tests and by `modeldrop run-local`:
   for a stopped execution at stop time, while its running Lambda task goes on, as AWS does.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
 - S3: see local.s3_shims (copy checksums, copy preconditions, bucket policies).
+- SageMaker inference components (which moto lacks): see local.sagemaker_components.
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -35,7 +36,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
-from modeldrop.local import file_backed_s3, s3_shims
+from modeldrop.local import file_backed_s3, s3_shims, sagemaker_components
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -139,6 +140,8 @@ def install() -> None:
         _patch_stepfunctions()
         _patch_execution_events()
         s3_shims.install()
+        sagemaker_components.install()
+        clock.use_virtual_sleep()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
         warnings.filterwarnings("ignore", message=".*does not match an error shape", category=UserWarning)

@@ -72,6 +72,8 @@ _WORDS = tuple(
     ]
 )
 MAX_LEN_KEYS = ("SM_VLLM_MAX_MODEL_LEN", "SM_SGLANG_CONTEXT_LENGTH", "OPTION_MAX_MODEL_LEN")
+# How SageMaker tells the container which adapter inference component an invocation named.
+ADAPTER_HEADER = "X-Amzn-SageMaker-Adapter-Identifier"
 _NAME_KEYS = ("SM_VLLM_SERVED_MODEL_NAME", "SM_SGLANG_SERVED_MODEL_NAME", "OPTION_SERVED_MODEL_NAME")
 TRUNCATE_AT = 8
 
@@ -178,6 +180,29 @@ class Engine:
                 self.adapters[name] = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
             log(f"Loaded LoRA adapter {name} from {path} (rank {rank})")
 
+    def register_adapter(self, name: str, src: str) -> tuple[int, str]:
+        """SageMaker's LoRA API: load the adapter at SRC (an adapter component's extracted artifact)
+        under NAME; (status, message) as the container answers."""
+        local = Path(src)
+        weights = local / "adapter_model.safetensors"
+        if not weights.is_file() or not (local / "adapter_config.json").is_file():
+            return 400, f"Loading lora {name} failed: No adapter found for {src}"
+        rank = json.loads((local / "adapter_config.json").read_text()).get("r")
+        if self.fault == "adapter-load" and self.adapters:
+            message = f"Loading lora {name} failed: LoRA rank {rank} is greater than max_lora_rank"
+            log(f"ValueError: {message}")
+            return 400, message
+        with weights.open("rb") as fh:
+            self.adapters[name] = hashlib.sha256(fh.read(1 << 20)).hexdigest()[:16]
+        log(f"Loaded LoRA adapter {name} from {src} (rank {rank})")
+        return 200, f"Adapter {name} registered"
+
+    def unregister_adapter(self, name: str) -> tuple[int, str]:
+        if self.adapters.pop(name, None) is None:
+            return 404, f"Adapter {name} not found"
+        log(f"Unloaded LoRA adapter {name}")
+        return 200, f"Adapter {name} unregistered"
+
     def adapter_key(self, model: Any) -> str | None:
         """'' for the base, the adapter's key for an adapter's name, None for a name not served."""
         if model in (None, "", self.name):
@@ -244,9 +269,20 @@ class Handler(StreamingJSONHandler):
             return
         self._json(404, {"message": f"no route {self.path}"})
 
+    def do_DELETE(self) -> None:
+        name = self.path.removeprefix("/adapters/")
+        if name == self.path or not name:
+            self._json(404, {"message": f"no route {self.path}"})
+            return
+        status, message = self.engine.unregister_adapter(name)
+        self._json(status, {"message": message})
+
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         raw = self.rfile.read(length)
+        if self.path == "/adapters":
+            self._register(raw)
+            return
         if self.path not in ("/invocations", "/v1/chat/completions"):
             self._json(404, {"message": f"no route {self.path}"})
             return
@@ -259,12 +295,28 @@ class Handler(StreamingJSONHandler):
         except (json.JSONDecodeError, AssertionError):
             self._json(400, {"object": "error", "message": "request body is not a JSON object", "code": 400})
             return
+        adapter = self.headers.get(ADAPTER_HEADER)
+        if adapter:  # an adapter component's invocation: the platform names the adapter
+            body = {**body, "adapters": [adapter]}
         if "inputs" in body:
             self._lmi(body)
         elif isinstance(body.get("messages"), list):
             self._chat(body)
         else:
             self._json(400, {"object": "error", "message": "expected 'messages' or 'inputs'", "code": 400})
+
+    def _register(self, raw: bytes) -> None:
+        try:
+            body = json.loads(raw)
+            name, src = str(body["name"]), str(body["src"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            self._json(400, {"message": 'expected {"name": ..., "src": ...}'})
+            return
+        if not self.engine.ready.is_set():
+            self._json(503, {"message": "model is loading"})
+            return
+        status, message = self.engine.register_adapter(name, src)
+        self._json(status, {"message": message})
 
     def _lmi(self, body: dict[str, Any]) -> None:
         params = body.get("parameters") or {}

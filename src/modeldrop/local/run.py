@@ -19,6 +19,7 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts, run_inputs
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
+from modeldrop.local.run_shared import shared_check
 
 if TYPE_CHECKING:
     from boto3.s3.transfer import TransferConfig
@@ -36,6 +37,8 @@ class RunResult(BaseModel):
     eval: dict[str, Any] | None = None
     eval_report: dict[str, Any] | None = None
     leftover_resources: list[str] = Field(default_factory=list)
+    # adapter_mode shared: the endpoint's components, and one adapter torn down while the others serve.
+    components: dict[str, Any] | None = None
     # What run-local itself deleted after a success (the emulated account ends with the run).
     deleted_at_exit: list[str] = Field(default_factory=list)
     # Local copies of the reports, which lived in the emulated bucket: kind -> file path.
@@ -62,6 +65,7 @@ def run_local(
     key: str | None = None,
     prefix: bool = False,
     adapter: bool = False,
+    adapters: int = 1,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
@@ -69,7 +73,8 @@ def run_local(
     deployment; with them (instance types, quota wait, ...) it is uploaded under direct/ and started
     with that request, as a pipeline calling StartExecution would. With PREFIX the checkpoint
     directory is uploaded as an S3 prefix, its modeldrop.json marker last. With ADAPTER a generated
-    LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base)."""
+    LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base); ADAPTERS of them
+    in shared mode (adapter inference components on one endpoint)."""
     from moto import mock_aws
 
     from modeldrop.contracts import clock
@@ -104,13 +109,17 @@ def run_local(
                 _deny_start_execution(stack)
             if "huge-archive" in faults:
                 run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES)
+            if "adapter-load" in faults:  # needs a second adapter component to refuse
+                adapter, adapters = True, max(adapters, 2)
+                request = {**(request or {}), "adapter_mode": "shared"}
             if "kill-mid-copy" in faults:
                 prefix = True
                 run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS)
             _hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
                 if adapter:
-                    request = {**(request or {}), **run_inputs.adapter_request(stack, artifact, Path(tmp))}
+                    generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters)
+                    request = {**(request or {}), **generated}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
                 if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
@@ -205,6 +214,7 @@ def _deploy(
     deployment_id = deployment_id_of(desc)
     # The emulator ends with this run: a live endpoint is deleted as `modeldrop teardown` does, so
     # that the leftover check below is a real one for a success too.
+    shared = shared_check(stack, deployment_id) if desc["status"] == "SUCCEEDED" else None
     cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" else []
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
@@ -224,6 +234,7 @@ def _deploy(
         leftover_resources=stack.leftover_resources(),
         deleted_at_exit=cleanup,
         local_reports=kept,
+        components=shared,
     )
 
 

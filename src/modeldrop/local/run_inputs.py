@@ -34,19 +34,26 @@ def artifact_file(artifact: Path | None, workdir: Path) -> Path:
     return packed
 
 
-def adapter_request(stack: Any, artifact: Path | None, workdir: Path) -> dict[str, Any]:
-    """A generated PEFT adapter for the base, uploaded where no rule watches: the run starts with it as
-    artifact_uri and the checkpoint (uploaded by _deploy under direct/) as its base."""
+def adapter_request(stack: Any, artifact: Path | None, workdir: Path, count: int = 1) -> dict[str, Any]:
+    """COUNT generated PEFT adapters for the base (each its own weights), uploaded where no rule
+    watches: the run starts with the first as artifact_uri, the others as `adapters` (shared mode),
+    and the checkpoint (uploaded by _deploy under direct/) as their base."""
     from modeldrop.local.sample_adapter import write_adapter
     from modeldrop.local.sample_checkpoint import write_tar_gz
 
     base_config = None
     if artifact is not None and artifact.is_dir() and (artifact / "config.json").is_file():
         base_config = json.loads((artifact / "config.json").read_text())
-    packed = write_tar_gz(write_adapter(workdir / "lora-sample", base_config=base_config), workdir / "adapter.tar.gz")
-    key = f"direct/local/{datetime.now().strftime('%Y%m%d-%H%M%S')}/lora-sample/adapter.tar.gz"
-    stack.client("s3").upload_file(str(packed), stack.bucket, key)
-    return {"adapter_uri": f"s3://{stack.bucket}/{key}"}
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    uris = []
+    for i in range(1, count + 1):
+        name = "lora-sample" if count == 1 else f"lora-sample-{i}"
+        folder = write_adapter(workdir / name, base_config=base_config, r=8 * i, seed=i)
+        packed = write_tar_gz(folder, workdir / f"{name}.tar.gz")
+        key = f"direct/local/{stamp}/{name}/adapter.tar.gz"
+        stack.client("s3").upload_file(str(packed), stack.bucket, key)
+        uris.append(f"s3://{stack.bucket}/{key}")
+    return {"adapter_uri": uris[0], **({"adapters": uris[1:]} if count > 1 else {})}
 
 
 def upload_prefix(

@@ -19,7 +19,13 @@ from typing import Any
 from modeldrop.local import eventstream
 from modeldrop.local.hosting import HostedEndpoint, LocalHosting
 from modeldrop.local.http_base import StreamingJSONHandler
+from modeldrop.local.reference_engine import ADAPTER_HEADER
 
+COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
+COMPONENT_REQUIRED = (
+    "Inference Component Name header is required for endpoints to which you plan to deploy inference components. "
+    "Please include Inference Component Name header or consider using SageMaker models."
+)
 _ROUTE = re.compile(r"^/endpoints/([^/]+)/(invocations|invocations-response-stream)$")
 TIMEOUT_MESSAGE = (
     "Your invocation timed out while waiting for a response from container primary. Review the latency metrics "
@@ -90,17 +96,25 @@ class _Handler(StreamingJSONHandler):
         if throttled:
             self._error(400, "ThrottlingException", "Rate exceeded")
             return
+        headers = {
+            "Content-Type": self.headers.get("Content-Type", "application/json"),
+            "Accept": self.headers.get("Accept", "*/*"),
+        }
+        component = self.headers.get(COMPONENT_HEADER)
+        if component:
+            route = hosting.components.route(name, component)
+            if route is None:
+                self._error(400, "ValidationError", f"Inference Component {component} not found for endpoint {name}.")
+                return
+            hosted = route.hosted
+            if route.adapter:  # as SageMaker tells the container which adapter component was invoked
+                headers[ADAPTER_HEADER] = route.adapter
+        elif hosted.for_components:
+            self._error(400, "ValidationError", COMPONENT_REQUIRED)
+            return
         connection = http.client.HTTPConnection("127.0.0.1", hosted.port, timeout=self.owner.invocation_timeout)
         try:
-            connection.request(
-                "POST",
-                "/invocations",
-                body=body,
-                headers={
-                    "Content-Type": self.headers.get("Content-Type", "application/json"),
-                    "Accept": self.headers.get("Accept", "*/*"),
-                },
-            )
+            connection.request("POST", "/invocations", body=body, headers=headers)
             response = connection.getresponse()
             if response.status >= 300:
                 self._model_error(hosted, response.status, response.read().decode(errors="replace"))

@@ -367,6 +367,9 @@ class EmulatedStack:
         names = [f"endpoint/{e['EndpointName']}" for e in sm.list_endpoints()["Endpoints"]]
         names += [f"endpoint-config/{c['EndpointConfigName']}" for c in sm.list_endpoint_configs()["EndpointConfigs"]]
         names += [f"model/{m['ModelName']}" for m in sm.list_models()["Models"]]
+        for _ in range(2):  # a Deleting component is gone once seen again, as a user would look again
+            listed = sm.list_inference_components()["InferenceComponents"]
+        names += [f"inference-component/{c['InferenceComponentName']}" for c in listed]
         left = [n for n in names if n.split("/", 1)[1].startswith(ours)]
         left += [f"process/{name}" for name in self.hosting.running()]
         # The served copies of artifacts are the deployment's too (any version, delete markers included).

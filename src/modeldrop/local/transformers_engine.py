@@ -9,6 +9,7 @@ when set, so the tool's own venv needs neither.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections.abc import Iterator
@@ -62,6 +63,28 @@ class TransformersEngine(Engine):
                 self.model.load_adapter(path, adapter_name=name)
         self.adapters = {name: name for name in self.adapters}  # the key is the PEFT adapter's name
 
+    def register_adapter(self, name: str, src: str) -> tuple[int, str]:
+        """An adapter component's adapter, applied with PEFT to the running model."""
+        status, message = super().register_adapter(name, src)
+        if status != 200:
+            return status, message
+        from peft import PeftModel
+
+        with self._lock:
+            if isinstance(self.model, PeftModel):
+                self.model.load_adapter(src, adapter_name=name)
+            else:
+                self.model = PeftModel.from_pretrained(self.model, src, adapter_name=name).eval()
+        self.adapters[name] = name
+        return status, message
+
+    def unregister_adapter(self, name: str) -> tuple[int, str]:
+        status, message = super().unregister_adapter(name)
+        if status == 200:
+            with self._lock, contextlib.suppress(ValueError):  # PEFT keeps its last adapter loaded
+                self.model.delete_adapter(name)
+        return status, message
+
     def chat_prompt(self, messages: list[dict[str, Any]]) -> tuple[Any, int]:
         encoded = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
         ids = list(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
@@ -80,7 +103,6 @@ class TransformersEngine(Engine):
         inputs = self.torch.tensor([prompt_input])
 
         def run() -> None:
-            import contextlib
 
             try:
                 with self.torch.no_grad(), self._lock:

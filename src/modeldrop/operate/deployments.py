@@ -163,9 +163,20 @@ def row_for(record: DeploymentRecord, now: datetime | None = None) -> Deployment
         expires_in_hours=round(_hours_between(now, clock.parse_iso(expires)), 2) if expires and live else None,
         cost_usd=record.cost_so_far(),
         cost_is_final=bool(record.ended_at),
-        adapter=(record.request or {}).get("adapter_name"),
+        adapter=_adapter_label(record),
         base=str(record.artifact_uri) if (record.request or {}).get("adapter_name") else None,
     )
+
+
+def _adapter_label(record: DeploymentRecord) -> str | None:
+    """The adapter's name; shared, the adapters still served as components (and how many there were)."""
+    from modeldrop.pipeline.component_steps import adapter_shares
+
+    shares = adapter_shares(record)
+    if not shares:
+        return (record.request or {}).get("adapter_name")
+    serving = [str(s["adapter"]) for s in shares if s["serving"]]
+    return f"{', '.join(serving) or 'none'} ({len(serving)} of {len(shares)} adapter components)"
 
 
 def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, Any]:
@@ -178,6 +189,10 @@ def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, An
         failure=record.step("failure"),
         links=console_links(info, record),
     )
+    from modeldrop.pipeline.component_steps import adapter_shares
+
+    if shares := adapter_shares(record):
+        status["adapter_components"] = shares
     return status
 
 
@@ -324,6 +339,27 @@ def live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str) ->
         ):
             names.append(name)
     return sorted(names)
+
+
+def teardown_adapter_now(sm: SageMakerClient, registry: Registry, id_or_endpoint: str, adapter: str) -> dict[str, Any]:
+    """adapter_mode shared: delete one adapter's inference component now; the base endpoint and the
+    other adapters serve on (the whole deployment still goes at its TTL, or with `teardown`)."""
+    from modeldrop.pipeline.component_steps import adapter_components, teardown_adapter
+
+    item = find_deployment(registry, id_or_endpoint, sm, acting=True)
+    if item.ended_at is not None:
+        raise OperateError(f"deployment {item.deployment_id} already ended ({item.status}): nothing is left to delete")
+    if not adapter_components(item):
+        raise OperateError(
+            f"deployment {item.deployment_id} serves no adapter inference components (not adapter_mode shared)",
+            f"tear the whole deployment down: modeldrop teardown {item.deployment_id}",
+        )
+    deleted = teardown_adapter(sm, registry, item, adapter)
+    removed = {
+        str(e.get("component")) for e in (registry.get(item.deployment_id) or item).step("adapters_removed") or []
+    }
+    serving = [str(a["adapter"]) for a in adapter_components(item) if str(a["component"]) not in removed]
+    return {"deployment_id": item.deployment_id, "deleted": deleted, "serving": serving}
 
 
 def teardown_all(

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.adapter_archive import pack_prefix
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.aws.served_copy import copy_items, copy_pinned, served_key
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
@@ -28,9 +29,13 @@ if TYPE_CHECKING:
 
 from modeldrop.checkpoint.adapter_validation import ADAPTERS_DIR
 
+# Shared mode keeps its adapters out of LMI's adapters/ folder (which the base would load at start):
+# each reaches the engine through its own adapter inference component instead.
+SHARED_DIR = "lora"
 
-def adapter_location(served: Artifact, name: str) -> Artifact:
-    return Artifact(served.bucket, f"{served.key}{ADAPTERS_DIR}/{name}/")
+
+def adapter_location(served: Artifact, name: str, folder: str = ADAPTERS_DIR) -> Artifact:
+    return Artifact(served.bucket, f"{served.key}{folder}/{name}/")
 
 
 def serve_adapter(
@@ -40,10 +45,11 @@ def serve_adapter(
     served: Artifact,
     name: str,
     base: tuple[ArtifactScan | None, ValidationReport],
+    folder: str = ADAPTERS_DIR,
 ) -> ValidationReport:
-    """Write the pinned adapter under the served base's `adapters/NAME/` and judge it against the
+    """Write the pinned adapter under the served base's `FOLDER/NAME/` and judge it against the
     base, as its validating pass scanned and judged it (the base is not read again)."""
-    target = adapter_location(served, name)
+    target = adapter_location(served, name, folder)
     try:
         if adapter.is_prefix:
             objects = prefix_objects(s3, adapter.bucket, adapter.key)
@@ -76,26 +82,44 @@ def serve_adapter(
 
 def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
     """An adapter deployment serves (and plans, copies, names) its base; the adapter rides along,
-    validated against it. A request without a base has no adapter."""
+    validated against it. A request without a base has no adapter. In shared mode every adapter
+    (artifact_uri, then `adapters`) becomes an adapter inference component on the base's endpoint."""
     if request.base is None:
-        if request.adapter_mode is not None:
+        if request.adapter_mode is not None or request.adapters:
             raise RequestInvalid(
-                "adapter_mode is set but no base is named", "name the base checkpoint: base=s3://bucket/prefix/"
+                "adapter_mode or adapters is set but no base is named",
+                "name the base checkpoint: base=s3://bucket/prefix/",
             )
         return {}
-    if request.adapter_mode == "shared":
+    shared = request.adapter_mode == "shared"
+    if request.adapters and not shared:
         raise RequestInvalid(
-            "adapter_mode shared (adapter inference components on one base endpoint) is not available in this "
-            "version of modeldrop",
-            "deploy with adapter_mode dedicated (the default): one endpoint holding the base and the adapter",
+            "several adapters are served on one base only in adapter_mode shared",
+            "set adapter_mode shared, or deploy each adapter on its own",
         )
-    if request.base == request.artifact_uri:
+    if shared and request.engine not in (None, "lmi"):
+        raise RequestInvalid(
+            f"adapter_mode shared serves adapters as adapter inference components, which the {request.engine} "
+            "container does not take",
+            "deploy with engine lmi (the LMI container implements SageMaker's adapter API), or adapter_mode dedicated",
+        )
+    uris = [request.artifact_uri, *(request.adapters or [])]
+    if request.base in uris:
         raise RequestInvalid("base and artifact_uri are the same artifact", "artifact_uri is the adapter")
+    names = [adapter_name(uri.key) for uri in uris]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash or len(set(map(str, uris))) != len(uris):
+        raise RequestInvalid(
+            f"two adapters would share the name {clash[0] if clash else names[0]!r} (an adapter is named by its "
+            "folder, or its archive)",
+            "give each adapter its own folder name",
+        )
     return {
         "artifact_uri": request.base,
         "adapter_uri": request.artifact_uri,
-        "adapter_name": adapter_name(request.artifact_uri.key),
-        "adapter_mode": "dedicated",
+        "adapter_name": names[0],
+        "adapter_mode": "shared" if shared else "dedicated",
+        "more_adapters": [{"uri": uri, "name": name} for uri, name in zip(uris[1:], names[1:], strict=True)],
     }
 
 
@@ -122,15 +146,24 @@ def judge_adapter(
     served: Artifact,
     base: tuple[ArtifactScan | None, ValidationReport],
     adapter: AdapterSource,
+    shared: bool = False,
 ) -> AdapterInfo:
-    """The adapter beside the base's served copy, judged against the base's scan and report."""
-    report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base)
+    """The adapter beside the base's served copy, judged against the base's scan and report. Shared,
+    it is also packed as the .tar.gz its adapter inference component is given."""
+    folder = SHARED_DIR if shared else ADAPTERS_DIR
+    report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base, folder)
     bucket, prefix = report_prefix(artifact, deployment_id)
-    uri = put_json(s3, bucket, prefix + "adapter-validation.json", report)
+    report_name = f"adapter-validation-{adapter.name}.json" if shared else "adapter-validation.json"
+    uri = put_json(s3, bucket, prefix + report_name, report)
     if not report.deployable:
         errors = [f for f in report.findings if f.severity == "error"]
         more = f" (+{len(errors) - 1} more findings)" if len(errors) > 1 else ""
         raise CheckpointRefused(
-            f"{errors[0].code}: {errors[0].message}{more}; the adapter's report: {uri}", errors[0].hint
+            f"{errors[0].code}: {errors[0].message}{more}; the adapter {adapter.name!r}'s report: {uri}",
+            errors[0].hint,
         )
-    return adapter_info(report, adapter.name, adapter.version, uri)
+    info = adapter_info(report, adapter.name, adapter.version, uri)
+    if shared:
+        location = adapter_location(served, adapter.name, folder)
+        info.artifact_url = pack_prefix(s3, location, f"{served.key}{folder}/{adapter.name}.tar.gz")
+    return info

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 from modeldrop.aws import endpoint_logs
 from modeldrop.aws.endpoint_quota import check_endpoint_quota
+from modeldrop.aws.inference_components import attach
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
+    DEPLOYMENT_TAG,
     create_all,
     describe_endpoint,
     model_data_source,
@@ -24,7 +26,6 @@ from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     DeployDeadlineExceeded,
     EndpointFailed,
-    EvalFailed,
     InsufficientCapacity,
     QuotaExceeded,
     StepContractViolated,
@@ -34,25 +35,19 @@ from modeldrop.contracts.models import (
     EndpointPoll,
     EndpointRef,
     EnginePlan,
-    EvalVerdict,
     ImageChoice,
     NormalizedRequest,
 )
-from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
-from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, adapter_ignored, run_eval
-from modeldrop.evaluation.smoke_eval import error_count, load_eval_set
 from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
+from modeldrop.pipeline.component_steps import component_plan
 from modeldrop.pipeline.ownership import released_if_ended
-from modeldrop.pipeline.reports import put_json, report_prefix
 from modeldrop.pipeline.teardown import Held, delete_now
 from modeldrop.serving.memory_plan import hourly_price
-from modeldrop.serving.plan import max_tokens_ceiling
 
 if TYPE_CHECKING:
     from mypy_boto3_logs import CloudWatchLogsClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
-    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
     from mypy_boto3_secretsmanager import SecretsManagerClient
     from mypy_boto3_service_quotas import ServiceQuotasClient
     from mypy_boto3_ssm import SSMClient
@@ -133,6 +128,7 @@ def _create(
         raise StepContractViolated(f"internal error: no served prefix to create {name} from (got {served_uri})")
     model_data = served_uri  # the immutable, uncompressed copy of the validated version
     sm = clients.sagemaker
+    tags = tags_for(stack_tag, req.deployment_id, expires_at)
     # A retried step whose endpoint already exists must not count that endpoint against the quota.
     retried = describe_endpoint(sm, name) is not None
     try:
@@ -151,10 +147,11 @@ def _create(
             instance_count=req.instance_count,
             startup_timeout=plan.startup_timeout_seconds,
             download_timeout=plan.download_timeout_seconds,
-            tags=tags_for(stack_tag, req.deployment_id, expires_at),
+            tags=tags,
             config_name=part,
             model_name=part,
             inference_ami_version=plan.inference_ami_version,
+            for_components=req.adapter_mode == "shared",
         )
     except QuotaExceeded as exc:
         return quota_busy(registry, req, plan, exc, quota_waits, quota_wait_until, now)
@@ -168,6 +165,9 @@ def _create(
         attempt=plan.attempt,
         created_at=clock.iso(now),
         min_poll_seconds=max(5, math.ceil(deadline["seconds"] / MAX_POLLS)),
+        components=component_plan(
+            req, plan, name, part, served_uri, tags_for(stack_tag, req.deployment_id, expires_at)
+        ),
     )
     price = hourly_price(plan.instance_type, image.region)
     registry.record(
@@ -248,6 +248,10 @@ def poll(
                 f"container log stream in {endpoint_logs.log_group_for(ref.endpoint_name)} since): a capacity wait "
                 "that will not end"
             )
+    if status == "InService" and ref.components is not None:
+        # Shared: InService once the base component and every adapter component on it are.
+        owner = next(t["Value"] for t in ref.components.tags if t["Key"] == DEPLOYMENT_TAG)
+        status = attach(sm, ref.endpoint_name, ref.components, owner).status
     if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
         raise DeployDeadlineExceeded(
             f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
@@ -272,77 +276,3 @@ def hint_for_failure(reason: str) -> str:
     if "resourcelimitexceeded" in lowered or "quota" in lowered:
         return "raise the 'ml.<type> for endpoint usage' Service Quota"
     return EndpointFailed.default_hint
-
-
-def smoke_eval(
-    runtime: SageMakerRuntimeClient,
-    s3: S3Client,
-    registry: Registry,
-    req: NormalizedRequest,
-    ref: EndpointRef,
-    plan: EnginePlan,
-    metrics: MetricSink | None = None,
-    retry: RetryPolicy | None = None,
-) -> EvalVerdict:
-    cases = load_eval_set(req.eval_set_uri, s3)
-    # An adapter deployment is evaluated through the adapter (every request names it).
-    target = EvalTarget(
-        ref.endpoint_name,
-        plan.max_model_len,
-        schema="chat",
-        stream=True,
-        model=req.adapter_name,
-        adapter_field="adapters" if req.engine == "lmi" else "model",
-    )
-    ceiling = plan.eval_max_tokens_ceiling or max_tokens_ceiling(req.engine)
-    report = run_eval(runtime, target, cases, req.eval_thresholds, ceiling, retry)
-    if req.adapter_name and report.passed:
-        # The same cases through the base: an adapter the engine silently ignores answers as the base does.
-        plain = EvalTarget(ref.endpoint_name, plan.max_model_len, schema="chat", stream=False)
-        if adapter_ignored(report, run_eval(runtime, plain, cases, req.eval_thresholds, ceiling, retry)):
-            report = report.model_copy(
-                update={
-                    "passed": False,
-                    "summary": f"{report.summary}; the adapter {req.adapter_name!r} answered exactly as the base "
-                    "on every case: it is not applied",
-                    "fixes": [*report.fixes, "check the engine's LoRA settings and the adapter's target modules"],
-                }
-            )
-    bucket, prefix = report_prefix(req.artifact_uri, req.deployment_id)
-    report_uri = put_json(s3, bucket, prefix + "eval.json", report)
-    markdown_key = prefix + "eval.md"
-    s3.put_object(
-        Bucket=bucket,
-        Key=markdown_key,
-        Body=to_markdown(report, f"Smoke eval of {req.deployment_id}").encode(),
-        ContentType="text/markdown",
-    )
-    if metrics is not None:
-        emit_metrics(metrics, report)
-    counts = report.counts
-    verdict = EvalVerdict(
-        passed=report.passed,
-        cases=len(report.cases),
-        truncated=counts["truncated"],
-        errors=error_count(counts),
-        check_failures=counts["check_failed"],
-        summary=report.summary,
-        report_uri=report_uri,
-        report_markdown_uri=f"s3://{bucket}/{markdown_key}",
-        ttft_p50_s=report.ttft_s.p50,
-        tokens_per_s_p50=report.tokens_per_s.p50,
-    )
-    registry.record(
-        req.deployment_id,
-        "smoke_eval",
-        verdict.model_dump(mode="json"),
-        owner=req.execution_arn,
-        live=True,
-        eval_report_uri=report_uri,
-    )
-    if not report.passed:
-        raise EvalFailed(
-            f"smoke eval failed on {ref.endpoint_name}: {report.summary}; report: {verdict.report_markdown_uri}",
-            "; ".join(report.fixes) or EvalFailed.default_hint,
-        )
-    return verdict

@@ -12,6 +12,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from modeldrop.aws.events_bus import lifecycle_detail, publish
+from modeldrop.aws.inference_components import Released, release_all
 from modeldrop.aws.pages import all_items
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
@@ -258,11 +259,16 @@ def _expire(
 ) -> None:
     name = desc["EndpointName"]
     config = desc.get("EndpointConfigName", name)
+    components = Released()
     try:
-        model = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]["ModelName"]
+        variant = sm.describe_endpoint_config(EndpointConfigName=config)["ProductionVariants"][0]
+        model = variant.get("ModelName") or config  # shared: the model its base component runs
+        if not variant.get("ModelName"):
+            components = release_all(sm, name, deployment_id)
     except (ClientError, KeyError, IndexError):
         model = name
     deleted, _gone, failed, _not_ours = delete_all(sm, name, config, model)
+    deleted, failed = [*components.deleted, *deleted], [*components.failed, *failed]
     if failed:
         result.errors.extend(failed)
         return

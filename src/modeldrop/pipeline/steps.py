@@ -88,7 +88,8 @@ def normalize(
         "deployment_id": deployment_id,
         "execution_name": execution_name,
         "execution_arn": execution_arn,
-        "engine": request.engine or defaults.default_engine,
+        # Adapter inference components need a container with SageMaker's adapter API (LMI).
+        "engine": "lmi" if request.adapter_mode == "shared" else request.engine or defaults.default_engine,
         "instance_type": first,
         "instance_types": types,
         "ttl_hours": ttl_hours,
@@ -114,6 +115,8 @@ def _check_locations(request: DeploymentRequest, artifact_bucket: str | None, de
         located = {"artifact_uri": request.artifact_uri.bucket}
         if request.base is not None:
             located["base"] = request.base.bucket
+        for i, uri in enumerate(request.adapters or []):
+            located[f"adapters[{i}]"] = uri.bucket
         if request.eval_set_uri is not None:
             located["eval_set_uri"] = parse_s3_uri(request.eval_set_uri).bucket
         for field, bucket in located.items():
@@ -174,6 +177,11 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
     if req.adapter_uri is not None:  # one adapter version on one base version is one deployment
         adapter = artifact_facts(s3, req.adapter_uri)
         identity, adapter_version = f"{adapter.identity} on {identity}", adapter.version
+    more = []
+    for named in req.more_adapters:  # shared mode: every adapter's version is pinned, and part of the claim
+        facts_of = artifact_facts(s3, named.uri)
+        identity = f"{facts_of.identity} + {identity}"
+        more.append({**named.model_dump(mode="json"), "version": facts_of.version})
     price = hourly_price(req.instance_type, region)
     created = registry.register(
         req.deployment_id,
@@ -204,6 +212,7 @@ def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: s
         "created": created,
         "artifact_version": version,
         "adapter_version": adapter_version,
+        "more_adapters": more,
         "size_bytes": facts.size_bytes,
         "copy_items": [item.model_dump() for item in items],
     }
@@ -266,6 +275,8 @@ def validate(
     owner: str = "",
     items: list[CopyItem] | None = None,
     adapter: AdapterSource | None = None,
+    more_adapters: list[AdapterSource] | None = None,
+    shared: bool = False,
 ) -> ValidationSummary:
     """Judge exactly what SageMaker will be given, whatever happens to the upload's key since:
     - an archive is read once from its pinned version, and each member it holds is written to the
@@ -287,15 +298,14 @@ def validate(
                 body = open_pinned(s3, artifact, artifact_version)
                 scan, report = validate_archive_stream(body, str(artifact), writer)
         # The adapter only once its base passed (a refused base is the finding to fix first).
-        info = (
-            judge_adapter(s3, deployment_id, artifact, served, (scan, report), adapter)
-            if adapter and report.deployable
-            else None
-        )
+        judged = [
+            judge_adapter(s3, deployment_id, artifact, served, (scan, report), one, shared)
+            for one in ([adapter, *(more_adapters or [])] if adapter and report.deployable else [])
+        ]
         # Taken before the copy is used: a write to it from here on shows before CreateModel.
         digest = served_digest(s3, served)
         summary = _judge(
-            s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started, info
+            s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started, judged
         )
         return summary.model_copy(update={"served_digest": digest})
 
@@ -311,7 +321,7 @@ def _judge(
     owner: str,
     metrics: MetricSink | None,
     started: float,
-    adapter: AdapterInfo | None = None,
+    adapters: list[AdapterInfo] | None = None,
 ) -> ValidationSummary:
     seconds = max(time.monotonic() - started, 1e-6)
     if metrics is not None:
@@ -322,7 +332,9 @@ def _judge(
     bucket, prefix = report_prefix(artifact, deployment_id)
     uri = put_json(s3, bucket, prefix + "validation.json", report)
     summary = report.summary(uri)
-    summary.served_uri, summary.artifact_version, summary.adapter = served, artifact_version, adapter
+    summary.served_uri, summary.artifact_version = served, artifact_version
+    if adapters:
+        summary.adapter, summary.more_adapters = adapters[0], adapters[1:]
     registry.record(
         deployment_id,
         "validate",

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws import inference_components as components_mod
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, delete_all, describe_endpoint, list_tags
@@ -96,15 +97,19 @@ def delete_now(
     Returns delete_all's (deleted, already_gone, failed, not_ours). A Deleting endpoint no longer
     needs its config and model, so nothing waits."""
     resource_name, config, model = held.endpoint, held.config, held.model
+    components = components_mod.Released()
     try:
         desc = describe_endpoint(sm, resource_name)
         if desc is not None:
             config = str(desc.get("EndpointConfigName") or config)
             variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants") or []
             model = str(variants[0].get("ModelName") or model) if variants else model
+            if variants and not variants[0].get("ModelName"):  # shared: its components go first
+                components = components_mod.release_all(sm, resource_name, owner)
     except (ClientError, SageMakerThrottled):
         pass  # the names stay the attempt's, and the deletes below say what is wrong
     deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
+    deleted[:0], failed[:0] = components.deleted, components.failed
     for held in also or []:
         more = delete_all(sm, held.endpoint, held.config, held.model, owner=owner)
         for into, items in zip((deleted, gone, failed, not_ours), more, strict=True):
@@ -231,6 +236,13 @@ def _endpoint_pass(
         return True  # someone else's endpoint under our name: never deleted, and it holds nothing of ours
     if status == "Deleting":
         return False
+    if components_mod.for_components(sm, str(desc.get("EndpointConfigName"))):
+        # Adapters, then the base, one pass at a time: the endpoint only once none is left.
+        released = components_mod.release(sm, name, deployment_id)
+        progress.deleted += released.deleted
+        progress.left_behind += released.failed
+        if components_mod.pending(sm, name):
+            return False
     try:
         sm.delete_endpoint(EndpointName=name)
         progress.deleted.append(f"endpoint/{name}")

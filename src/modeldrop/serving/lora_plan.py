@@ -16,15 +16,17 @@ def slot_rank(max_rank: int) -> int:
     return next((r for r in VLLM_LORA_RANKS if r >= max_rank), VLLM_LORA_RANKS[-1])
 
 
-def lora_env(engine: Engine, adapter: AdapterInfo, max_loras: int = 1) -> dict[str, str]:
+def lora_env(engine: Engine, adapter: AdapterInfo, max_loras: int = 1, named: bool = True) -> dict[str, str]:
     """The container env that serves ADAPTER under its name: vLLM/SGLang name it on the command line,
-    LMI finds it in /opt/ml/model/adapters/<name> (the served copy's layout)."""
-    settings = {
+    LMI finds it in /opt/ml/model/adapters/<name> (the served copy's layout). Not NAMED (adapter
+    inference components), LoRA is only enabled and sized: each adapter arrives through the API."""
+    settings: dict[str, object] = {
         "enable_lora": True,
         "max_loras": max_loras,
         "max_lora_rank": slot_rank(adapter.max_rank),
-        "lora_modules": f"{adapter.name}={adapter.path}",
     }
+    if named:
+        settings["lora_modules"] = f"{adapter.name}={adapter.path}"
     env = {}
     for meaning, value in settings.items():
         key = KEYS[engine].get(meaning)
@@ -38,3 +40,11 @@ def lora_gib(adapter: AdapterInfo, max_loras: int = 1) -> float:
     """GPU memory the engine reserves for LoRA: every adapted module's A and B at the slot rank, for
     each resident adapter (vLLM allocates them at start, whatever the adapter's own rank)."""
     return adapter.features * slot_rank(adapter.max_rank) * BYTES_PER_ELEMENT * max_loras / GIB
+
+
+def widest(adapters: list[AdapterInfo]) -> AdapterInfo:
+    """One adapter standing for all that share an engine: the largest rank and the most features,
+    which is what the engine's slots are sized for."""
+    return adapters[0].model_copy(
+        update={"max_rank": max(a.max_rank for a in adapters), "features": max(a.features for a in adapters)}
+    )

@@ -22,7 +22,7 @@ from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host
 from modeldrop.serving.image import gpu_archs, resolve_image
 from modeldrop.serving.instance_choice import candidates
-from modeldrop.serving.lora_plan import lora_env, lora_gib
+from modeldrop.serving.lora_plan import lora_env, lora_gib, widest
 from modeldrop.serving.memory_plan import (
     MemoryPlan,
     ModelShape,
@@ -78,8 +78,10 @@ def plan_checkpoint(
         shape = shape.model_copy(
             update={"weights_gib": shape.weights_gib * weights_scale(validation.dtypes, settings.dtype)}
         )
-    if validation.adapter is not None:  # the LoRA buffers count against the GPU like weights
-        shape = shape.model_copy(update={"weights_gib": shape.weights_gib + lora_gib(validation.adapter)})
+    adapters = validation.adapters
+    slots = widest(adapters) if adapters else None
+    if slots is not None:  # the LoRA buffers count against the GPU like weights
+        shape = shape.model_copy(update={"weights_gib": shape.weights_gib + lora_gib(slots, len(adapters))})
     plan = plan_serving(
         engine,
         shape,
@@ -94,7 +96,14 @@ def plan_checkpoint(
         settings=settings,
         image=image,
     )
-    if validation.adapter is not None:
+    if slots is not None and any(a.artifact_url for a in adapters):  # shared: adapter inference components
+        names = ", ".join(repr(a.name) for a in adapters)
+        plan.env.update(lora_env(engine, slots, len(adapters), named=False))
+        plan.warnings.append(
+            f"serves the LoRA adapters {names} as adapter inference components (max rank {slots.max_rank}); "
+            f"{lora_gib(slots, len(adapters)) * 1024:.2f} MiB of GPU memory reserved for LoRA weights"
+        )
+    elif validation.adapter is not None:
         adapter = validation.adapter
         plan.env.update(lora_env(engine, adapter))
         plan.warnings.append(

@@ -1,0 +1,228 @@
+"""SageMaker inference components (adapter_mode shared): the base component that runs the base model
+on its endpoint, the adapter components on it, and their release -- adapters first, then the base,
+and the endpoint only once none is left (SageMaker's order)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, cast
+
+from botocore.exceptions import ClientError
+
+from modeldrop.aws.pages import all_items
+from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, _already_exists, _is_missing, _raise_domain, list_tags
+from modeldrop.contracts import clock
+from modeldrop.contracts.errors import EndpointFailed, ResourceNameTaken
+from modeldrop.contracts.models import ComponentPlan
+
+if TYPE_CHECKING:
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker.type_defs import TagTypeDef
+
+MAX_NAME = 63
+
+
+def component_name(endpoint: str, suffix: str) -> str:
+    """<endpoint>-<suffix>, or (past SageMaker's 63 characters) cut with a hash that keeps it unique."""
+    name = f"{endpoint}-{suffix}"
+    if len(name) <= MAX_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{endpoint[: MAX_NAME - len(digest) - len(suffix[:12]) - 2]}-{suffix[:12]}-{digest}".replace("--", "-")
+
+
+def describe(sm: SageMakerClient, name: str) -> dict[str, Any] | None:
+    try:
+        return cast("dict[str, Any]", sm.describe_inference_component(InferenceComponentName=name))
+    except ClientError as exc:
+        if _is_missing(exc):
+            return None
+        _raise_domain(exc, f"describing inference component {name}")
+        raise
+
+
+def on_endpoint(sm: SageMakerClient, endpoint: str) -> list[dict[str, Any]]:
+    return all_items(sm, "list_inference_components", "InferenceComponents", EndpointNameEquals=endpoint)
+
+
+def _create(sm: SageMakerClient, name: str, owner: str, call: Any) -> bool:
+    """Create (True), or adopt what a retried step of this deployment created (False)."""
+    try:
+        call()
+        return True
+    except ClientError as exc:
+        if not _already_exists(exc):
+            _raise_domain(exc, f"creating inference component {name}")
+            raise
+    desc = describe(sm, name)
+    theirs = list_tags(sm, str(desc["InferenceComponentArn"])).get(DEPLOYMENT_TAG) if desc else None
+    if theirs != owner:
+        raise ResourceNameTaken(f"inference-component/{name} already exists and belongs to {theirs or 'someone else'}")
+    return False
+
+
+@dataclass
+class Attached:
+    """Where the components stand: InService once the base and every adapter are."""
+
+    status: str
+    components: dict[str, str] = field(default_factory=dict)  # name -> status
+
+
+def attach(sm: SageMakerClient, endpoint: str, plan: ComponentPlan, owner: str) -> Attached:
+    """One pass (the poll loop calls it until InService): the base component once the endpoint is
+    InService, each adapter component once the base is; a Failed one fails the deployment."""
+    tags = cast("list[TagTypeDef]", plan.tags)
+    base = describe(sm, plan.base)
+    if base is None:
+        _create(
+            sm,
+            plan.base,
+            owner,
+            lambda: sm.create_inference_component(
+                InferenceComponentName=plan.base,
+                EndpointName=endpoint,
+                VariantName=plan.variant,
+                Specification={
+                    "ModelName": plan.model_name,
+                    "ComputeResourceRequirements": {
+                        "NumberOfAcceleratorDevicesRequired": plan.accelerators,
+                        "MinMemoryRequiredInMb": plan.memory_mb,
+                    },
+                },
+                RuntimeConfig={"CopyCount": 1},
+                Tags=tags,
+            ),
+        )
+        return Attached("Creating", {plan.base: "Creating"})
+    state = {plan.base: str(base["InferenceComponentStatus"])}
+    _fail_on(base)
+    if state[plan.base] != "InService":
+        return Attached("Creating", state)
+    for adapter in plan.adapters:
+        desc = describe(sm, adapter.component)
+        if desc is None:
+            _create(
+                sm,
+                adapter.component,
+                owner,
+                lambda a=adapter: sm.create_inference_component(
+                    InferenceComponentName=a.component,
+                    EndpointName=endpoint,
+                    Specification={
+                        "BaseInferenceComponentName": plan.base,
+                        "Container": {"ArtifactUrl": a.artifact_url},
+                    },
+                    Tags=tags,
+                ),
+            )
+            state[adapter.component] = "Creating"
+            continue
+        _fail_on(desc)
+        state[adapter.component] = str(desc["InferenceComponentStatus"])
+    done = all(s == "InService" for s in state.values())
+    return Attached("InService" if done else "Creating", state)
+
+
+def _fail_on(desc: dict[str, Any]) -> None:
+    if desc.get("InferenceComponentStatus") == "Failed":
+        name = desc["InferenceComponentName"]
+        raise EndpointFailed(
+            f"inference component {name} Failed: {desc.get('FailureReason') or '(no FailureReason given)'}",
+            "the base component's logs are in /aws/sagemaker/InferenceComponents/<base component>; an adapter that "
+            "fails to load is usually one the base's LoRA settings do not fit (rank, target modules)",
+        )
+
+
+@dataclass
+class Released:
+    deleted: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    not_ours: list[str] = field(default_factory=list)
+    remaining: int = 0  # components still on the endpoint (Deleting, or not ours)
+
+
+def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = None) -> Released:
+    """Delete the OWNER's components on ENDPOINT (ONLY: that one component): adapters first, the base
+    once no adapter uses it. Never another deployment's."""
+    out = Released()
+    listed = on_endpoint(sm, endpoint)
+    out.remaining = len(listed)
+    bases_in_use: set[str] = set()
+    descs = [d for d in (describe(sm, str(c["InferenceComponentName"])) for c in listed) if d is not None]
+    for desc in descs:
+        base = desc.get("Specification", {}).get("BaseInferenceComponentName")
+        if base:
+            bases_in_use.add(str(base))
+    # Adapters first (their bases are refused while they exist).
+    for desc in sorted(descs, key=lambda d: not d.get("Specification", {}).get("BaseInferenceComponentName")):
+        name = str(desc["InferenceComponentName"])
+        if only is not None and name != only:
+            continue
+        label = f"inference-component/{name}"
+        if desc.get("InferenceComponentStatus") == "Deleting":
+            continue  # on its way (and may be gone by the next call)
+        try:
+            theirs = list_tags(sm, str(desc["InferenceComponentArn"])).get(DEPLOYMENT_TAG)
+        except ClientError as exc:
+            if _is_missing(exc):
+                continue
+            raise
+        if theirs != owner:
+            out.not_ours.append(label)
+            continue
+        if name in bases_in_use:
+            continue
+        try:
+            sm.delete_inference_component(InferenceComponentName=name)
+            out.deleted.append(label)
+        except ClientError as exc:
+            if _is_missing(exc):
+                continue
+            _raise_domain(exc, f"deleting {label}")
+            out.failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+    return out
+
+
+def pending(sm: SageMakerClient, endpoint: str) -> list[str]:
+    """The components still on ENDPOINT (SageMaker will not delete an endpoint that holds any)."""
+    return [f"inference-component/{c['InferenceComponentName']}" for c in on_endpoint(sm, endpoint)]
+
+
+# How long an immediate teardown waits for its components to go before it deletes the endpoint.
+SETTLE_PASSES = 24
+SETTLE_SECONDS = 5.0
+
+
+def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Released:
+    """Release the OWNER's components on ENDPOINT and wait until none is left (or give up after
+    SETTLE_PASSES): what an immediate teardown does before DeleteEndpoint. No OWNER: nothing is
+    deleted, and what is there is reported."""
+    out = Released()
+    for _ in range(SETTLE_PASSES):
+        if owner is None:
+            out.remaining = len(pending(sm, endpoint))
+            return out
+        one = release(sm, endpoint, owner)
+        out.deleted += one.deleted
+        out.failed += one.failed
+        out.not_ours = one.not_ours
+        left = pending(sm, endpoint)
+        out.remaining = len(left)
+        if not left or one.failed or len(left) == len(one.not_ours):
+            return out
+        clock.sleep(SETTLE_SECONDS)
+    return out
+
+
+def for_components(sm: SageMakerClient, config_name: str) -> bool:
+    """Whether the endpoint config hosts inference components (its variants name no model)."""
+    try:
+        variants = sm.describe_endpoint_config(EndpointConfigName=config_name).get("ProductionVariants") or []
+    except ClientError as exc:
+        if _is_missing(exc):
+            return False
+        _raise_domain(exc, f"describing endpoint-config/{config_name}")
+        raise
+    return bool(variants) and not any(v.get("ModelName") for v in variants)

@@ -1,0 +1,159 @@
+"""The local hosting of inference components: a base component runs its model's engine process (as an
+endpoint's model would run), and each adapter component is loaded into its base's running engine
+through the SageMaker LoRA API that the containers implement (`POST /adapters` with the adapter's
+name and the local path of its extracted artifact, `DELETE /adapters/<name>`). Invocations that name
+an adapter component reach the base's process with `X-Amzn-SageMaker-Adapter-Identifier`."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from modeldrop.checkpoint.artifact_scan import extract_archive
+from modeldrop.contracts import clock
+from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.local.iam_enforcement import acting_as
+
+if TYPE_CHECKING:
+    from modeldrop.local.hosting import HostedComponent, HostedEndpoint, LocalHosting
+    from modeldrop.local.sagemaker_components import Component
+
+ADAPTER_FAILED = "Failed to load the adapter into inference component {base}: {detail}"
+
+
+@dataclass
+class Route:
+    """Where an invocation naming a component goes: the base's process, and the adapter it names."""
+
+    hosted: HostedEndpoint
+    endpoint_name: str
+    adapter: str | None
+
+
+class ComponentHost:
+    def __init__(self, hosting: LocalHosting) -> None:
+        self.hosting = hosting
+        self.bases: dict[str, HostedComponent] = {}  # base component name -> its engine process
+        self.adapters: dict[str, Component] = {}  # adapter component name -> the component
+
+    # ---- from the emulated SageMaker API ----------------------------------------------------------
+    def created(self, component: Component, model_container: dict[str, Any] | None) -> None:
+        if component.base is None:
+            self._start_base(component, model_container or {})
+        else:
+            self.adapters[component.name] = component
+
+    def status(self, component: Component) -> tuple[str, str | None]:
+        if component.base is None:
+            hosted = self.bases.get(component.name)
+            if hosted is None:
+                return "Failed", "the base inference component's container did not start"
+            with hosted.lock:
+                if hosted.status == "Creating":
+                    self.hosting._advance(hosted)
+                self.hosting._flush_logs(hosted)
+                return hosted.status, hosted.failure_reason
+        return self._load_adapter(component)
+
+    def deleted(self, component: Component) -> None:
+        if component.base is None:
+            hosted = self.bases.pop(component.name, None)
+            if hosted is not None:
+                self.hosting._stop(hosted)
+            return
+        self.adapters.pop(component.name, None)
+        base = self.bases.get(component.base)
+        if base is not None and base.status == "InService":
+            self._call(base, "DELETE", f"/adapters/{component.name}", None)
+
+    # ---- from the runtime ------------------------------------------------------------------------
+    def route(self, endpoint_name: str, component_name: str) -> Route | None:
+        adapter = self.adapters.get(component_name)
+        if adapter is not None and adapter.endpoint_name == endpoint_name and adapter.status == "InService":
+            base = self.bases.get(str(adapter.base))
+            return Route(base, endpoint_name, adapter.name) if base is not None else None
+        hosted = self.bases.get(component_name)
+        if hosted is not None and hosted.endpoint_name == endpoint_name and hosted.status == "InService":
+            return Route(hosted, endpoint_name, None)
+        return None
+
+    def stop_all(self) -> None:
+        for name in list(self.bases):
+            self.hosting._stop(self.bases.pop(name))
+        self.adapters.clear()
+
+    # ---- the lifecycle ---------------------------------------------------------------------------
+    def _start_base(self, component: Component, container: dict[str, Any]) -> None:
+        from modeldrop.local.hosting import HostedComponent
+
+        endpoint = self.hosting.endpoints.get(component.endpoint_name)
+        hosted = HostedComponent(
+            name=component.name,
+            instance_type=endpoint.instance_type if endpoint else "ml.g6.2xlarge",
+            startup_timeout=endpoint.startup_timeout if endpoint else 480,
+            created_virtual=clock.utcnow(),
+            created_real=time.monotonic(),
+            fault=endpoint.fault if endpoint and endpoint.fault != "capacity" else "none",
+            env=dict(container.get("Environment") or {}),
+            endpoint_name=component.endpoint_name,
+        )
+        self.bases[component.name] = hosted
+        self.hosting._create_log_stream(hosted)
+        try:
+            with acting_as(None):  # SageMaker's own read of the model data
+                hosted.model_dir = self.hosting._materialize(component.name, container)
+            self.hosting._start(hosted)
+        except Exception as exc:  # whatever stops the container is the component's failure
+            self.hosting._log(hosted, f"modeldrop local hosting: container did not start: {exc}")
+            hosted.status, hosted.failure_reason = "Failed", f"The container for {component.name} did not start"
+
+    def _load_adapter(self, component: Component) -> tuple[str, str | None]:
+        """Download the adapter's archive, extract it beside the base's model, register it with the
+        base's engine: InService once the engine took it, Failed with the engine's answer otherwise."""
+        base = self.bases.get(str(component.base))
+        if base is None or base.status != "InService" or base.model_dir is None:
+            return "Failed", ADAPTER_FAILED.format(base=component.base, detail="the base is not running")
+        url = str(component.specification.get("Container", {}).get("ArtifactUrl"))
+        target = base.model_dir.parent / "adapters" / component.name
+        try:
+            self._download(url, target)
+        except Exception as exc:  # an unreadable or hostile archive fails the component, not the emulator
+            return "Failed", ADAPTER_FAILED.format(base=component.base, detail=f"cannot read {url}: {exc}")
+        status, body = self._call(base, "POST", "/adapters", {"name": component.name, "src": str(target)})
+        if status != 200:
+            return "Failed", ADAPTER_FAILED.format(base=component.base, detail=f"({status}) {body}")
+        return "InService", None
+
+    def _download(self, url: str, target: Path) -> None:
+        import boto3
+
+        uri = parse_s3_uri(url)
+        archive = target.with_suffix(".tar.gz")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with acting_as(None):  # SageMaker's own read of the artifact, not the caller's
+            boto3.client("s3", region_name=self.hosting.region).download_file(uri.bucket, uri.key, str(archive))
+        if not tarfile.is_tarfile(archive):
+            raise ValueError("not a tar archive")
+        target.mkdir(parents=True, exist_ok=True)
+        extract_archive(archive, target)
+        archive.unlink()
+
+    @staticmethod
+    def _call(hosted: HostedEndpoint, method: str, path: str, body: dict[str, Any] | None) -> tuple[int, str]:
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            hosted.base_url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return int(response.status), response.read().decode(errors="replace")
+        except urllib.error.HTTPError as exc:
+            return int(exc.code), exc.read().decode(errors="replace")
+        except (urllib.error.URLError, OSError) as exc:
+            return 0, str(exc)

@@ -1,0 +1,59 @@
+"""What run-local shows of a shared deployment before it ends: the endpoint's inference components,
+then one adapter torn down (as `modeldrop teardown --adapter` does) while the others go on serving,
+each invoked through its own component, and the torn-down one refused."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import boto3
+from botocore.exceptions import ClientError
+
+from modeldrop.pipeline.component_steps import adapter_components, teardown_adapter
+
+PROBE = {"inputs": "Say hello.", "parameters": {"max_new_tokens": 8}}
+
+
+def shared_check(stack: Any, deployment_id: str) -> dict[str, Any] | None:
+    registry = stack.registry()
+    record = registry.get(deployment_id)
+    if record is None or not adapter_components(record):
+        return None
+    from modeldrop.local.stack import REGION
+
+    sm = stack.client("sagemaker")
+    runtime = boto3.client("sagemaker-runtime", region_name=REGION, endpoint_url=stack.runtime.url)
+    endpoint = str(record.endpoint_name)
+
+    def listed() -> list[dict[str, str]]:
+        items = sm.list_inference_components(EndpointNameEquals=endpoint)["InferenceComponents"]
+        return [{"name": c["InferenceComponentName"], "status": c["InferenceComponentStatus"]} for c in items]
+
+    def probe(component: str) -> str:
+        try:
+            body = runtime.invoke_endpoint(
+                EndpointName=endpoint,
+                InferenceComponentName=component,
+                ContentType="application/json",
+                Body=json.dumps(PROBE).encode(),
+            )["Body"].read()
+            return "answered: " + str(json.loads(body).get("generated_text", ""))[:60]
+        except ClientError as exc:
+            return (
+                f"refused: {exc.response.get('Error', {}).get('Code')}: {exc.response.get('Error', {}).get('Message')}"
+            )
+
+    before = listed()
+    adapters = adapter_components(record)
+    removed = adapters[0]
+    deleted = teardown_adapter(sm, registry, record, str(removed["adapter"]))
+    listed()  # SageMaker lists a deleted component as Deleting until it is gone
+    after = listed()
+    return {
+        "endpoint": endpoint,
+        "components": before,
+        "torn_down": {"adapter": removed["adapter"], "deleted": deleted},
+        "components_after": after,
+        "invoked_after": {str(a["component"]): probe(str(a["component"])) for a in adapters},
+    }
