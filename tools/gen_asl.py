@@ -374,6 +374,7 @@ def definition() -> dict[str, Any]:
             "endpoint": "{% $endpoint %}",
             "polls": "{% $polls %}",
             "capacity_wait_seconds": "{% $req.capacity_wait_seconds %}",
+            "execution_arn": EXECUTION,
         },
         "EndpointInService",
         throttled=True,

@@ -7,7 +7,8 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
-from modeldrop.contracts.models import CreateOutcome, EnginePlan, ImageChoice, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import CreateOutcome, EnginePlan, ImageChoice
 from modeldrop.pipeline import endpoint_steps
 from modeldrop.pipeline.config import DeploySettings
 from modeldrop.pipeline.lambda_support import handler, logger

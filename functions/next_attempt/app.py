@@ -5,7 +5,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.contracts.models import AttemptStep, EndpointRef, EnginePlan, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import AttemptStep, EndpointRef, EnginePlan
 from modeldrop.pipeline import attempts
 from modeldrop.pipeline.config import RegistrySettings
 from modeldrop.pipeline.lambda_support import handler, logger

@@ -5,8 +5,9 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.contracts.models import EndpointPoll, EndpointRef
+from modeldrop.contracts.step_payloads import EndpointPoll, EndpointRef
 from modeldrop.pipeline import endpoint_steps
+from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
 
@@ -15,6 +16,7 @@ class Event(BaseModel):
     endpoint: EndpointRef
     polls: int = 0
     capacity_wait_seconds: int = 1800
+    execution_arn: str = ""  # the owner: a shared deployment's components are attached only while it is live
 
 
 @logger.inject_lambda_context
@@ -26,4 +28,6 @@ def lambda_handler(event: Event, context: Any) -> EndpointPoll:
         event.polls,
         logs=clients.logs(),
         capacity_wait_seconds=event.capacity_wait_seconds,
+        registry=RecordSettings.from_env().registry() if event.endpoint.components else None,
+        owner=event.execution_arn,
     )

@@ -5,7 +5,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.contracts.models import FailureRecord
+from modeldrop.contracts.step_payloads import FailureRecord
 from modeldrop.pipeline import closing_steps
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger

@@ -248,7 +248,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     """Two deployments both passed the quota pre-check for the last slot (it cannot see the other's
     create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
     from modeldrop.contracts.artifact import Artifact
-    from modeldrop.contracts.models import EnginePlan, ImageChoice
+    from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
     from modeldrop.local import moto_shims
     from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings

@@ -84,7 +84,7 @@ def test_a_step_that_finds_its_deployment_ended_releases_what_it_created(stack: 
     deletes its own endpoint, config and model instead of leaving them billing."""
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.errors import DeploymentEnded
-    from modeldrop.contracts.models import EnginePlan, ImageChoice
+    from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
     from modeldrop.local.iam_enforcement import after_call
     from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings

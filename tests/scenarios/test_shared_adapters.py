@@ -5,22 +5,12 @@ component takes the whole deployment down in SageMaker's order."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
 
-import boto3
-import pytest
-from botocore.exceptions import ClientError
 from conftest import ROOT
-from typer.testing import CliRunner
 
-from modeldrop.cli import app
 from modeldrop.local.run import run_local
-from modeldrop.local.sample_adapter import write_adapter
-from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
 
 COMMAND = [sys.executable, "-m", "modeldrop"]
 REGION = ["--stack", "modeldrop-local", "--region", "us-east-1"]
@@ -80,145 +70,20 @@ def test_a_refused_adapter_component_takes_the_deployment_down_in_order() -> Non
     assert deleted[2] == f"inference-component/{result.record.endpoint_name}"  # the base after its adapters
 
 
-def _cli(*args: str) -> Any:
-    return CliRunner().invoke(app, list(args))
+def test_a_poll_running_on_after_its_execution_was_stopped_leaves_no_component() -> None:
+    result = run_local(fault="abort-mid-attach")
+    assert result.status == "aborted" and result.leftover_resources == []
+    assert result.record is not None and result.record.status == "aborted"
+    deleted = result.record.step_dict("execution_ended")["deleted"]
+    endpoint = result.record.endpoint_name
+    assert deleted[:2] == [f"inference-component/{endpoint}", f"endpoint/{endpoint}"]
 
 
-def test_deploy_three_adapters_then_tear_one_down_while_the_others_serve(deployed: Any, tmp_path: Path) -> None:
-    stack = deployed
-    s3 = stack.client("s3")
-    base = write_tar_gz(write_checkpoint(tmp_path / "base"), tmp_path / "base.tar.gz")
-    s3.upload_file(str(base), stack.bucket, "direct/base/model.tar.gz")
-    uris = []
-    for i in (1, 2, 3):
-        packed = write_tar_gz(write_adapter(tmp_path / f"sweep-{i}", seed=i), tmp_path / f"sweep-{i}.tar.gz")
-        s3.upload_file(str(packed), stack.bucket, f"direct/sweep-{i}/adapter.tar.gz")
-        uris.append(f"s3://{stack.bucket}/direct/sweep-{i}/adapter.tar.gz")
-    base_uri = f"s3://{stack.bucket}/direct/base/model.tar.gz"
-    started = _cli("deploy", *uris, "--base", base_uri, "--adapter-mode", "shared", *REGION, "--wait", "--json")
-    assert started.exit_code == 0, started.output
-    run = json.loads(started.output)
-    assert run["status"] == "SUCCEEDED", run
-    deployment_id, endpoint = run["output"]["deployment_id"], run["output"]["endpoint_name"]
-    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
-
-    def invoke(component: str) -> str:
-        body = runtime.invoke_endpoint(EndpointName=endpoint, InferenceComponentName=component, Body=PROBE)["Body"]
-        return str(json.loads(body.read())["generated_text"])
-
-    base_answer = invoke(endpoint)
-    answers = {i: invoke(f"{endpoint}-sweep-{i}") for i in (1, 2, 3)}
-    assert len({base_answer, *answers.values()}) == 4  # every adapter answers its own way, none as the base
-    with pytest.raises(ClientError, match="Inference Component Name header is required"):
-        runtime.invoke_endpoint(EndpointName=endpoint, Body=PROBE)
-
-    down = _cli("teardown", deployment_id, "--adapter", "sweep-2", *REGION, "--json")
-    assert down.exit_code == 0, down.output
-    assert json.loads(down.output) == {
-        "deployment_id": deployment_id,
-        "deleted": [f"inference-component/{endpoint}-sweep-2"],
-        "serving": ["sweep-1", "sweep-3"],
-    }
-    again = _cli("teardown", deployment_id, "--adapter", "sweep-2", *REGION)
-    assert again.exit_code == 2 and "no longer served" in again.output
-    stack.client("sagemaker").list_inference_components()  # Deleting, then gone
-    with pytest.raises(ClientError, match="not found"):
-        invoke(f"{endpoint}-sweep-2")
-    assert invoke(f"{endpoint}-sweep-1") == answers[1] and invoke(f"{endpoint}-sweep-3") == answers[3]
-    assert invoke(endpoint) == base_answer
-
-    status = json.loads(_cli("status", deployment_id, *REGION, "--json").output)
-    serving = {c["adapter"]: c["serving"] for c in status["adapter_components"]}
-    assert serving == {"sweep-1": True, "sweep-2": False, "sweep-3": True}
-    [row] = json.loads(_cli("list", *REGION, "--json").output)
-    assert row["adapter"] == "sweep-1, sweep-3 (2 of 3 adapter components)"
-
-    assert _cli("teardown", deployment_id, *REGION).exit_code == 0
-    assert stack.leftover_resources() == []
-
-
-def test_the_reaper_takes_an_expired_shared_deployment_apart_in_order(stack: Any, tmp_path: Path) -> None:
-    from modeldrop.contracts import clock
-
-    s3 = stack.client("s3")
-    s3.upload_file(
-        str(write_tar_gz(write_checkpoint(tmp_path / "base"), tmp_path / "base.tar.gz")),
-        stack.bucket,
-        "direct/base/model.tar.gz",
-    )
-    uris = []
-    for i in (1, 2):
-        packed = write_tar_gz(write_adapter(tmp_path / f"ttl-{i}", seed=i), tmp_path / f"ttl-{i}.tar.gz")
-        s3.upload_file(str(packed), stack.bucket, f"direct/ttl-{i}/adapter.tar.gz")
-        uris.append(f"s3://{stack.bucket}/direct/ttl-{i}/adapter.tar.gz")
-    arn = stack.start(
-        {
-            "artifact_uri": uris[0],
-            "adapters": uris[1:],
-            "base": f"s3://{stack.bucket}/direct/base/model.tar.gz",
-            "adapter_mode": "shared",
-            "ttl_hours": 1,
-        }
-    )
-    desc = stack.wait(arn, timeout=180)
-    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
-    endpoint = json.loads(desc["output"])["endpoint_name"]
-    clock.advance(2 * 3600)
-    result = stack.invoke_function("ReaperFunction", {})
-    assert result["expired"] == [endpoint], result
-    assert stack.leftover_resources() == []
-    record = stack.registry().get(json.loads(desc["output"])["deployment_id"])
-    deleted = record.step_dict("expired")["deleted"]
-    order = [f"{endpoint}-ttl-1", f"{endpoint}-ttl-2", endpoint]  # the adapters, then their base
-    assert deleted[:3] == [f"inference-component/{name}" for name in order]
-
-
-TORCH_PYTHON = os.environ.get("MODELDROP_TORCH_PYTHON")
-MAKE_ADAPTER = """
-import sys, torch
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM
-torch.manual_seed(int(sys.argv[3]))
-model = AutoModelForCausalLM.from_pretrained(sys.argv[1], dtype=torch.bfloat16)
-config = LoraConfig(r=8, lora_alpha=64, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
-get_peft_model(model, config).save_pretrained(sys.argv[2])
-"""
-
-
-@pytest.mark.skipif(not TORCH_PYTHON, reason="set MODELDROP_TORCH_PYTHON to a Python with torch, transformers, peft")
-def test_the_transformers_engine_loads_real_peft_adapters_as_components(make_stack: Any, tmp_path: Path) -> None:
-    """Two real PEFT adapters of the fixture base, each loaded into the running base by its adapter
-    component: each component's greedy answer differs from the base's and from the other's."""
-    assert TORCH_PYTHON is not None
-    base = ROOT / "tests" / "fixtures" / "gemma4-text-kvshared-base"
-    stack = make_stack({"MaxEvalTolerance": "10"}, engine="transformers")
-    s3 = stack.client("s3")
-    s3.upload_file(str(write_tar_gz(base, tmp_path / "base.tar.gz")), stack.bucket, "direct/base/model.tar.gz")
-    uris = []
-    for seed in (1, 2):
-        adapter = tmp_path / f"peft-{seed}"
-        subprocess.run([TORCH_PYTHON, "-c", MAKE_ADAPTER, str(base), str(adapter), str(seed)], check=True, timeout=600)
-        packed = write_tar_gz(adapter, tmp_path / f"peft-{seed}.tar.gz")
-        s3.upload_file(str(packed), stack.bucket, f"direct/peft-{seed}/adapter.tar.gz")
-        uris.append(f"s3://{stack.bucket}/direct/peft-{seed}/adapter.tar.gz")
-    arn = stack.start(
-        {
-            "artifact_uri": uris[0],
-            "adapters": uris[1:],
-            "base": f"s3://{stack.bucket}/direct/base/model.tar.gz",
-            "adapter_mode": "shared",
-            "eval_thresholds": {"max_truncated": 10},  # random weights never say EOS
-        }
-    )
-    desc = stack.wait(arn, timeout=900)
-    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
-    endpoint = json.loads(desc["output"])["endpoint_name"]
-    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
-    ask = json.dumps({"inputs": "Say something.", "parameters": {"max_new_tokens": 12}}).encode()
-
-    def answer(component: str) -> str:
-        body = runtime.invoke_endpoint(EndpointName=endpoint, InferenceComponentName=component, Body=ask)["Body"]
-        return str(json.loads(body.read())["generated_text"])
-
-    through = [answer(f"{endpoint}-peft-{seed}") for seed in (1, 2)]
-    assert len({answer(endpoint), *through}) == 3
+def test_a_base_component_that_runs_out_of_memory_is_diagnosed_from_its_own_logs() -> None:
+    result = run_local(fault="oom", adapter=True, adapters=2, request={"adapter_mode": "shared"})
+    assert result.status == "failed" and result.error == "EndpointFailed", (result.error, result.cause)
+    assert result.leftover_resources == []
+    assert result.record is not None
+    failure = result.record.step_dict("failure")
+    assert failure["diagnosis"] == "the engine ran out of GPU memory while loading", failure
+    assert failure["log_group"] == f"/aws/sagemaker/InferenceComponents/{result.record.endpoint_name}"

@@ -13,7 +13,8 @@ from botocore.exceptions import ClientError
 from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, InsufficientCapacity, QuotaExceeded
-from modeldrop.contracts.models import EndpointRef, EnginePlan, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import EndpointRef, EnginePlan
 from modeldrop.pipeline import attempts, endpoint_steps
 from modeldrop.serving.instance_choice import candidates, usable
 from modeldrop.serving.memory_plan import ModelShape, hourly_price

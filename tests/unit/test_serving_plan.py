@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
-from modeldrop.contracts.models import EnginePlan, EngineSettings
+from modeldrop.contracts.models import EngineSettings
+from modeldrop.contracts.step_payloads import EnginePlan
 from modeldrop.serving.engine_env import KEYS, MEANINGS, UNSUPPORTED, build_env
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.memory_plan import ModelShape, plan_memory

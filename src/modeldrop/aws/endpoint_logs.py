@@ -27,6 +27,11 @@ def log_group_for(endpoint_name: str) -> str:
     return f"/aws/sagemaker/Endpoints/{endpoint_name}"
 
 
+def component_log_group_for(component_name: str) -> str:
+    """Where an inference component's container logs (adapter_mode shared: the base's engine)."""
+    return f"/aws/sagemaker/InferenceComponents/{component_name}"
+
+
 @dataclass(frozen=True)
 class LogDiagnosis:
     excerpt: list[str]
@@ -62,9 +67,12 @@ def diagnose(lines: list[str]) -> LogDiagnosis:
     return LogDiagnosis(excerpt, None, None)
 
 
-def read_recent(logs: CloudWatchLogsClient, endpoint_name: str, limit: int = 300) -> list[str] | None:
-    """The last lines of the endpoint's newest log stream; None when it has no log group (no instance started)."""
-    group = log_group_for(endpoint_name)
+def read_recent(
+    logs: CloudWatchLogsClient, endpoint_name: str, limit: int = 300, group: str | None = None
+) -> list[str] | None:
+    """The last lines of the endpoint's (or GROUP's) newest log stream; None when it has no log group
+    (no instance, or no such component, started)."""
+    group = group or log_group_for(endpoint_name)
     try:
         streams = logs.describe_log_streams(logGroupName=group, orderBy="LastEventTime", descending=True, limit=1)
         if not streams.get("logStreams"):

@@ -14,7 +14,7 @@ from modeldrop.aws.pages import all_items
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, _already_exists, _is_missing, _raise_domain, list_tags
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, ResourceNameTaken
-from modeldrop.contracts.models import ComponentPlan
+from modeldrop.contracts.step_payloads import ComponentPlan
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient

@@ -5,7 +5,14 @@ May import: anything in modeldrop.
 
 from __future__ import annotations
 
-from modeldrop.cli import checkpoint_commands, eval_commands, local_commands, operate_commands, upload_commands
+from modeldrop.cli import (
+    checkpoint_commands,
+    eval_commands,
+    local_commands,
+    operate_commands,
+    teardown_commands,
+    upload_commands,
+)
 from modeldrop.cli._shared import app
 
 __all__ = [
@@ -15,6 +22,7 @@ __all__ = [
     "local_commands",
     "main",
     "operate_commands",
+    "teardown_commands",
     "upload_commands",
 ]
 

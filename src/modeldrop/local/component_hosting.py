@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.local.hosted import HostedComponent
 from modeldrop.local.iam_enforcement import acting_as
 
 if TYPE_CHECKING:
-    from modeldrop.local.hosting import HostedComponent, HostedEndpoint, LocalHosting
+    from modeldrop.local.hosted import HostedEndpoint
+    from modeldrop.local.hosting import LocalHosting
     from modeldrop.local.sagemaker_components import Component
 
 ADAPTER_FAILED = "Failed to load the adapter into inference component {base}: {detail}"
@@ -90,8 +92,6 @@ class ComponentHost:
 
     # ---- the lifecycle ---------------------------------------------------------------------------
     def _start_base(self, component: Component, container: dict[str, Any]) -> None:
-        from modeldrop.local.hosting import HostedComponent
-
         endpoint = self.hosting.endpoints.get(component.endpoint_name)
         hosted = HostedComponent(
             name=component.name,

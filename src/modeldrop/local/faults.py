@@ -19,6 +19,10 @@ FAULTS: dict[str, str] = {
         "the execution is stopped just after CreateEndpoint was accepted, before the step recorded it; the "
         "Lambda runs on (then the same artifact version is deployed again)"
     ),
+    "abort-mid-attach": (
+        "adapter_mode shared with 2 generated adapters: the execution is stopped just after PollEndpoint created "
+        "the base inference component; the poll's Lambda runs on and finds its deployment ended"
+    ),
     "slow-start": "the engine is still loading when the startup health check times out: Failed",
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",

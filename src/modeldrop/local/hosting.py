@@ -17,11 +17,9 @@ nor a slow engine (transformers, vLLM) is failed while it is still loading.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -30,7 +28,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import deque
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -41,6 +38,7 @@ from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local import engines
 from modeldrop.local.component_hosting import ComponentHost
 from modeldrop.local.faults import FAULTS
+from modeldrop.local.hosted import HostedEndpoint, free_port
 from modeldrop.local.iam_enforcement import acting_as
 from modeldrop.serving.host import amis, default_driver, driver_runs, image_cuda
 
@@ -79,58 +77,6 @@ REAL_STARTUP_GRACE = {"reference": 5.0, "transformers": 180.0, "vllm": 1800.0, "
 # While a process is within its grace, one describe_endpoint waits up to this long for /ping.
 REAL_WAIT_PER_POLL = 5.0
 _PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "SYSTEMROOT")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class HostedEndpoint:
-    name: str
-    instance_type: str
-    startup_timeout: int
-    created_virtual: datetime
-    created_real: float
-    fault: str
-    env: dict[str, str]
-    port: int = 0
-    process: subprocess.Popen[bytes] | None = None
-    model_dir: Path | None = None
-    status: str = "Creating"
-    failure_reason: str | None = None
-    unflushed: list[tuple[int, str]] = field(default_factory=list)
-    throttle_left: int = 0
-    for_components: bool = False  # an endpoint for inference components: it runs them, not a model
-    pump: threading.Thread | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    log_lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def log_group(self) -> str:
-        return f"/aws/sagemaker/Endpoints/{self.name}"
-
-    @property
-    def log_stream(self) -> str:
-        return f"AllTraffic/i-{hashlib.sha256(self.name.encode()).hexdigest()[:17]}"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-
-@dataclass
-class HostedComponent(HostedEndpoint):
-    """A base inference component's engine process, on its endpoint's instance."""
-
-    endpoint_name: str = ""
-
-    @property
-    def log_group(self) -> str:
-        return f"/aws/sagemaker/InferenceComponents/{self.name}"
 
 
 class LocalHosting:

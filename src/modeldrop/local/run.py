@@ -19,6 +19,18 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts, run_inputs
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
+from modeldrop.local.run_faults import (
+    ABORT_FAULTS,
+    MID_STEP_ABORTS,
+    deny_start_execution,
+    first_type,
+    hold_secrets,
+    occupy_quota,
+    overwrite,
+    stop_during,
+    stop_running,
+    trust_only_bedrock,
+)
 from modeldrop.local.run_shared import shared_check
 
 if TYPE_CHECKING:
@@ -96,26 +108,26 @@ def run_local(
                 function, error = FUNCTION_FAULTS[name]
                 stack.inject[function] = [error]
             if "reupload" in faults:
-                stack.after["ValidateFunction"] = lambda event: _overwrite(stack, event["artifact_uri"])
+                stack.after["ValidateFunction"] = lambda event: overwrite(stack, event["artifact_uri"])
             if "abort" in faults:
-                stack.after["CreateEndpointFunction"] = lambda event: _stop_running(stack)
+                stack.after["CreateEndpointFunction"] = lambda event: stop_running(stack)
             for name in faults & set(MID_STEP_ABORTS):
-                _stop_during(stack, *MID_STEP_ABORTS[name])
+                stop_during(stack, *MID_STEP_ABORTS[name])
             if "quota-busy" in faults:
-                _occupy_quota(stack, _first_type(stack, request))
+                occupy_quota(stack, first_type(stack, request))
             if "untrusted-role" in faults:
-                _trust_only_bedrock(stack)
+                trust_only_bedrock(stack)
             if "starter-error" in faults:
-                _deny_start_execution(stack)
+                deny_start_execution(stack)
             if "huge-archive" in faults:
                 run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES)
-            if "adapter-load" in faults:  # needs a second adapter component to refuse
+            if faults & {"adapter-load", "abort-mid-attach"}:  # shared, with a second adapter component
                 adapter, adapters = True, max(adapters, 2)
                 request = {**(request or {}), "adapter_mode": "shared"}
             if "kill-mid-copy" in faults:
                 prefix = True
                 run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS)
-            _hold_secrets(stack, (request or {}).get("secrets") or {})
+            hold_secrets(stack, (request or {}).get("secrets") or {})
             try:
                 if adapter:
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters)
@@ -280,55 +292,6 @@ def _teardown_at_exit(stack: Any, deployment_id: str) -> list[str]:
     return deleted
 
 
-def _stop_running(stack: Any) -> None:
-    """The abort faults: StopExecution on every running execution, by the user (not the function
-    whose call set it off)."""
-    from modeldrop.local.iam_enforcement import acting_as
-
-    stack.after.pop("CreateEndpointFunction", None)
-    with acting_as(None):
-        sfn = stack.client("stepfunctions")
-        running = sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]
-        for execution in running:
-            sfn.stop_execution(executionArn=execution["executionArn"], error="Aborted", cause="run-local --fault")
-
-
-ABORT_FAULTS = {"abort", "abort-mid-validate", "abort-mid-create"}
-
-
-def _writes_served_copy(params: Any) -> bool:
-    from modeldrop.aws.served_copy import SERVED_PREFIX
-
-    return str(params.get("Key", "")).startswith(SERVED_PREFIX)
-
-
-# A stop in the middle of a step: after the first call matching (service, operations, params test).
-MID_STEP_ABORTS: dict[str, tuple[str, tuple[str, ...], Callable[[Any], bool]]] = {
-    "abort-mid-validate": (
-        "s3",
-        ("CopyObject", "PutObject", "CompleteMultipartUpload", "UploadPartCopy"),
-        _writes_served_copy,
-    ),
-    "abort-mid-create": ("sagemaker", ("CreateEndpoint",), lambda params: True),
-}
-
-
-def _stop_during(stack: Any, service: str, operations: tuple[str, ...], matches: Callable[[Any], bool]) -> None:
-    """StopExecution as soon as a matching call succeeds, inside the step that made it: the ABORTED
-    event and its cleanup run at once, and the step's Lambda goes on afterwards, as on AWS."""
-    from modeldrop.local.iam_enforcement import after_call
-
-    fired: list[bool] = []
-
-    def stop(params: Any, _result: Any) -> None:
-        if not fired and matches(params):
-            fired.append(True)
-            _stop_running(stack)
-
-    for operation in operations:
-        after_call(service, operation, stop)
-
-
 def _redeploy(stack: Any, artifact_uri: str, on_state: Callable[[StateRun], None] | None) -> dict[str, Any]:
     """The same artifact version deployed again after an abort: its claim passed on with the abort."""
     from modeldrop.contracts.models import deployment_id_of
@@ -355,100 +318,6 @@ def _redeploy(stack: Any, artifact_uri: str, on_state: Callable[[StateRun], None
     }
 
 
-QUOTA_HOLD_SECONDS = 600
-OTHER_TEAM = "other-team-endpoint"
-
-
-def _first_type(stack: Any, request: dict[str, Any] | None) -> str:
-    """The type a deployment of REQUEST tries first, as NormalizeRequest decides it."""
-    from modeldrop.pipeline.config import DefaultsSettings
-    from modeldrop.pipeline.steps import normalize
-
-    raw = {"artifact_uri": "s3://placeholder-bucket/model.tar.gz", **(request or {})}
-    defaults = DefaultsSettings.model_validate(
-        {"default_instance_type": stack.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge"}
-    )
-    return normalize(raw, "first-type", defaults, "arn:local:first-type", 0).instance_type
-
-
-def _occupy_quota(stack: Any, instance_type: str) -> None:
-    """The quota-busy fault: the type's quota is 1, and another team's endpoint holds it for 10 virtual min."""
-    from modeldrop.local import moto_shims
-
-    moto_shims.set_endpoint_quota(instance_type, 1)
-    sm = stack.client("sagemaker")
-    stack.hosting.hold(OTHER_TEAM, QUOTA_HOLD_SECONDS)
-    role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
-    sm.create_model(
-        ModelName=OTHER_TEAM, PrimaryContainer={"Image": "other-team/serving:latest"}, ExecutionRoleArn=role
-    )
-    sm.create_endpoint_config(
-        EndpointConfigName=OTHER_TEAM,
-        ProductionVariants=[
-            {
-                "VariantName": "AllTraffic",
-                "ModelName": OTHER_TEAM,
-                "InstanceType": instance_type,
-                "InitialInstanceCount": 1,
-            }
-        ],
-    )
-    sm.create_endpoint(EndpointName=OTHER_TEAM, EndpointConfigName=OTHER_TEAM)
-
-
-def _hold_secrets(stack: Any, secrets: dict[str, str]) -> None:
-    """run-local's emulated account holds the secrets a --secret names, under the same references:
-    the value of the environment variable NAME here, else a placeholder (never printed)."""
-    import os
-
-    from modeldrop.aws.secret_refs import parse_refs
-    from modeldrop.contracts.errors import RequestInvalid
-
-    try:
-        refs = parse_refs(secrets)
-    except RequestInvalid:
-        return  # the run's NormalizeRequest refuses it, with the reason
-    for env_name, ref in refs.items():
-        value = os.environ.get(env_name) or f"run-local-placeholder-for-{env_name}"
-        if ref.store == "ssm":
-            stack.client("ssm").put_parameter(Name=ref.name, Value=value, Type="SecureString", Overwrite=True)
-            continue
-        body = json.dumps({ref.key: value}) if ref.key else value
-        client = stack.client("secretsmanager")
-        try:
-            client.create_secret(Name=ref.name, SecretString=body)
-        except client.exceptions.ResourceExistsException:
-            client.put_secret_value(SecretId=ref.name, SecretString=body)
-
-
-def _deny_start_execution(stack: Any) -> None:
-    """The starter-error fault: the starter's role lost states:StartExecution (an edited policy)."""
-    import dataclasses
-
-    spec = stack.functions["StarterFunction"]
-    kept = tuple(s for s in spec.principal.statements if "states:StartExecution" not in str(s.get("Action")))
-    spec.principal = dataclasses.replace(spec.principal, statements=kept)
-
-
-def _trust_only_bedrock(stack: Any) -> None:
-    """The untrusted-role fault: the source lab's role, which SageMaker could not assume."""
-    from modeldrop.local.stack import trust_policy
-
-    name = stack.parameters["SageMakerExecutionRoleArn"].rsplit("/", 1)[-1]
-    policy = json.dumps(trust_policy("bedrock.amazonaws.com"))
-    stack.client("iam").update_assume_role_policy(RoleName=name, PolicyDocument=policy)
-
-
-def _overwrite(stack: Any, artifact_uri: str) -> None:
-    """The reupload fault: the key now holds a corrupt archive (validation would refuse it)."""
-    from modeldrop.contracts.s3uri import parse_s3_uri
-
-    uri = parse_s3_uri(artifact_uri)
-    stack.client("s3").put_object(Bucket=uri.bucket, Key=uri.key, Body=b"\x1f\x8b\x08\x00 not a model any more")
-
-
-# Where run-local keeps its reports: they outlive the run, unlike the emulated bucket. The newest
-# KEPT_RUNS runs' folders are kept; older ones go as new runs come.
 REPORTS_DIR = Path(tempfile.gettempdir()) / "modeldrop-run-local"
 KEPT_RUNS = 20
 

@@ -17,7 +17,8 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from modeldrop.local import eventstream
-from modeldrop.local.hosting import HostedEndpoint, LocalHosting
+from modeldrop.local.hosted import HostedEndpoint
+from modeldrop.local.hosting import LocalHosting
 from modeldrop.local.http_base import StreamingJSONHandler
 from modeldrop.local.reference_engine import ADAPTER_HEADER
 

@@ -18,7 +18,8 @@ from modeldrop.aws.events_bus import publish
 from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import CapacityUnavailable, QuotaExceeded, cause_message
-from modeldrop.contracts.models import AttemptStep, CreateOutcome, EndpointRef, EnginePlan, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import AttemptStep, CreateOutcome, EndpointRef, EnginePlan
 from modeldrop.serving.instance_choice import usable
 from modeldrop.serving.memory_plan import hourly_price
 

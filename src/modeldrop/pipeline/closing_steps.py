@@ -18,9 +18,7 @@ from modeldrop.contracts.errors import (
     cause_message,
     classify,
 )
-from modeldrop.contracts.models import (
-    FailureRecord,
-)
+from modeldrop.contracts.step_payloads import FailureRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_events import EventBridgeClient
@@ -43,10 +41,15 @@ def record_failure(
     cause = redact(cause_message(str(failure.get("Cause") or "")) or "")
     desc = describe_endpoint(sm, resource_name) if phase == "endpoint" else None
     endpoint_reason = desc.get("FailureReason") if desc else None
-    diagnosis = None
+    diagnosis, component_lines, component_group = None, None, ""
     if desc is not None:
         # Read before teardown: the log group outlives the endpoint, but the cause belongs in the record.
         lines = endpoint_logs.read_recent(logs, resource_name)
+        # Shared: the engine runs in the base inference component (named as the endpoint), which logs apart.
+        component_group = endpoint_logs.component_log_group_for(resource_name)
+        component_lines = endpoint_logs.read_recent(logs, resource_name, group=component_group)
+        if component_lines:
+            lines = [*(lines or []), *component_lines]
         diagnosis = endpoint_logs.diagnose(lines) if lines else None
     record = FailureRecord(
         error=error,
@@ -54,7 +57,9 @@ def record_failure(
         failure_class=classify(error),
         state=failure.get("State"),
         endpoint_failure_reason=endpoint_reason,
-        log_group=endpoint_logs.log_group_for(resource_name) if desc is not None else None,
+        log_group=(component_group if component_lines else endpoint_logs.log_group_for(resource_name))
+        if desc is not None
+        else None,
         log_excerpt=diagnosis.excerpt if diagnosis else [],
         diagnosis=diagnosis.diagnosis if diagnosis else None,
         hint=diagnosis.hint if diagnosis and diagnosis.hint else None,

@@ -10,8 +10,9 @@ from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import RequestInvalid
-from modeldrop.contracts.models import AdapterComponent, ComponentPlan, EnginePlan, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.record import DeploymentRecord
+from modeldrop.contracts.step_payloads import AdapterComponent, ComponentPlan, EnginePlan
 from modeldrop.pipeline.adapter_steps import SHARED_DIR
 from modeldrop.serving.memory_plan import instance
 

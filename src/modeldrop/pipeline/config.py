@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modeldrop.aws import clients
 from modeldrop.aws.registry import Registry
-from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN, Engine
+from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN
+from modeldrop.contracts.step_payloads import Engine
 from modeldrop.pipeline.limits import StackLimits
 
 

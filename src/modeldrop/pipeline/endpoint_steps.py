@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from modeldrop.aws import endpoint_logs
 from modeldrop.aws.endpoint_quota import check_endpoint_quota
 from modeldrop.aws.inference_components import attach
+from modeldrop.aws.inference_components import release as release_components
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     DEPLOYMENT_TAG,
@@ -30,14 +31,8 @@ from modeldrop.contracts.errors import (
     QuotaExceeded,
     StepContractViolated,
 )
-from modeldrop.contracts.models import (
-    CreateOutcome,
-    EndpointPoll,
-    EndpointRef,
-    EnginePlan,
-    ImageChoice,
-    NormalizedRequest,
-)
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import CreateOutcome, EndpointPoll, EndpointRef, EnginePlan, ImageChoice
 from modeldrop.pipeline.attempts import attempt_name, capacity_wait_stuck, is_capacity_failure, quota_busy
 from modeldrop.pipeline.component_steps import component_plan
 from modeldrop.pipeline.ownership import released_if_ended
@@ -220,6 +215,8 @@ def poll(
     polls: int,
     logs: CloudWatchLogsClient | None = None,
     capacity_wait_seconds: int = 1800,
+    registry: Registry | None = None,
+    owner: str = "",
 ) -> EndpointPoll:
     desc = describe_endpoint(sm, ref.endpoint_name)
     if desc is None:
@@ -249,14 +246,30 @@ def poll(
                 "that will not end"
             )
     if status == "InService" and ref.components is not None:
-        # Shared: InService once the base component and every adapter component on it are.
-        owner = next(t["Value"] for t in ref.components.tags if t["Key"] == DEPLOYMENT_TAG)
-        status = attach(sm, ref.endpoint_name, ref.components, owner).status
+        status = _attach_components(sm, ref, registry, owner)
     if status != "InService" and clock.utcnow() >= clock.parse_iso(ref.deadline_at):
         raise DeployDeadlineExceeded(
             f"endpoint {ref.endpoint_name} still {status} at the deadline {ref.deadline_at} after {polls + 1} polls"
         )
     return EndpointPoll(status=status, polls=polls + 1)
+
+
+def _attach_components(sm: SageMakerClient, ref: EndpointRef, registry: Registry | None, owner: str) -> str:
+    """Shared: InService once the base component and every adapter component on it are. Only for a
+    deployment still in flight: a Lambda running on after its execution ended releases what it made."""
+    assert ref.components is not None
+    deployment_id = next(t["Value"] for t in ref.components.tags if t["Key"] == DEPLOYMENT_TAG)
+    if registry is None:
+        return attach(sm, ref.endpoint_name, ref.components, deployment_id).status
+    registry.live(deployment_id, owner)
+
+    def release() -> None:
+        release_components(sm, ref.endpoint_name, deployment_id)
+
+    with released_if_ended(registry, deployment_id, release):
+        status = attach(sm, ref.endpoint_name, ref.components, deployment_id).status
+        registry.live(deployment_id, owner)  # ended meanwhile: what this pass created goes
+    return status
 
 
 def hint_for_failure(reason: str) -> str:

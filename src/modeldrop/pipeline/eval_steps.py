@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from modeldrop.aws.registry import Registry
 from modeldrop.contracts.errors import EvalFailed
-from modeldrop.contracts.models import AdapterComponent, EndpointRef, EnginePlan, EvalVerdict, NormalizedRequest
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.contracts.step_payloads import AdapterComponent, EndpointRef, EnginePlan, EvalVerdict
 from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, adapter_ignored, run_eval
 from modeldrop.evaluation.smoke_eval import EvalReport, error_count, load_eval_set

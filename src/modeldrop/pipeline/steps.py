@@ -32,8 +32,6 @@ from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.models import (
     AdapterInfo,
     DeploymentRequest,
-    EnginePlan,
-    ImageChoice,
     NormalizedRequest,
     ValidationSummary,
     deployment_id_for,
@@ -42,6 +40,7 @@ from modeldrop.contracts.models import (
 )
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.contracts.served import CopyItem
+from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
 from modeldrop.evaluation.report import MetricSink
 from modeldrop.pipeline.adapter_steps import AdapterSource, adapter_fields, judge_adapter
 from modeldrop.pipeline.config import DefaultsSettings

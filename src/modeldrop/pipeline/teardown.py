@@ -19,14 +19,9 @@ from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import SageMakerThrottled, StepContractViolated, TeardownIncomplete
-from modeldrop.contracts.models import (
-    TeardownProgress,
-    TeardownResult,
-    deployment_id_for,
-    epoch_ms,
-    resource_name_for,
-)
+from modeldrop.contracts.models import deployment_id_for, epoch_ms, resource_name_for
 from modeldrop.contracts.record import TRANSITIONS, DeploymentRecord
+from modeldrop.contracts.step_payloads import TeardownProgress, TeardownResult
 from modeldrop.pipeline.attempts import attempt_name
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from modeldrop.contracts.errors import PlanRefused
-from modeldrop.contracts.models import Engine
+from modeldrop.contracts.step_payloads import Engine
 
 MODEL_PATH = "/opt/ml/model"
 Kind = Literal["str", "int", "fraction", "flag", "json"]

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from modeldrop.contracts.errors import PlanRefused
-from modeldrop.contracts.models import Engine, EngineSettings
+from modeldrop.contracts.models import EngineSettings
+from modeldrop.contracts.step_payloads import Engine
 from modeldrop.serving.engine_env import KEYS, UNSUPPORTED
 from modeldrop.serving.memory_plan import instance
 

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from modeldrop.contracts.errors import ImageUnresolvable
-from modeldrop.contracts.models import Engine, ImageChoice
+from modeldrop.contracts.step_payloads import Engine, ImageChoice
 
 _ECR = re.compile(
     r"^(?P<account>\d{12})\.dkr\.ecr\.(?P<region>[a-z0-9-]+)\.amazonaws\.com(\.cn)?/"

@@ -12,7 +12,8 @@ import fnmatch
 from collections.abc import Callable, Sequence
 
 from modeldrop.contracts.errors import PlanRefused
-from modeldrop.contracts.models import MAX_INSTANCE_TYPES, Candidate, EnginePlan
+from modeldrop.contracts.models import MAX_INSTANCE_TYPES
+from modeldrop.contracts.step_payloads import Candidate, EnginePlan
 from modeldrop.serving.host import HostIncompatible
 from modeldrop.serving.memory_plan import hourly_price, instance_catalog
 

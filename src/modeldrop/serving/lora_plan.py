@@ -3,8 +3,9 @@ the one meaning-to-key mapping), and the GPU memory the engine reserves for LoRA
 
 from __future__ import annotations
 
-from modeldrop.contracts.models import AdapterInfo, Engine
+from modeldrop.contracts.models import AdapterInfo
 from modeldrop.contracts.served import VLLM_LORA_RANKS
+from modeldrop.contracts.step_payloads import Engine
 from modeldrop.serving.engine_env import KEYS, MEANINGS, format_value
 
 GIB = 1024**3

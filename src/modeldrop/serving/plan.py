@@ -8,15 +8,8 @@ from typing import Any
 from pydantic import BaseModel, Field, computed_field
 
 from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
-from modeldrop.contracts.models import (
-    Candidate,
-    Engine,
-    EnginePlan,
-    EngineSettings,
-    Finding,
-    ImageChoice,
-    ValidationSummary,
-)
+from modeldrop.contracts.models import EngineSettings, Finding, ValidationSummary
+from modeldrop.contracts.step_payloads import Candidate, Engine, EnginePlan, ImageChoice
 from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host

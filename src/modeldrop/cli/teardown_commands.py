@@ -1,0 +1,126 @@
+"""`extend` and `teardown`: a deployment's TTL, and deleting it (or, shared, one adapter component) now."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from modeldrop.cli._shared import (
+    app,
+    aws_errors,
+    console,
+    fail,
+    json_mode,
+)
+from modeldrop.cli.operate_commands import ProfileOpt, RegionOpt, StackOpt, _connect
+
+
+@app.command("extend")
+def extend_cmd(
+    deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
+    ttl: Annotated[str, typer.Option(help="new time to live from now, e.g. 4h")],
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Move a live deployment's expiry: the endpoint's tag and the record together."""
+    json_mode(as_json)
+    from modeldrop.operate.deployments import extend, parse_ttl
+
+    with aws_errors():
+        hours = parse_ttl(ttl)
+        session, info, registry = _connect(stack, region, profile)
+        record = extend(session.client("sagemaker"), registry, info, deployment, hours)
+    if as_json:
+        print(json.dumps(record.model_dump(include={"deployment_id", "endpoint_name", "expires_at"})))
+        return
+    console.print(f"{record.deployment_id}: {record.endpoint_name} now expires at {record.expires_at}")
+
+
+@app.command("teardown")
+def teardown_cmd(
+    deployment: Annotated[str | None, typer.Argument(help="deployment id or endpoint name")] = None,
+    every: Annotated[
+        bool, typer.Option("--all", help="every endpoint the stack manages (do this before `sam delete`)")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="with --all: do not ask on a terminal")] = False,
+    adapter: Annotated[
+        str | None,
+        typer.Option(
+            help="adapter_mode shared: delete only this adapter's inference component (its name, or the "
+            "component's); the base and the other adapters go on serving"
+        ),
+    ] = None,
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Delete a managed endpoint now (endpoint, config, model) and record it; refuses unmanaged ones."""
+    json_mode(as_json)
+    from modeldrop.operate.deployments import teardown
+
+    if every == (deployment is not None):
+        fail("give a deployment id or endpoint name, or --all")
+    if every:
+        _teardown_all(stack, region, profile, yes, as_json)
+        return
+    assert deployment is not None
+    if adapter is not None:
+        _teardown_adapter(deployment, adapter, stack, region, profile, as_json)
+        return
+    with aws_errors():
+        session, info, registry = _connect(stack, region, profile)
+        result = teardown(
+            session.client("sagemaker"), registry, session.client("events"), info, deployment, s3=session.client("s3")
+        )
+    record = result.get("record") or {}
+    if as_json:
+        print(json.dumps({k: v for k, v in result.items() if k != "record"} | {"record": record}, default=str))
+        return
+    console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
+    if record:
+        from modeldrop.contracts.record import DeploymentRecord
+
+        cost = DeploymentRecord.model_validate(record).cost_so_far() or 0
+        console.print(f"{record['deployment_id']} torn down; final cost ${cost:.2f}")
+
+
+def _teardown_adapter(
+    deployment: str, adapter: str, stack: str, region: str | None, profile: str | None, as_json: bool
+) -> None:
+    from modeldrop.operate.deployments import teardown_adapter_now
+
+    with aws_errors():
+        session, _info, registry = _connect(stack, region, profile)
+        result = teardown_adapter_now(session.client("sagemaker"), registry, deployment, adapter)
+    if as_json:
+        print(json.dumps(result, default=str))
+        return
+    console.print("deleted: " + ", ".join(result["deleted"]))
+    console.print(f"{result['deployment_id']}: still serving {', '.join(result['serving']) or 'no adapter'}")
+
+
+def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool, as_json: bool) -> None:
+    from modeldrop.operate.deployments import live_endpoints, teardown_all
+
+    with aws_errors():
+        session, info, registry = _connect(stack, region, profile)
+        sm = session.client("sagemaker")
+        names = live_endpoints(sm, info.stack_tag, info.resource_prefix)
+        if names and not yes and not as_json and console.is_terminal:
+            typer.confirm(f"delete {len(names)} endpoint(s): {', '.join(names)}?", abort=True)
+        results = teardown_all(sm, registry, session.client("events"), info, s3=session.client("s3"))
+    failed = [r for r in results if "error" in r]
+    if as_json:
+        print(json.dumps({"torn_down": results}, default=str))
+    else:
+        for r in results:
+            console.print(f"{r['endpoint']}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
+        if not results:
+            console.print("no endpoint of this stack is live")
+    raise typer.Exit(1 if failed else 0)
