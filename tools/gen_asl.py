@@ -234,6 +234,7 @@ def definition() -> dict[str, Any]:
             "ExecutionRoleUnusable",
             "QuotaExceeded",
             "ArchiveTooLarge",
+            "RequestInvalid",
         ],
     )
     s["ServedCopyShape"] = {
@@ -286,6 +287,7 @@ def definition() -> dict[str, Any]:
             "adapter_version": "{% $artifact.adapter_version %}",
             "adapter_mode": "{% $req.adapter_mode %}",
             "more_adapters": "{% $artifact.more_adapters %}",
+            "attach": "{% $artifact.attach %}",
             "execution_arn": EXECUTION,
         },
         "ResolveImage",

@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.pipeline import steps
+from modeldrop.pipeline import register_steps
 from modeldrop.pipeline.config import RegisterSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
@@ -21,7 +21,9 @@ class Event(BaseModel):
 def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
     settings = RegisterSettings.from_env()
     registry = settings.registry()
-    aws = steps.RegisterClients(s3=clients.s3(), iam=clients.iam(), quotas=clients.service_quotas())
-    return steps.register_and_check(
+    aws = register_steps.RegisterClients(
+        s3=clients.s3(), iam=clients.iam(), quotas=clients.service_quotas(), sagemaker=clients.sagemaker()
+    )
+    return register_steps.register_and_check(
         registry, aws, event.request, settings.aws_region, settings.sagemaker_role_arn, settings.max_archive_gb
     )

@@ -8,6 +8,7 @@ from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import NamedAdapter, ValidationSummary
 from modeldrop.contracts.served import CopyItem
+from modeldrop.contracts.step_payloads import AttachedBase
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
@@ -25,6 +26,7 @@ class Event(BaseModel):
     adapter_version: str | None = None
     adapter_mode: str | None = None
     more_adapters: list[NamedAdapter] = []  # shared mode: the other adapters, versions pinned at registration
+    attach: AttachedBase | None = None  # base_endpoint: the adapters are judged against that deployment's base
 
 
 @logger.inject_lambda_context
@@ -46,4 +48,5 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         adapter=steps.AdapterSource.of(event.adapter_uri, event.adapter_name, event.adapter_version),
         more_adapters=[steps.AdapterSource(a.uri, a.name, a.version) for a in event.more_adapters],
         shared=event.adapter_mode == "shared",
+        attached=event.attach,
     )

@@ -92,6 +92,70 @@ def test_deploy_three_adapters_then_tear_one_down_while_the_others_serve(deploye
     assert deleted[3] == f"endpoint/{endpoint}"
 
 
+def _upload_adapter(stack: Any, tmp_path: Path, name: str, seed: int) -> str:
+    packed = write_tar_gz(write_adapter(tmp_path / name, seed=seed), tmp_path / f"{name}.tar.gz")
+    stack.client("s3").upload_file(str(packed), stack.bucket, f"direct/{name}/adapter.tar.gz")
+    return f"s3://{stack.bucket}/direct/{name}/adapter.tar.gz"
+
+
+def test_adapters_attached_to_another_deployments_endpoint_come_and_go_on_their_own(
+    deployed: Any, tmp_path: Path
+) -> None:
+    stack = deployed
+    base = write_tar_gz(write_checkpoint(tmp_path / "base"), tmp_path / "base.tar.gz")
+    stack.client("s3").upload_file(str(base), stack.bucket, "direct/base/model.tar.gz")
+    first = stack.start(
+        {
+            "artifact_uri": _upload_adapter(stack, tmp_path, "team-a", 1),
+            "base": f"s3://{stack.bucket}/direct/base/model.tar.gz",
+            "adapter_mode": "shared",
+            "ttl_hours": 8,
+        }
+    )
+    desc = stack.wait(first, timeout=180)
+    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
+    owner, endpoint = json.loads(desc["output"])["deployment_id"], json.loads(desc["output"])["endpoint_name"]
+
+    # A second deployment adds its adapter to that endpoint, named by the endpoint: no endpoint of its own.
+    second = stack.start(
+        {"artifact_uri": _upload_adapter(stack, tmp_path, "team-b", 2), "base_endpoint": endpoint, "ttl_hours": 1}
+    )
+    desc = stack.wait(second, timeout=180)
+    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
+    attached_id = json.loads(desc["output"])["deployment_id"]
+    assert json.loads(desc["output"])["endpoint_name"] == endpoint
+    record = stack.registry().get(attached_id)
+    create = record.step_dict("create_endpoint")
+    assert create["attached_to"] == owner and create["components"]["base"] == endpoint
+    [component] = [a["component"] for a in create["components"]["adapters"]]
+    assert record.hourly_price is None  # the instance is the other deployment's bill
+    assert stack.client("sagemaker").list_endpoints()["Endpoints"][0]["EndpointName"] == endpoint  # still one
+    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
+
+    def invoke(name: str) -> str:
+        body = runtime.invoke_endpoint(EndpointName=endpoint, InferenceComponentName=name, Body=PROBE)["Body"]
+        return str(json.loads(body.read())["generated_text"])
+
+    assert invoke(component) != invoke(f"{endpoint}-team-a")
+    passed = record.step_dict("smoke_eval")
+    assert passed["passed"] and [c["component"] for c in passed["components"]] == [component]
+
+    # The base cannot go while another deployment's adapter is on it; that adapter's TTL ends it alone.
+    blocked = _cli("teardown", owner, *REGION)
+    assert blocked.exit_code == 2 and component in blocked.output, blocked.output
+    clock.advance(2 * 3600)
+    reaped = stack.invoke_function("ReaperFunction", {})
+    assert f"inference-component/{component}" in reaped["expired"] and endpoint not in reaped["expired"], reaped
+    assert stack.registry().get(attached_id).status == "expired"
+    assert invoke(endpoint)  # the base still serves
+    with pytest.raises(ClientError, match="not found"):
+        invoke(component)
+
+    final = _cli("teardown", owner, *REGION)
+    assert final.exit_code == 0, final.output
+    assert stack.leftover_resources() == []
+
+
 TORCH_PYTHON = os.environ.get("MODELDROP_TORCH_PYTHON")
 MAKE_ADAPTER = """
 import sys, torch

@@ -109,7 +109,12 @@ def test_markers_may_not_carry_capabilities_and_secrets_are_never_echoed() -> No
     from modeldrop.aws.secret_refs import parse_ref
     from modeldrop.pipeline.starter import parse_marker
 
-    for field, value in (("secrets", {"HF_TOKEN": "ssm:/modeldrop/t"}), ("endpoint_name", "modeldrop-prod")):
+    capabilities = (
+        ("secrets", {"HF_TOKEN": "ssm:/modeldrop/t"}),
+        ("endpoint_name", "modeldrop-prod"),
+        ("base_endpoint", "modeldrop-team-base"),  # another deployment's endpoint to put adapters on
+    )
+    for field, value in capabilities:
         with pytest.raises(RequestInvalid, match="may not set"):
             parse_marker(json.dumps({field: value}).encode(), "s3://b/p/modeldrop.json")
     with pytest.raises(RequestInvalid) as raw:

@@ -56,3 +56,15 @@ def test_the_lora_slots_hold_the_largest_adapter_for_every_one_resident() -> Non
     assert lora_gib(slots, 2) == pytest.approx(3000 * 64 * 2 * 2 / 1024**3)  # rank 40 takes a 64 slot
     summary = ValidationSummary.model_construct(adapter=small, more_adapters=[large])
     assert [a.name for a in summary.adapters] == ["a", "b"]
+
+
+def test_base_endpoint_takes_the_adapters_only() -> None:
+    request = DeploymentRequest.model_validate(
+        {"artifact_uri": "s3://bucket-a/runs/a1/adapter.tar.gz", "base_endpoint": "modeldrop-team-base"}
+    )
+    fields = adapter_fields(request)
+    assert (fields["adapter_name"], fields["adapter_mode"]) == ("a1", "shared") and "artifact_uri" not in fields
+    with pytest.raises(RequestInvalid, match="both base and base_endpoint"):
+        adapter_fields(_request(base_endpoint="modeldrop-team-base"))
+    with pytest.raises(RequestInvalid, match="adapter_mode shared, on the LMI container"):
+        adapter_fields(request.model_copy(update={"engine": "vllm"}))

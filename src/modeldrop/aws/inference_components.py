@@ -141,38 +141,45 @@ class Released:
     failed: list[str] = field(default_factory=list)
     not_ours: list[str] = field(default_factory=list)
     remaining: int = 0  # components still on the endpoint (Deleting, or not ours)
+    blocked: list[str] = field(default_factory=list)  # own bases that another deployment's adapters use
 
 
 def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = None) -> Released:
-    """Delete the OWNER's components on ENDPOINT (ONLY: that one component): adapters first, the base
-    once no adapter uses it. Never another deployment's."""
+    """Delete the OWNER's components on ENDPOINT (ONLY: that one component): adapters first, a base
+    once no adapter uses it. Never another deployment's: a base of ours that another deployment's
+    adapters use stays, and is reported as blocked."""
     out = Released()
-    listed = on_endpoint(sm, endpoint)
-    out.remaining = len(listed)
-    bases_in_use: set[str] = set()
-    descs = [d for d in (describe(sm, str(c["InferenceComponentName"])) for c in listed) if d is not None]
+    descs = [d for d in (describe(sm, str(c["InferenceComponentName"])) for c in on_endpoint(sm, endpoint)) if d]
+    out.remaining = len(descs)
+    owners: dict[str, str | None] = {}
+    for desc in descs:
+        try:
+            owners[str(desc["InferenceComponentName"])] = list_tags(sm, str(desc["InferenceComponentArn"])).get(
+                DEPLOYMENT_TAG
+            )
+        except ClientError as exc:
+            if not _is_missing(exc):
+                raise
+    users: dict[str, list[str]] = {}  # base -> the adapters on it
     for desc in descs:
         base = desc.get("Specification", {}).get("BaseInferenceComponentName")
-        if base:
-            bases_in_use.add(str(base))
+        if base and str(desc["InferenceComponentName"]) in owners:  # still there (a Deleting one may be gone)
+            users.setdefault(str(base), []).append(str(desc["InferenceComponentName"]))
     # Adapters first (their bases are refused while they exist).
     for desc in sorted(descs, key=lambda d: not d.get("Specification", {}).get("BaseInferenceComponentName")):
         name = str(desc["InferenceComponentName"])
-        if only is not None and name != only:
-            continue
         label = f"inference-component/{name}"
-        if desc.get("InferenceComponentStatus") == "Deleting":
-            continue  # on its way (and may be gone by the next call)
-        try:
-            theirs = list_tags(sm, str(desc["InferenceComponentArn"])).get(DEPLOYMENT_TAG)
-        except ClientError as exc:
-            if _is_missing(exc):
-                continue
-            raise
-        if theirs != owner:
+        if (only is not None and name != only) or name not in owners:
+            continue
+        if owners[name] != owner:
             out.not_ours.append(label)
             continue
-        if name in bases_in_use:
+        if desc.get("InferenceComponentStatus") == "Deleting":
+            continue  # on its way
+        if name in users:
+            theirs = sorted(u for u in users[name] if owners.get(u) != owner)
+            if theirs and only is None:
+                out.blocked.append(f"{label}: the base of another deployment's {', '.join(theirs)}")
             continue
         try:
             sm.delete_inference_component(InferenceComponentName=name)
@@ -185,9 +192,21 @@ def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = N
     return out
 
 
-def pending(sm: SageMakerClient, endpoint: str) -> list[str]:
-    """The components still on ENDPOINT (SageMaker will not delete an endpoint that holds any)."""
-    return [f"inference-component/{c['InferenceComponentName']}" for c in on_endpoint(sm, endpoint)]
+def pending(sm: SageMakerClient, endpoint: str, owner: str | None = None) -> list[str]:
+    """The components still on ENDPOINT (SageMaker will not delete an endpoint that holds any); with
+    OWNER, only that deployment's (another's, attached to the endpoint, are not its to wait for)."""
+    left = []
+    for item in on_endpoint(sm, endpoint):
+        if owner is not None:
+            try:
+                if list_tags(sm, str(item["InferenceComponentArn"])).get(DEPLOYMENT_TAG) != owner:
+                    continue
+            except ClientError as exc:
+                if _is_missing(exc):
+                    continue
+                raise
+        left.append(f"inference-component/{item['InferenceComponentName']}")
+    return left
 
 
 # How long an immediate teardown waits for its components to go before it deletes the endpoint.
@@ -196,9 +215,9 @@ SETTLE_SECONDS = 5.0
 
 
 def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Released:
-    """Release the OWNER's components on ENDPOINT and wait until none is left (or give up after
-    SETTLE_PASSES): what an immediate teardown does before DeleteEndpoint. No OWNER: nothing is
-    deleted, and what is there is reported."""
+    """Release the OWNER's components on ENDPOINT and wait until none of them is left (or nothing more
+    can go: a base that another deployment's adapters still use), at most SETTLE_PASSES: what an
+    immediate teardown does before DeleteEndpoint. No OWNER: nothing is deleted, what is there is reported."""
     out = Released()
     for _ in range(SETTLE_PASSES):
         if owner is None:
@@ -208,12 +227,22 @@ def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Releas
         out.deleted += one.deleted
         out.failed += one.failed
         out.not_ours = one.not_ours
-        left = pending(sm, endpoint)
-        out.remaining = len(left)
-        if not left or one.failed or len(left) == len(one.not_ours):
+        own, every = pending(sm, endpoint, owner), pending(sm, endpoint)
+        out.remaining = len(every)
+        # Stop when ours are gone, or nothing more can go: nothing deleted and nothing on its way
+        # (a component that is Deleting, ours or an adapter on our base, may free the rest).
+        if not own or one.failed or (not one.deleted and not _any_deleting(sm, every)):
             return out
         clock.sleep(SETTLE_SECONDS)
     return out
+
+
+def _any_deleting(sm: SageMakerClient, labels: list[str]) -> bool:
+    for label in labels:
+        desc = describe(sm, label.removeprefix("inference-component/"))
+        if desc is not None and desc.get("InferenceComponentStatus") == "Deleting":
+            return True
+    return False
 
 
 def for_components(sm: SageMakerClient, config_name: str) -> bool:

@@ -95,12 +95,13 @@ def _list_prefix(s3: S3Client, uri: S3Uri) -> Iterable[tuple[str, int]]:
             yield obj["Key"], obj["Size"]
 
 
-def scan_s3_prefix(s3: S3Client, uri: S3Uri) -> ArtifactScan:
-    """Headers only: at most two ranged GETs per shard (length + header)."""
+def scan_s3_prefix(s3: S3Client, uri: S3Uri, skip: str | None = None) -> ArtifactScan:
+    """Headers only: at most two ranged GETs per shard (length + header). Paths under SKIP are not
+    the checkpoint's (a shared deployment's adapters, beside its served base)."""
     scan = ArtifactScan(source=str(uri), format="s3-prefix")
     for key, size in _list_prefix(s3, uri):
         rel = key[len(uri.key) :]
-        if not rel or rel.endswith("/"):
+        if not rel or rel.endswith("/") or (skip and rel.startswith(skip)):
             continue
         scan.files[rel] = size
         base = posixpath.basename(rel)

@@ -93,6 +93,13 @@ def deploy_cmd(
         str | None, typer.Option(help="ARTIFACT is a LoRA adapter: the base checkpoint it is served on (s3://...)")
     ] = None,
     adapter_mode: Annotated[str | None, typer.Option(help="with --base: dedicated (default) or shared")] = None,
+    base_endpoint: Annotated[
+        str | None,
+        typer.Option(
+            help="ARTIFACT... are LoRA adapters for a live shared deployment (its id or endpoint): added to its "
+            "endpoint as adapter inference components, as a deployment of their own"
+        ),
+    ] = None,
     name: Annotated[str | None, typer.Option(help="execution name (unique per state machine)")] = None,
     endpoint_name: Annotated[
         str | None, typer.Option(help="the endpoint's name, starting with the stack's resource prefix and a dash")
@@ -129,6 +136,7 @@ def deploy_cmd(
             "eval_set_uri": eval_set,
             "base": base,
             "adapter_mode": adapter_mode,
+            "base_endpoint": base_endpoint,
             "endpoint_name": endpoint_name,
             **request_fields({**locals(), **(named_settings or {})}),
         }

@@ -120,7 +120,8 @@ def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool
         print(json.dumps({"torn_down": results}, default=str))
     else:
         for r in results:
-            console.print(f"{r['endpoint']}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
+            label = r.get("endpoint") or r.get("deployment_id")
+            console.print(f"{label}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
         if not results:
             console.print("no endpoint of this stack is live")
     raise typer.Exit(1 if failed else 0)

@@ -19,7 +19,7 @@ from modeldrop.contracts.env_safety import env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.contracts.served import AdapterInfo
-from modeldrop.contracts.step_payloads import Engine
+from modeldrop.contracts.step_payloads import AttachedBase, Engine
 
 # Instance types one deployment tries at most: with the poll, quota and teardown loops' own bounds,
 # an execution's history stays within Step Functions' 25,000 events (a contract test adds it up).
@@ -157,6 +157,14 @@ class DeploymentRequest(_Strict):
         description=(
             "How an adapter is served: dedicated (default: one endpoint holding the base and the adapter) or "
             "shared (adapter inference components on one base endpoint)"
+        ),
+    )
+    base_endpoint: Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9-]{0,62}$")] | None = Field(
+        None,
+        description=(
+            "adapter_mode shared, instead of base: a live shared deployment (its deployment id or endpoint name) "
+            "whose base endpoint takes these adapters as further adapter inference components; they are "
+            "validated against its base, and torn down (or expire) on their own while the base serves on"
         ),
     )
     adapters: Annotated[list[ArtifactUri], Field(max_length=MAX_SHARED_ADAPTERS - 1)] | None = Field(
@@ -349,6 +357,7 @@ class ValidationSummary(BaseModel):
     modalities: list[str] = Field(default_factory=list)
     dtypes: dict[str, int] = Field(default_factory=dict)  # bytes per dtype: what a dtype setting rescales
     adapter: AdapterInfo | None = None  # the LoRA adapter served with the base, validated against it
+    attached: AttachedBase | None = None  # shared, on another deployment's base endpoint
     more_adapters: list[AdapterInfo] = Field(default_factory=list)  # adapter_mode shared: the others
 
     @property

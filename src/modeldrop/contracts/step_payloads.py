@@ -28,6 +28,17 @@ class Candidate(BaseModel):
     reason: str = ""
 
 
+class AttachedBase(BaseModel):
+    """A live shared deployment whose base endpoint takes another deployment's adapter components."""
+
+    deployment_id: str
+    endpoint_name: str
+    base_component: str
+    model_name: str
+    served_uri: str  # its served copy: what the adapters are validated against
+    instance_type: str | None = None
+
+
 class EnginePlan(BaseModel):
     env: dict[str, str]
     instance_type: str
@@ -48,6 +59,7 @@ class EnginePlan(BaseModel):
     # family's default driver), and why.
     inference_ami_version: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
+    attached: AttachedBase | None = None  # adapters added to another deployment's base endpoint
 
 
 class AdapterComponent(BaseModel):

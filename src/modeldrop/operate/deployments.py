@@ -309,7 +309,8 @@ def teardown(
         )
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
-    if desc is not None and f"endpoint/{name}" not in done.deleted:
+    attached = item is not None and item.step_dict("create_endpoint").get("attached_to")
+    if desc is not None and f"endpoint/{name}" not in done.deleted and not attached:
         raise OperateError(
             f"endpoint {name} was not deleted: {', '.join(done.not_ours) or 'it belongs to another deployment'}",
             "`modeldrop status NAME` names its owner",
@@ -368,6 +369,14 @@ def teardown_all(
     """Tear down every endpoint the stack manages (before `sam delete`, which removes the reaper and
     the alarms but leaves endpoints billing). Each result, or its error, per endpoint."""
     results: list[dict[str, Any]] = []
+    # Adapters attached to another deployment's endpoint first: that endpoint's base waits for them.
+    for record in registry.deployments():
+        if record.ended_at is None and record.step_dict("create_endpoint").get("attached_to"):
+            try:
+                done = teardown(sm, registry, events, info, record.deployment_id, s3=s3)
+                results.append({"deployment_id": record.deployment_id, "deleted": done["deleted"]})
+            except ModeldropError as exc:
+                results.append({"deployment_id": record.deployment_id, "error": exc.message})
     for name in live_endpoints(sm, info.stack_tag, info.resource_prefix):
         try:
             done = teardown(sm, registry, events, info, name, s3=s3)

@@ -84,6 +84,8 @@ def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
     """An adapter deployment serves (and plans, copies, names) its base; the adapter rides along,
     validated against it. A request without a base has no adapter. In shared mode every adapter
     (artifact_uri, then `adapters`) becomes an adapter inference component on the base's endpoint."""
+    if request.base_endpoint is not None:
+        return _attached_fields(request)
     if request.base is None:
         if request.adapter_mode is not None or request.adapters:
             raise RequestInvalid(
@@ -119,6 +121,31 @@ def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
         "adapter_uri": request.artifact_uri,
         "adapter_name": names[0],
         "adapter_mode": "shared" if shared else "dedicated",
+        "more_adapters": [{"uri": uri, "name": name} for uri, name in zip(uris[1:], names[1:], strict=True)],
+    }
+
+
+def _attached_fields(request: DeploymentRequest) -> dict[str, Any]:
+    """base_endpoint: the adapters join a live shared deployment's endpoint as further components."""
+    if request.base is not None:
+        raise RequestInvalid(
+            "both base and base_endpoint are set",
+            "name the base once: base (a checkpoint, for a new endpoint) or base_endpoint (a live shared deployment)",
+        )
+    if request.adapter_mode not in (None, "shared") or request.engine not in (None, "lmi"):
+        raise RequestInvalid(
+            "base_endpoint adds adapter inference components: adapter_mode shared, on the LMI container",
+            "drop adapter_mode and engine, or set them to shared and lmi",
+        )
+    uris = [request.artifact_uri, *(request.adapters or [])]
+    names = [adapter_name(uri.key) for uri in uris]
+    clash = sorted({n for n in names if names.count(n) > 1})
+    if clash:
+        raise RequestInvalid(f"two adapters would share the name {clash[0]!r}", "give each adapter its own folder name")
+    return {
+        "adapter_uri": request.artifact_uri,
+        "adapter_name": names[0],
+        "adapter_mode": "shared",
         "more_adapters": [{"uri": uri, "name": name} for uri, name in zip(uris[1:], names[1:], strict=True)],
     }
 

@@ -31,6 +31,7 @@ def component_plan(
     model_name: str,
     served: Artifact | None,
     tags: list[TagTypeDef],
+    own: bool = False,
 ) -> ComponentPlan | None:
     """The components a shared deployment puts on ENDPOINT: the base (named as the endpoint; component
     names are their own namespace) on every GPU of the instance, and one adapter component per adapter,
@@ -46,7 +47,8 @@ def component_plan(
         memory_mb=int(float(spec.get("ram_gib", 16)) * 1024 * HOST_MEMORY_SHARE),
         adapters=[
             AdapterComponent(
-                component=components.component_name(endpoint, name),
+                # On another deployment's endpoint (OWN components): the deployment's id keeps names apart.
+                component=components.component_name(endpoint, f"{name}-{req.deployment_id[-6:]}" if own else name),
                 adapter=name,
                 artifact_url=f"s3://{served.bucket}/{served.key}{SHARED_DIR}/{name}.tar.gz",
             )

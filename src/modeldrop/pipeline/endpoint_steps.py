@@ -77,6 +77,10 @@ def create(
     A deployment that ended while this ran keeps nothing: what this step created is deleted and
     the step fails with DeploymentEnded."""
     registry.live(req.deployment_id, req.execution_arn)
+    if plan.attached is not None:  # base_endpoint: nothing to create, the components attach at the poll
+        if served_uri is not None and clients.s3 is not None:
+            verify_served(clients.s3, served_uri, served_digest)
+        return attached_outcome(registry, req, plan, served_uri, stack_tag)
     name = attempt_endpoint_name(clients.sagemaker, req, plan.attempt)
 
     def release() -> None:  # the endpoint, config and model this attempt made
@@ -89,6 +93,44 @@ def create(
         return _create(
             clients, registry, req, image, plan, role_arn, stack_tag, served_uri, quota_waits, quota_wait_until, name
         )
+
+
+def attached_outcome(
+    registry: Registry, req: NormalizedRequest, plan: EnginePlan, served_uri: Artifact | None, stack_tag: str
+) -> CreateOutcome:
+    """base_endpoint: this deployment's adapter components on the other deployment's endpoint, recorded
+    as its own (its expiry on their tags); the endpoint, its base and its bill stay that deployment's."""
+    attached = plan.attached
+    assert attached is not None
+    now = clock.utcnow()
+    expires_at = clock.iso(now + timedelta(hours=req.ttl_hours))
+    tags = tags_for(stack_tag, req.deployment_id, expires_at)
+    components = component_plan(req, plan, attached.endpoint_name, attached.model_name, served_uri, tags, own=True)
+    assert components is not None
+    deadline = deploy_deadline(plan, req.deploy_deadline_seconds)
+    ref = EndpointRef(
+        endpoint_name=attached.endpoint_name,
+        endpoint_config_name=attempt_name(req.resource_name, 0),
+        model_name=attempt_name(req.resource_name, 0),
+        deadline_at=clock.iso(now + timedelta(seconds=deadline["seconds"])),
+        instance_type=plan.instance_type,
+        created_at=clock.iso(now),
+        min_poll_seconds=max(5, math.ceil(deadline["seconds"] / MAX_POLLS)),
+        components=components.model_copy(update={"base": attached.base_component}),
+    )
+    registry.record(
+        req.deployment_id,
+        "create_endpoint",
+        {**ref.model_dump(mode="json"), "attached_to": attached.deployment_id, "deadline": deadline},
+        status="creating",
+        owner=req.execution_arn,
+        live=True,
+        endpoint_name=attached.endpoint_name,
+        expires_at=expires_at,
+        started_at=clock.iso(now),
+        instance_type=plan.instance_type,
+    )
+    return CreateOutcome(status="created", endpoint=ref)
 
 
 def attempt_endpoint_name(sm: SageMakerClient, req: NormalizedRequest, attempt: int) -> str:

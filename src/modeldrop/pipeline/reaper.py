@@ -12,7 +12,7 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel, Field
 
 from modeldrop.aws.events_bus import lifecycle_detail, publish
-from modeldrop.aws.inference_components import Released, release_all
+from modeldrop.aws.inference_components import Released, on_endpoint, release, release_all
 from modeldrop.aws.pages import all_items
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
@@ -100,6 +100,7 @@ def reap(
         if not _managed(name, resource_prefix):
             continue
         try:
+            _reap_attached(sm, registry, stack_tag, ep, now, default_ttl, result, s3)
             _reap_endpoint(sm, registry, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"{name}: {exc}")
@@ -199,6 +200,47 @@ def _reap_endpoint(
     ended = _ended_at(record) if dead else None
     if any(moment is not None and moment + overdue_after < now for moment in (expires, ended)):
         result.overdue.append(name)
+
+
+def _reap_attached(
+    sm: SageMakerClient,
+    registry: Registry,
+    stack_tag: str,
+    ep: dict[str, Any],
+    now: datetime,
+    default_ttl: timedelta,
+    result: ReapResult,
+    s3: S3Client | None,
+) -> None:
+    """Adapter components another deployment attached to this endpoint (base_endpoint), past their own
+    expiry or their deployment's end: deleted, and that deployment marked expired (its served copy
+    goes too). The endpoint and its own components are its owner's, handled by _reap_endpoint."""
+    name = ep["EndpointName"]
+    listed = on_endpoint(sm, name)
+    if not listed:
+        return
+    endpoint_owner = list_tags(sm, ep["EndpointArn"]).get(DEPLOYMENT_TAG)
+    for item in listed:
+        tags = list_tags(sm, str(item["InferenceComponentArn"]))
+        owner = tags.get(DEPLOYMENT_TAG)
+        if tags.get(MANAGED_BY_TAG) != stack_tag or owner is None or owner == endpoint_owner:
+            continue
+        expires, _problem = expiry_of(tags, item.get("CreationTime"), default_ttl)
+        record = registry.get(owner)
+        if not _dead(record, now) and (expires is None or expires > now):
+            continue
+        released = release(sm, name, owner, only=str(item["InferenceComponentName"]))
+        if released.failed:
+            result.errors.extend(released.failed)
+            continue
+        result.expired += released.deleted
+        if record is None or record.ended_at is not None:
+            continue
+        try:
+            registry.record(owner, "expired", {"deleted": released.deleted}, status="expired", ended_at=clock.iso(now))
+        except StepContractViolated:
+            continue
+        _delete_served_copy(s3, record, owner)
 
 
 def _ended_at(record: DeploymentRecord | None) -> datetime | None:

@@ -26,8 +26,9 @@ ARCHIVE_SUFFIX = "model.tar.gz"
 MARKER_NAME = "modeldrop.json"
 # A marker may override any request field except where the artifact is and how it arrived -- and
 # the two that are capabilities rather than settings: anyone who can write to the bucket can write a
-# marker, so it may not name secrets to inject or an endpoint name to take over (a direct start may).
-MARKER_ONLY_BY_DIRECT_START = {"secrets", "endpoint_name"}
+# marker, so it may not name secrets to inject, an endpoint name to take over, or another deployment's
+# endpoint to put adapters on (a direct start may).
+MARKER_ONLY_BY_DIRECT_START = {"secrets", "endpoint_name", "base_endpoint"}
 OVERRIDE_FIELDS = set(DeploymentRequest.model_fields) - {"artifact_uri", "source"} - MARKER_ONLY_BY_DIRECT_START
 
 

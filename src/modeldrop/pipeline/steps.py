@@ -3,26 +3,22 @@ normalize, register, validate, resolve the image, plan. endpoint_steps and closi
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from modeldrop.aws.artifact_version import artifact_facts
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.secret_refs import check_refs, for_container, parse_refs, refuse_collisions
-from modeldrop.aws.served_copy import copy_items, delete_served, served_digest, served_location, served_matches
+from modeldrop.aws.served_copy import delete_served, served_digest, served_location, served_matches
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
-from modeldrop.checkpoint.validation import judge_source, validate_archive_stream
+from modeldrop.checkpoint.artifact_scan import scan_s3_prefix
+from modeldrop.checkpoint.scan_result import ArtifactScan
+from modeldrop.checkpoint.validation import judge_source, validate_archive_stream, validate_scan
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
-    ArchiveTooLarge,
     CheckpointRefused,
-    CheckpointUnreadable,
-    DuplicateDeployment,
     PlanRefused,
     RequestInvalid,
     StepContractViolated,
@@ -40,22 +36,19 @@ from modeldrop.contracts.models import (
 )
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.contracts.served import CopyItem
-from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
+from modeldrop.contracts.step_payloads import AttachedBase, EnginePlan, ImageChoice
 from modeldrop.evaluation.report import MetricSink
-from modeldrop.pipeline.adapter_steps import AdapterSource, adapter_fields, judge_adapter
+from modeldrop.pipeline.adapter_steps import SHARED_DIR, AdapterSource, adapter_fields, judge_adapter
+from modeldrop.pipeline.attach_steps import attached_plan
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
-from modeldrop.pipeline.preflight import preflight
 from modeldrop.pipeline.reports import put_json, report_prefix
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
-from modeldrop.serving.memory_plan import hourly_price, instance_catalog
 from modeldrop.serving.plan import plan_checkpoint
 
 if TYPE_CHECKING:
-    from mypy_boto3_iam import IAMClient
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_service_quotas import ServiceQuotasClient
 
     from modeldrop.checkpoint.validation import ValidationReport
 
@@ -88,7 +81,9 @@ def normalize(
         "execution_name": execution_name,
         "execution_arn": execution_arn,
         # Adapter inference components need a container with SageMaker's adapter API (LMI).
-        "engine": "lmi" if request.adapter_mode == "shared" else request.engine or defaults.default_engine,
+        "engine": "lmi"
+        if request.adapter_mode == "shared" or request.base_endpoint
+        else request.engine or defaults.default_engine,
         "instance_type": first,
         "instance_types": types,
         "ttl_hours": ttl_hours,
@@ -162,108 +157,6 @@ def _requested_types(request: DeploymentRequest) -> list[str] | None:
     return types
 
 
-# A prefix's objects each become one Map iteration; the list travels in the execution's state
-# (256 KiB at most), so a prefix of more files than this is refused at the door.
-MAX_COPY_ITEMS = 1000
-MAX_COPY_LIST_BYTES = 160_000  # keys may be 1 KiB each: the count alone does not bound the list
-
-
-def register(registry: Registry, s3: S3Client, req: NormalizedRequest, region: str) -> dict[str, Any]:
-    """Create the record, then claim the artifact version: a second deployment of it fails here."""
-    facts = artifact_facts(s3, req.artifact_uri)
-    identity, version = facts.identity, facts.version
-    adapter_version = None
-    if req.adapter_uri is not None:  # one adapter version on one base version is one deployment
-        adapter = artifact_facts(s3, req.adapter_uri)
-        identity, adapter_version = f"{adapter.identity} on {identity}", adapter.version
-    more = []
-    for named in req.more_adapters:  # shared mode: every adapter's version is pinned, and part of the claim
-        facts_of = artifact_facts(s3, named.uri)
-        identity = f"{facts_of.identity} + {identity}"
-        more.append({**named.model_dump(mode="json"), "version": facts_of.version})
-    price = hourly_price(req.instance_type, region)
-    created = registry.register(
-        req.deployment_id,
-        req.execution_name,
-        req.model_dump(mode="json"),
-        {
-            "artifact_uri": str(req.artifact_uri),
-            "engine": req.engine,
-            "instance_type": req.instance_type,
-            "instance_count": req.instance_count,
-            "endpoint_name": req.resource_name,
-            "hourly_price": str(price) if price is not None else None,
-            "price_read_on": instance_catalog()["price_read_on"] if price is not None else None,
-            "region": region,
-            "artifact_version": version,
-        },
-        execution_arn=req.execution_arn,
-    )
-    holder = registry.claim_artifact(identity, req.deployment_id)
-    if holder is not None:
-        raise DuplicateDeployment(
-            f"{identity} is already deployed by {holder.deployment_id} "
-            f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
-        )
-    items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix else []
-    return {
-        "deployment_id": req.deployment_id,
-        "created": created,
-        "artifact_version": version,
-        "adapter_version": adapter_version,
-        "more_adapters": more,
-        "size_bytes": facts.size_bytes,
-        "copy_items": [item.model_dump() for item in items],
-    }
-
-
-@dataclass
-class RegisterClients:
-    s3: S3Client
-    iam: IAMClient
-    quotas: ServiceQuotasClient
-
-
-def register_and_check(
-    registry: Registry,
-    aws: RegisterClients,
-    req: NormalizedRequest,
-    region: str,
-    role_arn: str,
-    max_archive_gb: float,
-) -> dict[str, Any]:
-    """RegisterDeployment: the record and the artifact claim, then the preflight -- after the record
-    exists, so that a refusal there is recorded (and shown by `modeldrop status`)."""
-    registered = register(registry, aws.s3, req, region)
-    check_size(req.artifact_uri, registered["size_bytes"], registered["copy_items"], max_archive_gb)
-    preflight(registry, aws.iam, aws.quotas, req, role_arn)
-    return registered
-
-
-def check_size(artifact: Artifact, size_bytes: int, items: list[dict[str, Any]], max_archive_gb: float) -> None:
-    """Refuse at the door what ValidateCheckpoint could not finish within its 15 minutes: an archive
-    is read whole by one Lambda; a prefix is copied by a Map (any size), one iteration per object."""
-    upload = f"modeldrop upload MODEL_DIR s3://{artifact.bucket}/{artifact.folder}model/"
-    if not artifact.is_prefix and size_bytes > max_archive_gb * 1e9:
-        raise ArchiveTooLarge(
-            f"{artifact} is {size_bytes / 1e9:.1f} GB: one validating pass reads at most {max_archive_gb:g} GB "
-            "within a Lambda's 15 minutes (the stack's MaxArchiveGB); nothing was copied or created",
-            f"deploy the checkpoint as an uncompressed prefix (s3://bucket/prefix/, as SageMaker advises for large "
-            f"models): {upload}",
-        )
-    listed = len(json.dumps(items))
-    if len(items) > MAX_COPY_ITEMS or listed > MAX_COPY_LIST_BYTES:
-        raise ArchiveTooLarge(
-            f"{artifact} holds {len(items)} files whose list takes {listed / 1000:.0f} kB; a deployment serves at "
-            f"most {MAX_COPY_ITEMS} files, listed in {MAX_COPY_LIST_BYTES // 1000} kB of the execution's 256 KiB state",
-            "keep only the model's files under the prefix (config, tokenizer, safetensors shards and index)",
-        )
-    if artifact.is_prefix and not items:  # only the marker (or report folders): nothing to serve
-        raise CheckpointUnreadable(
-            f"{artifact} holds no model files, only its marker", f"upload the checkpoint's files first: {upload}"
-        )
-
-
 def validate(
     s3: S3Client,
     registry: Registry,
@@ -276,6 +169,7 @@ def validate(
     adapter: AdapterSource | None = None,
     more_adapters: list[AdapterSource] | None = None,
     shared: bool = False,
+    attached: AttachedBase | None = None,
 ) -> ValidationSummary:
     """Judge exactly what SageMaker will be given, whatever happens to the upload's key since:
     - an archive is read once from its pinned version, and each member it holds is written to the
@@ -289,7 +183,11 @@ def validate(
     registry.live(deployment_id, owner)
     served = served_location(artifact, deployment_id)
     with released_if_ended(registry, deployment_id, lambda: delete_served(s3, served.bucket, deployment_id)):
-        if artifact.is_prefix:
+        scan: ArtifactScan | None
+        if attached is not None:  # the other deployment's validated, immutable copy of the base
+            scan = scan_s3_prefix(s3, parse_s3_uri(attached.served_uri), skip=f"{SHARED_DIR}/")
+            report = validate_scan(scan)
+        elif artifact.is_prefix:
             served_matches(s3, artifact, artifact_version, served, items or [])
             scan, report = judge_source(str(served), s3)
         else:
@@ -306,7 +204,7 @@ def validate(
         summary = _judge(
             s3, registry, deployment_id, artifact, served, report, artifact_version, owner, metrics, started, judged
         )
-        return summary.model_copy(update={"served_digest": digest})
+        return summary.model_copy(update={"served_digest": digest, "attached": attached})
 
 
 def _judge(
@@ -395,6 +293,8 @@ def build_plan(
 ) -> EnginePlan:
     """The plan for the ATTEMPT-th usable type of the preference list, re-planned for that type (its
     GPU count sets tensor parallelism, its memory the KV budget)."""
+    if validation.attached is not None:
+        return attached_plan(registry, req, validation.attached)
     listed = candidates(
         req.instance_type,
         req.instance_types,

@@ -226,18 +226,19 @@ def _endpoint_pass(
         return True
     status = str(desc.get("EndpointStatus"))
     progress.endpoint_status = status
-    if list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG) != deployment_id:
-        progress.not_ours.append(f"endpoint/{name}")
-        return True  # someone else's endpoint under our name: never deleted, and it holds nothing of ours
-    if status == "Deleting":
-        return False
-    if components_mod.for_components(sm, str(desc.get("EndpointConfigName"))):
-        # Adapters, then the base, one pass at a time: the endpoint only once none is left.
+    if status != "Deleting" and components_mod.for_components(sm, str(desc.get("EndpointConfigName"))):
+        # Its own components first, adapters then base, one pass at a time (on another deployment's
+        # endpoint, those are all it holds there).
         released = components_mod.release(sm, name, deployment_id)
         progress.deleted += released.deleted
-        progress.left_behind += released.failed
-        if components_mod.pending(sm, name):
+        progress.left_behind += released.failed + released.blocked
+        if components_mod.pending(sm, name, deployment_id):
             return False
+    if list_tags(sm, desc["EndpointArn"]).get(DEPLOYMENT_TAG) != deployment_id:
+        progress.not_ours.append(f"endpoint/{name}")
+        return True  # someone else's endpoint: never deleted (its own components of ours are gone)
+    if status == "Deleting":
+        return False
     try:
         sm.delete_endpoint(EndpointName=name)
         progress.deleted.append(f"endpoint/{name}")
