@@ -226,7 +226,7 @@ def _endpoint_pass(
         return True
     status = str(desc.get("EndpointStatus"))
     progress.endpoint_status = status
-    if status != "Deleting" and components_mod.for_components(sm, str(desc.get("EndpointConfigName"))):
+    if status != "Deleting" and _for_components(sm, str(desc.get("EndpointConfigName"))):
         # Its own components first, adapters then base, one pass at a time (on another deployment's
         # endpoint, those are all it holds there).
         released = components_mod.release(sm, name, deployment_id)
@@ -249,6 +249,14 @@ def _endpoint_pass(
             return False
         progress.left_behind.append(f"endpoint/{name} ({status}): {message}")
     return False
+
+
+def _for_components(sm: SageMakerClient, config: str) -> bool:
+    """Whether the endpoint hosts components; a config this role may not read is not ours to release."""
+    try:
+        return components_mod.for_components(sm, config)
+    except ClientError:
+        return False
 
 
 ENDED_STATUSES = {"ABORTED": "aborted", "TIMED_OUT": "timed_out", "FAILED": "failed"}
