@@ -128,7 +128,7 @@ def test_a_prefix_whose_file_list_would_not_fit_the_execution_state_is_refused()
     """The Map's items travel in the execution's state (256 KiB): 200 files of 1,000-byte names are
     under the count limit and still too many bytes."""
     from modeldrop.contracts.errors import ArchiveTooLarge
-    from modeldrop.pipeline.steps import check_size
+    from modeldrop.pipeline.register_steps import check_size
 
     prefix = Artifact.parse("s3://bucket-x/p/")
     few = [{"key": f"model-{i}.safetensors", "size": 1, "etag": '"e"'} for i in range(10)]
