@@ -164,21 +164,18 @@ def _sm_create(kind: str, name_param: str, also: Callable[[Call], list[tuple[str
     return rule
 
 
-def _sm_create_model(call: Call, lookups: Lookups) -> list[AuthRequest]:
-    requests = _sm_create("model", "ModelName")(call, lookups)
-    role = call.params.get("ExecutionRoleArn")
-    if role:
-        requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
-    return requests
+def _sm_create_passing_role(kind: str, name_param: str) -> Rule:
+    """A create that may carry the role SageMaker assumes (a model; an endpoint config for inference
+    components): iam:PassRole on it too."""
 
+    def rule(call: Call, lookups: Lookups) -> list[AuthRequest]:
+        requests = _sm_create(kind, name_param)(call, lookups)
+        role = call.params.get("ExecutionRoleArn")
+        if role:
+            requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
+        return requests
 
-def _sm_create_config(call: Call, lookups: Lookups) -> list[AuthRequest]:
-    """An endpoint config for inference components carries the role SageMaker assumes: PassRole."""
-    requests = _sm_create("endpoint-config", "EndpointConfigName")(call, lookups)
-    role = call.params.get("ExecutionRoleArn")
-    if role:
-        requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
-    return requests
+    return rule
 
 
 def _sm_create_component(call: Call, lookups: Lookups) -> list[AuthRequest]:
@@ -310,8 +307,8 @@ RULES: dict[tuple[str, str], Rule] = {
     ("dynamodb", "DeleteItem"): _table("DeleteItem"),
     ("dynamodb", "Scan"): _table("Scan"),
     ("dynamodb", "Query"): _table("Query"),
-    ("sagemaker", "CreateModel"): _sm_create_model,
-    ("sagemaker", "CreateEndpointConfig"): _sm_create_config,
+    ("sagemaker", "CreateModel"): _sm_create_passing_role("model", "ModelName"),
+    ("sagemaker", "CreateEndpointConfig"): _sm_create_passing_role("endpoint-config", "EndpointConfigName"),
     ("sagemaker", "CreateInferenceComponent"): _sm_create_component,
     ("sagemaker", "DescribeInferenceComponent"): _sm_on(
         "DescribeInferenceComponent", "inference-component", "InferenceComponentName"

@@ -199,6 +199,14 @@ def install() -> None:
 
     sm.SageMakerModelBackend._get_resource_from_arn = get_resource_from_arn
 
+    def existing(backend: Any, name: str, live: bool = False) -> Component:
+        """The component NAME (LIVE: not Deleting), or SageMaker's not-found error."""
+        component = find(backend, name)
+        if component is None or (live and component.seen_deleting >= 0):
+            missing = arn(backend, "inference-component", name)
+            raise ValidationError(message=f'Could not find inference component "{missing}".')
+        return component
+
     # ---- the API ---------------------------------------------------------------------------------
     def create_inference_component(self: Any) -> Any:
         from moto.core.responses import ActionResult
@@ -216,8 +224,8 @@ def install() -> None:
                 " and have length less than or equal to 63"
             )
         if find(backend, name) is not None:
-            existing = arn(backend, "inference-component", name)
-            raise ValidationError(message=f'Cannot create already existing inference component "{existing}".')
+            taken = arn(backend, "inference-component", name)
+            raise ValidationError(message=f'Cannot create already existing inference component "{taken}".')
         endpoint = backend.endpoints.get(endpoint_name)
         if endpoint is None:
             raise ValidationError(message=f'Could not find endpoint "{arn(backend, "endpoint", endpoint_name)}".')
@@ -234,11 +242,7 @@ def install() -> None:
         base_name = spec.get("BaseInferenceComponentName")
         model_container: dict[str, Any] | None = None
         if base_name:
-            base = find(backend, base_name)
-            if base is None or base.seen_deleting >= 0:
-                raise ValidationError(
-                    message=f'Could not find inference component "{arn(backend, "inference-component", base_name)}".'
-                )
+            base = existing(backend, base_name, live=True)
             _refresh(backend, base)
             if base.endpoint_name != endpoint_name or base.base is not None or base.status != "InService":
                 raise ValidationError(
@@ -297,12 +301,7 @@ def install() -> None:
         from moto.core.responses import ActionResult
 
         backend = self.sagemaker_backend
-        name = str(self._get_param("InferenceComponentName"))
-        component = find(backend, name)
-        if component is None:
-            raise ValidationError(
-                message=f'Could not find inference component "{arn(backend, "inference-component", name)}".'
-            )
+        component = existing(backend, str(self._get_param("InferenceComponentName")))
         _refresh(backend, component)
         return ActionResult(component.describe())
 
@@ -332,11 +331,7 @@ def install() -> None:
 
         backend = self.sagemaker_backend
         name = str(self._get_param("InferenceComponentName"))
-        component = find(backend, name)
-        if component is None:
-            raise ValidationError(
-                message=f'Could not find inference component "{arn(backend, "inference-component", name)}".'
-            )
+        component = existing(backend, name)
         adapters = sorted(c.name for c in components_of(backend).values() if c.base == component.name)
         if adapters:
             raise ValidationError(
@@ -354,12 +349,7 @@ def install() -> None:
         from moto.core.responses import ActionResult
 
         backend = self.sagemaker_backend
-        name = str(self._get_param("InferenceComponentName"))
-        component = find(backend, name)
-        if component is None or component.seen_deleting >= 0:
-            raise ValidationError(
-                message=f'Could not find inference component "{arn(backend, "inference-component", name)}".'
-            )
+        component = existing(backend, str(self._get_param("InferenceComponentName")), live=True)
         runtime = self._get_param("RuntimeConfig")
         if runtime and component.base:
             raise ValidationError(message="An adapter inference component takes no RuntimeConfig.")
