@@ -140,6 +140,10 @@ def test_adapters_attached_to_another_deployments_endpoint_come_and_go_on_their_
     passed = record.step_dict("smoke_eval")
     assert passed["passed"] and [c["component"] for c in passed["components"]] == [component]
 
+    status = json.loads(_cli("status", owner, *REGION, "--json").output)
+    assert status["attached_deployments"] == [{"deployment_id": attached_id, "adapters": ["team-b"]}]
+    assert f"attached {attached_id}" in _cli("status", owner, *REGION).output
+
     # The base cannot go while another deployment's adapter is on it; that adapter's TTL ends it alone.
     blocked = _cli("teardown", owner, *REGION)
     assert blocked.exit_code == 2 and component in blocked.output, blocked.output

@@ -280,12 +280,15 @@ def status_cmd(
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
     json_mode(as_json)
-    from modeldrop.operate.deployments import deployment_status, find_deployment
+    from modeldrop.operate.deployments import attached_to, deployment_status, find_deployment
 
     with aws_errors():
         session, info, deployments = _connect(stack, region, profile)
         record = find_deployment(deployments, deployment, session.client("sagemaker"))
+        others = attached_to(deployments, record.deployment_id) if record.endpoint_name else []
     data = deployment_status(info, record)
+    if others:  # a shared base: other deployments' adapters on its endpoint
+        data["attached_deployments"] = others
     if as_json:
         print(json.dumps(data, default=str))
         return
@@ -320,6 +323,8 @@ def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[s
                 + (f"; its share ${cost_share:.2f}" if cost_share is not None else ""),
             )
         )
+    for other in data.get("attached_deployments") or []:
+        rows.append((f"attached {other['deployment_id']}", ", ".join(other["adapters"]) or "-"))
     if evaluation := record.step_dict("smoke_eval"):
         rows.append(("eval", str(evaluation.get("summary"))))
         rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))

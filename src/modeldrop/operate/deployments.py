@@ -196,6 +196,20 @@ def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, An
     return status
 
 
+def attached_to(registry: Registry, deployment_id: str) -> list[dict[str, Any]]:
+    """The live deployments whose adapters sit on DEPLOYMENT_ID's base endpoint (base_endpoint)."""
+    from modeldrop.pipeline.component_steps import adapter_shares
+
+    return [
+        {
+            "deployment_id": other.deployment_id,
+            "adapters": [str(s["adapter"]) for s in adapter_shares(other) if s["serving"]],
+        }
+        for other in registry.deployments()
+        if other.ended_at is None and other.step_dict("create_endpoint").get("attached_to") == deployment_id
+    ]
+
+
 def find_deployment(
     registry: Registry, id_or_endpoint: str, sm: SageMakerClient | None = None, acting: bool = False
 ) -> DeploymentRecord:
