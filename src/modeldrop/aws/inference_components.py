@@ -140,7 +140,7 @@ class Released:
     deleted: list[str] = field(default_factory=list)
     failed: list[str] = field(default_factory=list)
     not_ours: list[str] = field(default_factory=list)
-    remaining: int = 0  # components still on the endpoint (Deleting, or not ours)
+    owned: set[str] = field(default_factory=set)  # the names of the owner's components the pass saw
     blocked: list[str] = field(default_factory=list)  # own bases that another deployment's adapters use
 
 
@@ -150,7 +150,6 @@ def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = N
     adapters use stays, and is reported as blocked."""
     out = Released()
     descs = [d for d in (describe(sm, str(c["InferenceComponentName"])) for c in on_endpoint(sm, endpoint)) if d]
-    out.remaining = len(descs)
     owners: dict[str, str | None] = {}
     for desc in descs:
         try:
@@ -174,6 +173,7 @@ def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = N
         if owners[name] != owner:
             out.not_ours.append(label)
             continue
+        out.owned.add(name)
         if desc.get("InferenceComponentStatus") == "Deleting":
             continue  # on its way
         if name in users:
@@ -217,32 +217,24 @@ SETTLE_SECONDS = 5.0
 def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Released:
     """Release the OWNER's components on ENDPOINT and wait until none of them is left (or nothing more
     can go: a base that another deployment's adapters still use), at most SETTLE_PASSES: what an
-    immediate teardown does before DeleteEndpoint. No OWNER: nothing is deleted, what is there is reported."""
+    immediate teardown does before DeleteEndpoint. No OWNER: nothing is released."""
     out = Released()
+    if owner is None:
+        return out
     for _ in range(SETTLE_PASSES):
-        if owner is None:
-            out.remaining = len(pending(sm, endpoint))
-            return out
         one = release(sm, endpoint, owner)
         out.deleted += one.deleted
         out.failed += one.failed
         out.not_ours = one.not_ours
-        own, every = pending(sm, endpoint, owner), pending(sm, endpoint)
-        out.remaining = len(every)
-        # Stop when ours are gone, or nothing more can go: nothing deleted and nothing on its way
-        # (a component that is Deleting, ours or an adapter on our base, may free the rest).
-        if not own or one.failed or (not one.deleted and not _any_deleting(sm, every)):
+        # One listing after the pass: what is left, and whether anything is on its way (a component
+        # that is Deleting, ours or an adapter on our base, may free the rest).
+        left = {str(c["InferenceComponentName"]): str(c["InferenceComponentStatus"]) for c in on_endpoint(sm, endpoint)}
+        if not (set(left) & one.owned) or one.failed:
+            return out
+        if not one.deleted and "Deleting" not in left.values():
             return out
         clock.sleep(SETTLE_SECONDS)
     return out
-
-
-def _any_deleting(sm: SageMakerClient, labels: list[str]) -> bool:
-    for label in labels:
-        desc = describe(sm, label.removeprefix("inference-component/"))
-        if desc is not None and desc.get("InferenceComponentStatus") == "Deleting":
-            return True
-    return False
 
 
 def for_components(sm: SageMakerClient, config_name: str) -> bool:
