@@ -73,7 +73,7 @@ def test_every_request_field_reaches_the_steps_as_given() -> None:
         "max_hourly_price": 9.5,
         "quota_wait_minutes": 5,
         "max_model_len": 8192,
-        "engine_env": {"SM_VLLM_MAX_NUM_BATCHED_TOKENS": "4096"},
+        "engine_env": {"SM_VLLM_ENABLE_CHUNKED_PREFILL": ""},
         "engine_settings": {"gpu_memory_utilization": 0.8},
         "force_plan": True,
     }

@@ -129,7 +129,7 @@ def test_a_raw_key_with_a_planned_meaning_is_planned_not_shipped_unchecked(engin
 
 
 def test_raw_keys_the_plan_owns_or_that_contradict_the_request_are_refused() -> None:
-    with pytest.raises(PlanRefused, match="plan decides"):
+    with pytest.raises(PlanRefused, match="bypasses the memory plan"):
         plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1", passthrough={"SM_VLLM_TENSOR_PARALLEL_SIZE": "4"})
     with pytest.raises(PlanRefused, match="contradicts"):
         plan_serving(
@@ -175,9 +175,9 @@ def test_a_multimodal_checkpoint_gets_one_image_per_prompt_where_the_engine_has_
     assert env(mm, "lmi")["OPTION_LIMIT_MM_PER_PROMPT"] == '{"image":1}'
     assert not any("LIMIT_MM" in k for k in env(mm, "sglang"))
     assert not any("LIMIT_MM" in k for k in env(text, "vllm"))
-    # The user's own value wins.
-    own = env(mm, "vllm", passthrough={"SM_VLLM_LIMIT_MM_PER_PROMPT": '{"image":4}'})
-    assert own["SM_VLLM_LIMIT_MM_PER_PROMPT"] == '{"image":4}'
+    # The user's own limit goes by name (the plan checks it); as a raw key it is refused.
+    with pytest.raises(PlanRefused, match="limit-mm-per-prompt"):
+        env(mm, "vllm", passthrough={"SM_VLLM_LIMIT_MM_PER_PROMPT": '{"image":4}'})
 
 
 # ---- named engine settings: read by the plan, not shipped unchecked ----------------------------

@@ -20,6 +20,7 @@ from modeldrop.cli._shared import (
     app,
     aws_errors,
     byte_progress,
+    checked_engine_env,
     console,
     engine_options,
     engine_settings,
@@ -208,6 +209,7 @@ def plan_cmd(
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     from modeldrop.contracts.models import EngineSettings
 
+    checked_engine_env(engine, region, passthrough)
     if base is not None:
         summary = _with_adapter(source, base)
     else:

@@ -3,6 +3,7 @@ normalize, register, validate, resolve the image, plan. endpoint_steps and closi
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,7 @@ from modeldrop.checkpoint.validation import judge_source, validate_archive_strea
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     CheckpointRefused,
+    ImageUnresolvable,
     PlanRefused,
     RequestInvalid,
     StepContractViolated,
@@ -36,13 +38,14 @@ from modeldrop.contracts.models import (
 )
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.contracts.served import CopyItem
-from modeldrop.contracts.step_payloads import AttachedBase, EnginePlan, ImageChoice
+from modeldrop.contracts.step_payloads import AttachedBase, Engine, EnginePlan, ImageChoice
 from modeldrop.evaluation.report import MetricSink
 from modeldrop.pipeline.adapter_steps import SHARED_DIR, AdapterSource, adapter_fields, judge_adapter
 from modeldrop.pipeline.attach_steps import attached_plan
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
 from modeldrop.pipeline.reports import put_json, report_prefix
+from modeldrop.serving.engine_options import first_problem
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.plan import plan_checkpoint
@@ -94,7 +97,23 @@ def normalize(
         "quota_wait_seconds": round(request.quota_wait_minutes * 60),
         "capacity_wait_seconds": round(request.capacity_wait_minutes * 60),
     }
+    _check_engine_keys(defaulted["engine"], defaults.aws_region, request.engine_env)
     return NormalizedRequest.model_validate({**dict(request), **defaulted})
+
+
+def _check_engine_keys(engine: Engine, region: str, engine_env: dict[str, str]) -> None:
+    """Raw engine keys judged by the stack's image for ENGINE before anything is created (the plan
+    judges them again for the image it resolves)."""
+    if not engine_env:
+        return
+    try:
+        image: ImageChoice | None = resolve_image(engine, region, os.environ)
+    except ImageUnresolvable:
+        image = None
+    problem = first_problem(engine, engine_env, image)
+    if problem is not None:
+        message, _sep, fix = problem.partition("; fix: ")
+        raise RequestInvalid(f"engine_env: {message}", fix)
 
 
 # S3's longest key; a report key adds this much to the artifact's folder.
