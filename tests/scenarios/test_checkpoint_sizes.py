@@ -170,3 +170,23 @@ def test_upload_without_a_marker_has_no_deployment_to_wait_for(deployed: Any, tm
     assert result.exit_code == 2 and "no marker at" in result.output, result.output
     executions = deployed.client("stepfunctions").list_executions(stateMachineArn=deployed.state_machine_arn)
     assert executions["executions"] == []
+
+
+@pytest.mark.parametrize("smuggled", ["zz/../config.json", "zz//../config.json", "./config.json", "a//b.json"])
+def test_a_prefix_key_with_dot_or_empty_segments_is_refused_at_registration(
+    stack: Any, tmp_path: Path, smuggled: str
+) -> None:
+    """SageMaker writes each key of a prefix under /opt/ml/model: `zz/../config.json` would replace the
+    validated config.json on the host. Refused before any copy, model or endpoint."""
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=1)
+    s3 = stack.client("s3")
+    for path in sorted(checkpoint.iterdir()):
+        s3.put_object(Bucket=stack.bucket, Key=f"direct/dots/{path.name}", Body=path.read_bytes())
+    s3.put_object(Bucket=stack.bucket, Key=f"direct/dots/{smuggled}", Body=b"{}")
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/dots/"}), timeout=60)
+    stack.settle()
+    assert desc["status"] == "FAILED" and desc["error"] == "CheckpointRefused", desc
+    assert "'.', '..' or empty segments" in desc["cause"]
+    called = [i.function for i in stack.invocations]
+    assert "CopyShardFunction" not in called and "CreateEndpointFunction" not in called
+    assert stack.leftover_resources() == []

@@ -8,6 +8,7 @@ import shutil
 import struct
 import tarfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -166,3 +167,75 @@ def test_shards_that_hold_no_tensor_are_named(tmp_path: Path) -> None:
     (d / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
     report = validate_scan(scan_local(str(d)))
     assert {f.code: f.severity for f in report.findings}.get("NO_TENSORS") == "warning"
+
+
+def test_prefix_keys_must_be_plain_relative_paths() -> None:
+    from modeldrop.checkpoint.archive_rules import prefix_key_problem
+
+    for bad in ("zz/../config.json", "zz//../config.json", "./config.json", "a//b", "..", "x/.", "a" * 256):
+        assert prefix_key_problem(bad) is not None, bad
+    for good in ("config.json", "sub/dir/model.safetensors", "a" * 255, "dir/", "é" * 127):
+        assert prefix_key_problem(good) is None, good
+
+
+def _tar_of(directory: Path) -> Path:
+    archive = directory.parent / "model.tar.gz"
+    with tarfile.open(archive, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        tar.add(directory, arcname=".")
+    return archive
+
+
+def test_a_directory_named_like_a_shard_is_refused_in_a_folder_and_in_an_archive(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "extra.safetensors").mkdir()
+    assert "WEIGHTS_NOT_A_FILE" in _codes(d)
+    report = validate_source(str(_tar_of(d)))
+    assert not report.deployable and "WEIGHTS_NOT_A_FILE" in {f.code for f in report.findings}
+    (d / "extra.safetensors").rmdir()
+    (d / "sub").mkdir()
+    (d / "sub" / "deep.safetensors").mkdir()  # below the root: the glob never lists it
+    assert "WEIGHTS_NOT_A_FILE" not in _codes(d)
+
+
+def test_dot_files_are_never_weights(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "._model.safetensors").write_bytes(b"\x00\x05\x16\x07AppleDouble resource fork")  # what macOS tar adds
+    report = validate_scan(scan_local(str(d)))
+    assert report.deployable, report.findings
+    assert "HIDDEN_FILES_IGNORED" in {f.code for f in report.findings}
+    (d / "model.safetensors").rename(d / ".model.safetensors")  # the only shard hidden: no weight loads
+    assert not validate_scan(scan_local(str(d))).deployable
+
+
+def test_a_tokenizer_only_in_a_subfolder_is_missing(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    (d / "tok").mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model"):
+        if (d / name).exists():
+            (d / name).rename(d / "tok" / name)
+    assert "TOKENIZER_MISSING" in _codes(d)
+
+
+@pytest.mark.parametrize(
+    "encode",
+    [
+        lambda t: b"\xef\xbb\xbf" + t.encode(),
+        lambda t: t.encode("utf-16"),
+        lambda t: t.encode("utf-16-le"),
+        lambda t: t.encode("utf-32"),
+    ],
+)
+def test_side_files_in_other_encodings_are_refused_as_transformers_refuses_them(tmp_path: Path, encode: Any) -> None:
+    d = _single_shard(tmp_path)
+    config = d / "config.json"
+    config.write_bytes(encode(config.read_text()))
+    report = validate_scan(scan_local(str(d)))
+    assert not report.deployable and "JSON_ENCODING" in {f.code for f in report.findings}
+
+
+def test_a_5000_digit_integer_is_a_finding_not_a_traceback(tmp_path: Path) -> None:
+    d = _single_shard(tmp_path)
+    config = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps(config)[:-1] + ', "x": ' + "9" * 5000 + "}")
+    report = validate_scan(scan_local(str(d)))
+    assert not report.deployable and "JSON_INVALID" in {f.code for f in report.findings}

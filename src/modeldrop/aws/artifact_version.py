@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from botocore.exceptions import ClientError
 
+from modeldrop.checkpoint.archive_rules import check_prefix_keys
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
 
@@ -40,6 +41,7 @@ def artifact_facts(s3: S3Client, uri: Artifact) -> ArtifactFacts:
             objects = prefix_objects(s3, uri.bucket, uri.key)
             if not objects:
                 raise CheckpointUnreadable(f"{uri} holds no objects", "upload the checkpoint first")
+            check_prefix_keys(uri.key, [o["Key"] for o in objects])
             version = prefix_version(objects)
             size = sum(int(o.get("Size", 0)) for o in objects)
     except ClientError as exc:

@@ -20,6 +20,9 @@ ARCHIVE_RULES: dict[str, str] = {
     "alike; " + _REBUILD,
     "ARCHIVE_ABSOLUTE_PATH": "archive relative paths: " + _REBUILD,
     "ARCHIVE_PATH_ESCAPE": "a member path with '..' would land outside the model directory; " + _REBUILD,
+    "PREFIX_KEY_PATH": "S3 keys under a model prefix are plain relative paths (no '.', '..' or empty segments, "
+    "each part at most 255 bytes): SageMaker writes each key as a path under /opt/ml/model, so 'zz/../config.json' "
+    "would replace the validated config.json; upload the model directory again (modeldrop upload DIR s3://.../)",
     "ARCHIVE_DUPLICATE_PATH": "two members at one path: extraction keeps only the last; " + _REBUILD,
     "ARCHIVE_EMPTY_NAME": "a file member has no name; " + _REBUILD,
     "ARCHIVE_TOO_MANY_MEMBERS": "a model directory has a few hundred files at most; archive only the model",
@@ -55,3 +58,26 @@ def archive_refused(code: str, message: str) -> CheckpointRefused:
     exc = CheckpointRefused(message, ARCHIVE_RULES[code])
     exc.code = code
     return exc
+
+
+NAME_MAX = 255  # bytes in one path component on the hosts' file systems (ENAMETOOLONG past it)
+
+
+def prefix_key_problem(relative: str) -> str | None:
+    """Why an object key under a model prefix cannot be a file of the served model (None: it can):
+    a '.', '..' or empty segment names another path once written to disk, and a part past NAME_MAX
+    fails only when the endpoint downloads it."""
+    parts = relative.split("/")
+    if any(p in (".", "..") for p in parts) or "" in parts[:-1]:
+        return f"the object key part {relative[:200]!r} has '.', '..' or empty segments"
+    if any(len(p.encode()) > NAME_MAX for p in parts):
+        return f"the object key part {relative[:80]!r}... has a segment longer than {NAME_MAX} bytes"
+    return None
+
+
+def check_prefix_keys(prefix: str, keys: list[str]) -> None:
+    """PREFIX_KEY_PATH for the first key under PREFIX that is not a plain relative path."""
+    for key in keys:
+        problem = prefix_key_problem(key[len(prefix) :])
+        if problem is not None:
+            raise archive_refused("PREFIX_KEY_PATH", f"{problem} (under {prefix[:200]!r})")

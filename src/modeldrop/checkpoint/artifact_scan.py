@@ -15,7 +15,7 @@ from typing import IO, TYPE_CHECKING, cast
 
 from botocore.exceptions import ClientError
 
-from modeldrop.checkpoint.archive_rules import archive_refused
+from modeldrop.checkpoint.archive_rules import archive_refused, check_prefix_keys
 from modeldrop.checkpoint.safetensors_header import read_header_length
 from modeldrop.checkpoint.scan_result import (
     READ_FILES,
@@ -51,6 +51,9 @@ def _link_roots(path: Path) -> list[Path]:
 def scan_directory(path: Path) -> ArtifactScan:
     scan = ArtifactScan(source=str(path), format="directory")
     roots = _link_roots(path)
+    for folder in path.rglob("*"):
+        if folder.is_dir() and not folder.is_symlink():
+            scan.dirs.add(folder.relative_to(path).as_posix())
     for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
         rel = file.relative_to(path).as_posix()
         real = file
@@ -99,8 +102,12 @@ def scan_s3_prefix(s3: S3Client, uri: S3Uri, skip: str | None = None) -> Artifac
     """Headers only: at most two ranged GETs per shard (length + header). Paths under SKIP are not
     the checkpoint's (a shared deployment's adapters, beside its served base)."""
     scan = ArtifactScan(source=str(uri), format="s3-prefix")
-    for key, size in _list_prefix(s3, uri):
+    listed = list(_list_prefix(s3, uri))
+    check_prefix_keys(uri.key, [key for key, _size in listed])
+    for key, size in listed:
         rel = key[len(uri.key) :]
+        if rel.endswith("/") and not (skip and rel.startswith(skip)):
+            scan.dirs.add(rel.rstrip("/"))
         if not rel or rel.endswith("/") or (skip and rel.startswith(skip)):
             continue
         scan.files[rel] = size

@@ -105,6 +105,7 @@ def layout(scan: ArtifactScan, index: dict[str, Any] | None, index_present: bool
                 hint="remove them to save upload time, or name them in the index if they hold weights",
             )
         )
+    findings += _not_weights(scan)
     nested = [f for f in scan.files if "/" in f and f not in unused]
     if nested:
         findings.append(
@@ -117,6 +118,36 @@ def layout(scan: ArtifactScan, index: dict[str, Any] | None, index_present: bool
             )
         )
     return Layout(weights, weight_map, findings)
+
+
+def _not_weights(scan: ArtifactScan) -> list[Finding]:
+    """What a `*.safetensors` glob meets that is not a weights file: a directory named like one (vLLM
+    lists it and its load fails), and dot-files (skipped by the glob, so never weights)."""
+    out: list[Finding] = []
+    folders = set(scan.dirs) | {f.split("/", 1)[0] for f in scan.files if "/" in f}
+    named_like_shards = sorted(d for d in folders if "/" not in d and d.endswith(".safetensors"))
+    if named_like_shards:
+        out.append(
+            _error(
+                "WEIGHTS_NOT_A_FILE",
+                "directory named like a weights file at the model's root: "
+                + ", ".join(printable(d) for d in named_like_shards[:3])
+                + " (vLLM's *.safetensors glob lists it, and loading it fails)",
+                "rename or remove the directory; weights are regular files",
+            )
+        )
+    hidden = sorted(f for f in scan.files if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(".safetensors"))
+    if hidden:
+        out.append(
+            Finding(
+                code="HIDDEN_FILES_IGNORED",
+                severity="warning",
+                message=f"{len(hidden)} dot-file(s) named like weights, which no engine loads (macOS AppleDouble "
+                "`._` files among them): " + ", ".join(printable(f) for f in hidden[:3]),
+                hint="nothing to do unless one holds weights; COPYFILE_DISABLE=1 tar ... on macOS leaves them out",
+            )
+        )
+    return out
 
 
 def index_mismatches(layout: Layout, scan: ArtifactScan, tensors: dict[str, str]) -> list[Finding]:

@@ -29,6 +29,9 @@ class ArtifactScan:
     # Keys are paths relative to the artifact's root; raw bytes that are not UTF-8 stay distinct
     # (surrogate-escaped) and are escaped only where shown.
     files: dict[str, int] = field(default_factory=dict)
+    # Directories the artifact names itself (tar directory members, folders, S3 `x/` placeholders);
+    # every file's parents are directories too.
+    dirs: set[str] = field(default_factory=set)
     small_files: dict[str, bytes] = field(default_factory=dict)
     headers: dict[str, SafetensorsHeader] = field(default_factory=dict)
     header_errors: dict[str, str] = field(default_factory=dict)
@@ -77,6 +80,8 @@ def scan_member(scan: ArtifactScan, rel: str, size: int, stream: Readable) -> No
 
 def add_header(scan: ArtifactScan, rel: str, size: int, read: Callable[[], bytes]) -> None:
     """Parse one shard's header into the scan, or record why it is refused (with its finding code)."""
+    if posixpath.basename(rel).startswith("."):
+        return  # vLLM's `*.safetensors` glob skips dot-files (macOS `._x` AppleDouble files among them)
     try:
         scan.headers[rel] = parse_header(read(), size)
     except HeaderError as exc:

@@ -60,15 +60,55 @@ def load_json(scan: ArtifactScan, name: str, findings: list[Finding]) -> dict[st
             )
         )
         return None
+    encoding = _encoding_problem(raw)
+    if encoding is not None:
+        findings.append(
+            _finding(
+                "JSON_ENCODING",
+                f"{name} {encoding}: transformers and PEFT read side files as UTF-8 without a byte-order mark, and "
+                "refuse it",
+                f"re-save {name} as UTF-8 without a BOM (save_pretrained writes it so)",
+            )
+        )
+        return None
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as exc:
-        findings.append(_finding("JSON_INVALID", f"{name} is not valid JSON: {exc}", f"re-save {name}"))
+        value = json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; so is an unbounded integer
+        findings.append(_finding("JSON_INVALID", f"{name} is not valid JSON: {str(exc)[:200]}", f"re-save {name}"))
         return None
     if not isinstance(value, dict):
         findings.append(_finding("JSON_INVALID", f"{name} is not a JSON object", f"re-save {name}"))
         return None
     return value
+
+
+MAX_INT_DIGITS = 40  # past any size, id or count a model file holds; Python refuses 4,300 with a ValueError
+_BOMS = (
+    (b"\x00\x00\xfe\xff", "is UTF-32 (big-endian, with a BOM)"),
+    (b"\xff\xfe\x00\x00", "is UTF-32 (little-endian, with a BOM)"),
+    (b"\xef\xbb\xbf", "starts with a UTF-8 byte-order mark"),
+    (b"\xfe\xff", "is UTF-16 (big-endian, with a BOM)"),
+    (b"\xff\xfe", "is UTF-16 (little-endian, with a BOM)"),
+)
+
+
+def _encoding_problem(raw: bytes) -> str | None:
+    for bom, what in _BOMS:
+        if raw.startswith(bom):
+            return what
+    if b"\x00" in raw[:4]:
+        return "is UTF-16 or UTF-32 (NUL bytes among its first characters)"
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"is not UTF-8 (byte {exc.start})"
+    return None
+
+
+def _bounded_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"an integer of {len(digits):,} digits (at most {MAX_INT_DIGITS})")
+    return int(digits)
 
 
 def _sections(config: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:

@@ -135,6 +135,7 @@ def scan_tar(source: ByteSource, name: str, fmt: str, sink: MemberSink | None = 
     try:
         for member in reader.members():
             if member.is_dir:
+                scan.dirs.add(member.path)
                 continue
             if sink is not None and sink.wants(member.path):
                 tee = _Tee(reader, sink.open(member.path, member.size))

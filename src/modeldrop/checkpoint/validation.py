@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["ValidationReport", "validate_scan", "validate_source"]
 
 GIB = 1024**3
+# At the root, where AutoTokenizer looks (a tokenizer only in a subfolder loads nowhere).
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
 
 
@@ -81,7 +82,7 @@ class _Checkpoint:
 
     @property
     def has_tokenizer(self) -> bool:
-        return any(f.rsplit("/", 1)[-1] in TOKENIZER_FILES for f in self.scan.files)
+        return any(f in TOKENIZER_FILES for f in self.scan.files)
 
     @property
     def has_chat_template(self) -> bool:
@@ -197,7 +198,8 @@ PRESENCE: tuple[tuple[Callable[[_Checkpoint], bool], str, str, str, str], ...] =
         lambda c: c.has_tokenizer,
         "TOKENIZER_MISSING",
         "error",
-        "no tokenizer files (tokenizer.json / tokenizer.model / tokenizer_config.json)",
+        "no tokenizer files at the model's root (tokenizer.json / tokenizer.model / tokenizer_config.json), "
+        "where AutoTokenizer and the engines look",
         "save the tokenizer next to the model: tokenizer.save_pretrained(DIR)",
     ),
     (
