@@ -105,6 +105,14 @@ def seeds(workdir: Path) -> list[bytes]:
             )
             if done.returncode == 0:
                 out.append(target.read_bytes())
+    if shutil.which("bsdtar"):
+        for fmt in ("ustar", "pax", "gnutar", "v7", "paxr"):
+            target = workdir / f"seed-bsdtar-{fmt}.tar"
+            done = subprocess.run(
+                ["bsdtar", "--format", fmt, "-cf", str(target), "-C", str(model), "."], capture_output=True
+            )
+            if done.returncode == 0:
+                out.append(target.read_bytes())
     for fmt in (tarfile.GNU_FORMAT, tarfile.PAX_FORMAT, tarfile.USTAR_FORMAT):
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=fmt) as tar:
@@ -145,6 +153,32 @@ def pax(records: list[tuple[bytes, bytes]], typeflag: bytes = b"x") -> bytes:
             n += 1
         body += str(n).encode() + core
     return member(b"PaxHeader", body, typeflag)
+
+
+# PAX record framings GNU tar's decode_record and tarfile read differently, or not at all: blanks or
+# tabs around the length, leading zeros, a NUL where a record starts, a length past the header.
+PAX_FRAMES: list[Callable[[bytes, bytes], bytes]] = [
+    lambda k, v: b"  " + _framed(b" " + k + b"=" + v + b"\n"),
+    lambda k, v: _framed(b"  " + k + b"=" + v + b"\n"),
+    lambda k, v: _framed(b"\t" + k + b"=" + v + b"\n"),
+    lambda k, v: _framed(b" \t " + k + b"=" + v + b"\n"),
+    lambda k, v: b"0" + _framed(b" " + k + b"=" + v + b"\n", extra=1),
+    lambda k, v: _framed(b"" + k + b"=" + v + b"\n"),
+    lambda k, v: _framed(b" " + k + b"=" + v + b"\n") + b"\x00" * 7,
+    lambda k, v: _framed(b" " + k + b"\x00x=" + v + b"\n"),
+    lambda k, v: b"999 " + k + b"=" + v + b"\n",
+]
+
+
+def _framed(core: bytes, extra: int = 0) -> bytes:
+    n = len(core) + 1
+    while len(str(n).encode()) + extra + len(core) != n:
+        n += 1
+    return str(n).encode() + core
+
+
+def pax_framed(key: bytes, value: bytes, frame: int, typeflag: bytes = b"x") -> bytes:
+    return member(b"PaxHeader", PAX_FRAMES[frame](key, value), typeflag)
 
 
 def headers(data: bytes) -> list[int]:
@@ -204,7 +238,7 @@ def _insert_record(rng: random.Random, data: bytearray) -> None:
     spots = headers(bytes(data))
     at = rng.choice(spots) if spots else 0
     name = rng.choice(NAMES)
-    kind = rng.randrange(6)
+    kind = rng.randrange(8)
     if kind == 0:
         record = member(b"././@LongLink", name + b"\x00", b"L")
     elif kind == 1:
@@ -215,8 +249,12 @@ def _insert_record(rng: random.Random, data: bytearray) -> None:
         record = pax([(rng.choice([b"path", b"comment", b"size"]), name)], typeflag=b"g")
     elif kind == 4:
         record = pax([(b"GNU.sparse.size", b"10"), (b"GNU.sparse.map", b"0,10")])
-    else:
+    elif kind == 5:
         record = member(b"././@LongLink", name + b"\x00", b"L") + pax([(b"path", rng.choice(NAMES))])
+    else:
+        key = rng.choice([b"path", b"size", b"GNU.sparse.name", b"mtime", b"uid", b"comment"])
+        value = name if key in (b"path", b"GNU.sparse.name", b"comment") else rng.choice([b"0", b"12", b"-3", b"1.5x"])
+        record = pax_framed(key, value, rng.randrange(len(PAX_FRAMES)))
     data[at:at] = record
 
 

@@ -14,7 +14,8 @@ from modeldrop.contracts.errors import CheckpointRefused
 _REBUILD = "rebuild the archive with GNU tar or Python's tarfile: tar -czf model.tar.gz -C MODEL_DIR ."
 
 ARCHIVE_RULES: dict[str, str] = {
-    "ARCHIVE_LINK": "archive only regular files: tar --dereference -czf model.tar.gz -C MODEL_DIR .",
+    "ARCHIVE_LINK": "archive only regular files: tar --dereference --hard-dereference -czf model.tar.gz -C MODEL_DIR . "
+    "(--dereference alone still stores files with several names as hard links)",
     "ARCHIVE_SPECIAL_FILE": "a model directory holds regular files only; remove devices and FIFOs, then " + _REBUILD,
     "ARCHIVE_MEMBER_TYPE": "the member type (sparse, volume label, multi-volume, vendor) is not one every tar reads "
     "alike; " + _REBUILD,
@@ -41,10 +42,15 @@ ARCHIVE_RULES: dict[str, str] = {
     "TAR_NAME_CONFLICT": "a member has two name records (GNU long name and PAX path, or two of one kind) that "
     "readers pick between differently; " + _REBUILD,
     "TAR_PAX_INVALID": "a PAX extended header is malformed or has no member after it; " + _REBUILD,
+    "TAR_PAX_WHITESPACE": "a PAX record with blanks or tabs around its length, which GNU tar and tarfile read as "
+    "different keywords; " + _REBUILD,
+    "TAR_NAME_TOO_LONG": "a member path over 4,095 bytes or with a part over 255 bytes cannot be extracted ('File "
+    "name too long'); shorten the model's file names, then " + _REBUILD,
     "TAR_PAX_GLOBAL": "a PAX global header sets a path, link or size, which readers apply differently; " + _REBUILD,
     "TAR_SPARSE": "sparse members (GNU.sparse.*) are extracted differently by different readers; archive the "
     "files without --sparse",
-    "TAR_LONG_RECORD": "a GNU long name or PAX header is over modeldrop's 64 KiB (1 MiB for PAX) limit; " + _REBUILD,
+    "TAR_LONG_RECORD": "a GNU long name or PAX header over 64 KiB, a PAX header of over 256 records, "
+    "or over 8 MiB of them in one archive; " + _REBUILD,
     "TAR_TRAILING_DATA": "the archive has data after its end-of-archive block, which some readers extract; " + _REBUILD,
     "GZIP_RESERVED_FLAGS": "the gzip header sets reserved flags, so GNU gzip refuses it; compress with gzip (tar -czf)",
     "GZIP_HEADER_CRC": "the gzip header's CRC (FHCRC) is wrong, so GNU gzip refuses it; compress with gzip again",

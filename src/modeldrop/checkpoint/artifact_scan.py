@@ -78,6 +78,10 @@ def scan_local(path: str) -> ArtifactScan:
         raise CheckpointUnreadable(
             f"{printable(path)}: no such file or directory", "pass a model directory, .tar, .tar.gz or s3:// URI"
         )
+    if not p.is_file():  # a FIFO or device named .tar.gz would block the read forever
+        raise CheckpointUnreadable(
+            f"{printable(path)} is not a regular file (a FIFO, socket or device)", "pass the archive file itself"
+        )
     return scan_archive_file(p)
 
 
@@ -155,7 +159,12 @@ def _scan_source(source: str, s3: S3Client | None) -> ArtifactScan:
             import boto3
 
             s3 = boto3.client("s3")
-        uri = parse_s3_uri(source)
+        try:
+            uri = parse_s3_uri(source)
+        except ValueError as exc:
+            raise CheckpointUnreadable(
+                printable(str(exc)[:300]), "an S3 source is s3://BUCKET/KEY.tar.gz or a prefix s3://BUCKET/PREFIX/"
+            ) from None
         try:
             return scan_s3_prefix(s3, uri) if uri.is_prefix else scan_s3_object(s3, uri)
         except ClientError as exc:
@@ -165,4 +174,9 @@ def _scan_source(source: str, s3: S3Client | None) -> ArtifactScan:
                 f"cannot read {source}: {err.get('Code')}: {err.get('Message')}",
                 "check the URI, the bucket's region and read permission (s3:GetObject, s3:ListBucket)",
             ) from None
-    return scan_local(os.fspath(source))
+    try:
+        return scan_local(os.fspath(source))
+    except OSError as exc:  # a name too long, a permission, a loop: the path cannot be read
+        raise CheckpointUnreadable(
+            f"cannot read {printable(source[:200])}: {exc.strerror or exc}", "pass a readable directory or archive"
+        ) from None

@@ -77,6 +77,8 @@ def header_end(buf: bytes, pos: int = 0) -> int | None:
     if end > len(buf):
         _check_length(buf, pos)
         return None
+    if end - pos > MAX_HEADER_BYTES:  # whole in BUF, and still too long
+        _check_length(buf[:end], pos)
     return end
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -28,7 +28,11 @@ MAX_MEMBERS = 4096  # a 600B model in 163 shards has under 200 files; refusing f
 MAX_RECORDS = 4 * MAX_MEMBERS  # long-name and PAX records count too
 MAX_DECLARED_BYTES = 2 * 1024**4  # 2 TiB: past any real checkpoint, short of a hostile header
 MAX_LONG_NAME = 64 * 1024
-MAX_PAX_BYTES = 1024 * 1024
+MAX_PAX_BYTES = 64 * 1024  # a path of PATH_MAX, a link path and xattrs fit many times over
+MAX_PAX_RECORDS = 256  # bsdtar's richest headers (times, ids, xattrs) hold a few dozen
+MAX_PAX_TOTAL = 8 * 1024 * 1024  # all PAX and long-name records of one archive: 2 KiB a member at the cap
+PATH_MAX = 4096  # bytes, with its NUL: past it extraction fails with ENAMETOOLONG ("File name too long")
+NAME_MAX = 255
 _SKIP_STEP = 1024 * 1024
 
 _POSIX_MAGIC = b"ustar\x00"
@@ -46,8 +50,11 @@ _NUMERIC = (
 )
 # Plain octal as both readers parse it alike: optional leading spaces, digits, then only NULs or
 # spaces; or an empty (all-NUL) field. `12 34`, a NUL before the digits, `+12` or `1_2` are refused.
+_BASE256_BOUNDS = {"uid": 2**32, "gid": 2**32, "mtime": 2**63, "size": 2**63}
 _OCTAL = re.compile(rb" *[0-7]+[ \x00]*|\x00*")
-_PAX_LENGTH = re.compile(rb"([1-9][0-9]{0,9}) ")
+# A record's start as GNU tar reads it: blanks, the length (tarfile takes at most 20 digits), blanks.
+_PAX_RECORD = re.compile(rb"(?P<lead>[ \t]*)(?P<length>[0-9]{1,20})(?P<gap>[ \t]*)")
+_PAX_TIME = re.compile(rb"(-?[0-9]{1,19})(\.[0-9]*)?")
 _DECIMAL = re.compile(rb"[0-9]{1,20}")
 _FILE_TYPES = (b"0", b"\x00", b"7")  # regular, old regular, contiguous (read as regular by all)
 # PAX keys a global header may set: none of them changes a path or a member's bytes.
@@ -90,8 +97,16 @@ class _Header:
 
 def _numeric(block: bytes, field: str, start: int, end: int, big: bool, at: int) -> int:
     raw = block[start:end]
-    if big and raw[:1] == b"\x80":
-        return int.from_bytes(raw[1:], "big")
+    if big and raw[:1] in (b"\x80", b"\xff"):
+        # Base-256, as GNU tar writes what octal cannot hold: negative (0xff) only for dates before
+        # 1970; ids past their type's range are errors in GNU tar's extraction (exit 2).
+        value = int.from_bytes(raw, "big", signed=True) if raw[:1] == b"\xff" else int.from_bytes(raw[1:], "big")
+        bound = _BASE256_BOUNDS.get(field)
+        if (value < 0 and field != "mtime") or (bound is not None and not -bound <= value < bound):
+            raise archive_refused(
+                "TAR_NUMERIC_FIELD", f"the header at byte {at} has a base-256 {field} out of range ({value})"
+            )
+        return value
     if _OCTAL.fullmatch(raw) is None:
         raise archive_refused(
             "TAR_NUMERIC_FIELD", f"the header at byte {at} has a malformed {field} field {printable(repr(raw))}"
@@ -148,29 +163,88 @@ def _not_tar(block: bytes = b"") -> CheckpointUnreadable:
 
 
 def parse_pax(data: bytes, at: int) -> dict[bytes, bytes]:
-    """`<length> <key>=<value>\\n` records filling DATA exactly; a malformed one is refused (tarfile
-    stops quietly at a NUL, GNU tar reports it: they disagree on what follows)."""
+    """The records of one PAX header, read as GNU tar 1.34's decode_record reads them (xheader.c):
+    `<length><blanks><keyword>=<value>\n`, records ending at a NUL or at the end. Where GNU tar and
+    tarfile would read a record differently (blanks or tabs around the length, which GNU skips and
+    tarfile makes part of the keyword or refuses; a NUL in a keyword), it is refused with its own
+    code; what GNU tar reports as an error (a value out of range) is refused as malformed."""
     records: dict[bytes, bytes] = {}
-    pos = 0
-    while pos < len(data):
-        match = _PAX_LENGTH.match(data, pos, pos + 12)
-        length = int(match.group(1)) if match else 0
-        if match is None or length < 5 or pos + length > len(data) or data[pos + length - 1] != 0x0A:
+    pos = count = 0
+    while pos < len(data) and data[pos] != 0:  # both readers stop quietly at a NUL where a record starts
+        count += 1
+        if count > MAX_PAX_RECORDS:
+            raise archive_refused("TAR_LONG_RECORD", f"the PAX header at byte {at} has over {MAX_PAX_RECORDS} records")
+        match = _PAX_RECORD.match(data, pos)
+        if match is None:
             raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a malformed record")
-        key, eq, value = data[match.end() : pos + length - 1].partition(b"=")
-        if not eq or not key:
-            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a record with no key")
-        if key in records and key in (b"path", b"size", b"linkpath"):
-            raise archive_refused("TAR_NAME_CONFLICT", f"the PAX header at byte {at} sets {show(key)} twice")
-        if key.startswith(b"GNU.sparse."):
-            raise archive_refused("TAR_SPARSE", f"the PAX header at byte {at} describes a sparse file")
-        if key in (b"path", b"linkpath") and b"\x00" in value:
-            raise archive_refused("TAR_NAME_NUL", f"the PAX {show(key)} {show(value)} at byte {at} holds a NUL byte")
-        if key == b"size" and _DECIMAL.fullmatch(value) is None:
-            raise archive_refused("TAR_PAX_INVALID", f"the PAX size {show(value)} at byte {at} is not a number")
+        if not match["gap"]:
+            raise archive_refused(
+                "TAR_PAX_INVALID", f"the PAX header at byte {at} has a record with no blank after its length"
+            )
+        if match["lead"] or match["gap"] != b" ":
+            raise archive_refused(
+                "TAR_PAX_WHITESPACE",
+                f"a PAX record at byte {at} has blanks or tabs around its length (GNU tar skips them; tarfile reads "
+                "them into the keyword): the readers name different fields",
+            )
+        length = int(match["length"])
+        end = pos + length
+        eq = data.find(b"=", match.end(), end)
+        if length < 5 or end > len(data) or eq < 0 or data[end - 1] != 0x0A:
+            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a malformed record")
+        key, value = data[match.end() : eq], data[eq + 1 : end - 1]
+        if not key or b"\x00" in key:
+            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a record with no usable key")
+        _check_pax_value(key, value, records, at)
         records[key] = value
-        pos += length
+        pos = end
     return records
+
+
+def _check_pax_value(key: bytes, value: bytes, records: dict[bytes, bytes], at: int) -> None:
+    if key in records and key in (b"path", b"size", b"linkpath"):
+        raise archive_refused("TAR_NAME_CONFLICT", f"the PAX header at byte {at} sets {show(key)} twice")
+    if key.startswith(b"GNU.sparse."):
+        raise archive_refused("TAR_SPARSE", f"the PAX header at byte {at} describes a sparse file")
+    if key in (b"path", b"linkpath") and b"\x00" in value:
+        raise archive_refused("TAR_NAME_NUL", f"the PAX {show(key)} {show(value[:200])} at byte {at} holds a NUL byte")
+    checker = _PAX_NUMBERS.get(key)
+    if checker is not None and not checker(value):
+        raise archive_refused(
+            "TAR_PAX_INVALID", f"the PAX {show(key)} {show(value[:40])} at byte {at} is not one GNU tar accepts"
+        )
+
+
+def _pax_time(value: bytes) -> bool:
+    """GNU tar's _decode_time: an optional '-', digits, an optional fraction; within a 64-bit time_t."""
+    match = _PAX_TIME.fullmatch(value)
+    return match is not None and -(2**63) <= int(match[1]) < 2**63
+
+
+def _pax_unsigned(bound: int) -> Callable[[bytes], bool]:
+    return lambda value: _DECIMAL.fullmatch(value) is not None and int(value) <= bound
+
+
+# What GNU tar's decoders accept for the numeric keys; past this it reports an error and exits 2.
+_PAX_NUMBERS: dict[bytes, Callable[[bytes], bool]] = {
+    b"size": _pax_unsigned(2**63 - 1),
+    b"uid": _pax_unsigned(2**32 - 1),
+    b"gid": _pax_unsigned(2**32 - 1),
+    b"mtime": _pax_time,
+    b"atime": _pax_time,
+    b"ctime": _pax_time,
+}
+
+
+def _check_name_length(name: bytes, at: int) -> None:
+    """GNU tar's extraction fails with "File name too long" past PATH_MAX or NAME_MAX; checked before
+    any per-component work, which is quadratic in the depth."""
+    if len(name) >= PATH_MAX or max(map(len, name.split(b"/", PATH_MAX))) > NAME_MAX:
+        raise archive_refused(
+            "TAR_NAME_TOO_LONG",
+            f"the member at byte {at} is named {show(name[:80])}... ({len(name)} bytes): past the {PATH_MAX - 1}-byte "
+            f"path or {NAME_MAX}-byte part that extraction can create",
+        )
 
 
 def normalize(raw: bytes, is_dir: bool) -> bytes:
@@ -233,6 +307,7 @@ class TarReader:
         self._left = 0  # of the current member's data
         self._pad = 0
         self.declared = 0
+        self._record_bytes = 0
 
     def _read(self, n: int) -> bytes:
         parts = []
@@ -265,6 +340,11 @@ class TarReader:
     def _record(self, header: _Header, cap: int, at: int) -> bytes:
         if header.size > cap:
             raise archive_refused("TAR_LONG_RECORD", f"the record at byte {at} is {header.size} bytes")
+        self._record_bytes += header.size
+        if self._record_bytes > MAX_PAX_TOTAL:
+            raise archive_refused(
+                "TAR_LONG_RECORD", f"the archive's PAX and long-name records pass {MAX_PAX_TOTAL} bytes at byte {at}"
+            )
         data = self._read(header.size)
         if len(data) != header.size:
             raise truncated("inside a header record")
@@ -342,11 +422,16 @@ class TarReader:
                     f"{show(pax[b'path'])} by PAX",
                 )
             name = pax[b"path"]
+        _check_name_length(name, at)
         size = int(pax[b"size"]) if b"size" in pax else header.size
         is_dir = kind == b"5"
         if kind == b"\x00" and header.name_field.endswith(b"/"):
-            # tarfile turns an old regular member named `x/` into a directory before any PAX name applies.
-            raise archive_refused("TAR_SLASH_NAME", f"file member {show(header.name_field)} is named like a directory")
+            if b"path" in pax or long_name is not None:
+                # tarfile turns an old regular member named `x/` into a directory before any PAX name applies.
+                raise archive_refused(
+                    "TAR_SLASH_NAME", f"file member {show(header.name_field)} is named like a directory"
+                )
+            is_dir = True  # how v7 archives (bsdtar --format v7) store directories; GNU tar and tarfile agree
         if is_dir and size:
             raise archive_refused("TAR_DIRECTORY_DATA", f"directory member {show(name)} carries {size} bytes")
         rel = normalize(name, is_dir)

@@ -1,0 +1,52 @@
+"""Inputs a user can mistype, refused as one line (one JSON object with --json), exit 2, no traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from modeldrop.cli import app
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4-text-dense"
+
+
+@pytest.mark.parametrize("source", ["s3:///x/", "s3://UPPER/x/", "/tmp/" + "x" * 5000])
+def test_validate_of_an_unusable_source_is_one_json_object_and_exit_2(source: str) -> None:
+    result = CliRunner().invoke(app, ["validate", source, "--json"])
+    assert result.exit_code == 2, result.output
+    assert json.loads(result.stdout)["error"] == "CheckpointUnreadable"
+    assert "Traceback" not in result.output
+
+
+def test_validate_of_a_fifo_named_like_an_archive_does_not_hang(tmp_path: Path) -> None:
+    fifo = tmp_path / "model.tar.gz"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(app, ["validate", str(fifo), "--json"])
+    assert result.exit_code == 2 and "not a regular file" in json.loads(result.stdout)["message"]
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        "SM_VLLM_TRUST_REMOTE=1",
+        "SM_VLLM_CONFIG=/opt/ml/model/x.yaml",
+        "SM_VLLM_TOOL_PARSER_PLUGIN=/opt/ml/model/p.py",
+        "SM_VLLM_MAX_NUM_SEQ=1024",
+    ],
+)
+def test_plan_refuses_engine_keys_that_load_code_or_bypass_the_plan(env: str) -> None:
+    result = CliRunner().invoke(app, ["plan", str(FIXTURE), "--region", "us-east-1", "--env", env, "--json"])
+    assert result.exit_code == 2, result.output
+    refused = json.loads(result.stdout)
+    assert refused["error"] == "EngineKeyRefused" and env.split("=")[0] in refused["message"]
+
+
+def test_plan_accepts_an_ordinary_engine_flag() -> None:
+    args = ["plan", str(FIXTURE), "--region", "us-east-1", "--env", "SM_VLLM_ENABLE_PREFIX_CACHING=", "--json"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["env"]["SM_VLLM_ENABLE_PREFIX_CACHING"] == ""
