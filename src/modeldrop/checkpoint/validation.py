@@ -13,6 +13,7 @@ from modeldrop.checkpoint.architecture_rules import expected_kv_tensors, layer_p
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings, compare_to_base
 from modeldrop.checkpoint.layout_rules import INDEX, Layout, index_mismatches, layout
+from modeldrop.checkpoint.model_dims import kv_dims
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible, load_json
 from modeldrop.checkpoint.tar_scan import MemberSink, scan_tar_stream
@@ -358,6 +359,7 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
     for check in CHECKS:
         c.findings.extend(check(c))
     weights_bytes = sum(dtypes.values())
+    dims = kv_dims(c.config)
     return ValidationReport(
         modalities=_modalities(c.config),
         deployable=not any(f.severity == "error" for f in c.findings),
@@ -373,13 +375,15 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         parameters=params,
         dtypes=dict(sorted(dtypes.items())),
         vocab_size=_int_or_none(c.text_field("vocab_size")),
-        num_hidden_layers=c.kv.num_hidden_layers,
+        num_hidden_layers=c.kv.num_hidden_layers or dims.num_layers,
         max_position_embeddings=_int_or_none(c.text_field("max_position_embeddings")),
         torch_dtype=c.text_field("torch_dtype") or c.text_field("dtype"),
         layer_types=_layer_types(c.config),
         sliding_window=_int_or_none(c.text_field("sliding_window")),
-        num_key_value_heads=_int_or_none(c.text_field("num_key_value_heads")),
-        head_dim=_int_or_none(c.text_field("head_dim")),
+        num_key_value_heads=dims.kv_heads,
+        head_dim=dims.head_dim,
+        kv_latent=dims.latent,
+        kv_per_layer=[list(d) for d in dims.per_layer] if dims.per_layer else None,
         has_tokenizer=c.has_tokenizer,
         has_chat_template=c.has_chat_template,
         has_generation_config="generation_config.json" in scan.files,

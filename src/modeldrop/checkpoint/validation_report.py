@@ -37,6 +37,8 @@ class ValidationReport(BaseModel):
     sliding_window: int | None = None
     num_key_value_heads: int | None = None
     head_dim: int | None = None
+    kv_latent: bool = False
+    kv_per_layer: list[list[int]] | None = None
     has_tokenizer: bool
     has_chat_template: bool
     has_generation_config: bool

@@ -343,8 +343,10 @@ class ValidationSummary(BaseModel):
     num_hidden_layers: int | None
     max_position_embeddings: int | None
     num_kv_shared_layers: int = 0
-    num_key_value_heads: int | None = None
-    head_dim: int | None = None
+    num_key_value_heads: int | None = None  # as the engines derive it (heads when the config names none)
+    head_dim: int | None = None  # as the engines derive it (hidden_size / heads when the config names none)
+    kv_latent: bool = False  # MLA: one latent of head_dim per token and layer instead of a K and a V
+    kv_per_layer: list[list[int]] | None = None  # [kv_heads, head_dim] per layer, where layers differ
     layer_types: list[str] | None = None
     sliding_window: int | None = None
     has_chat_template: bool

@@ -56,6 +56,8 @@ class ModelShape(BaseModel):
     layer_types: list[str] | None = None
     sliding_window: int | None = None
     kv_dtype_bytes: int = 2
+    kv_latent: bool = False
+    kv_per_layer: list[list[int]] | None = None  # [kv_heads, head_dim] of each layer, where layers differ
 
 
 class MemoryPlan(BaseModel):
@@ -81,9 +83,12 @@ def kv_bytes_per_token(shape: ModelShape) -> tuple[float, float]:
     if not (shape.num_hidden_layers and shape.num_key_value_heads and shape.head_dim):
         return 0.0, 0.0
     owning = range(shape.num_hidden_layers - shape.num_kv_shared_layers)
-    per_layer = 2 * shape.num_key_value_heads * shape.head_dim * shape.kv_dtype_bytes
+    factor = (1 if shape.kv_latent else 2) * shape.kv_dtype_bytes
+    widths = shape.kv_per_layer or []
     full = sliding = 0.0
     for layer in owning:
+        heads, dim = widths[layer] if layer < len(widths) else (shape.num_key_value_heads, shape.head_dim)
+        per_layer = factor * heads * dim
         kind = shape.layer_types[layer] if shape.layer_types and layer < len(shape.layer_types) else "full_attention"
         if kind == "sliding_attention" and shape.sliding_window:
             sliding += per_layer

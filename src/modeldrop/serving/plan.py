@@ -48,6 +48,8 @@ def shape_from(validation: ValidationSummary) -> ModelShape:
         num_kv_shared_layers=validation.num_kv_shared_layers,
         num_key_value_heads=validation.num_key_value_heads or 0,
         head_dim=validation.head_dim or 0,
+        kv_latent=validation.kv_latent,
+        kv_per_layer=validation.kv_per_layer,
         layer_types=validation.layer_types,
         sliding_window=validation.sliding_window,
     )
