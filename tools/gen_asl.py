@@ -288,6 +288,7 @@ def definition() -> dict[str, Any]:
             "adapter_mode": "{% $req.adapter_mode %}",
             "more_adapters": "{% $artifact.more_adapters %}",
             "attach": "{% $artifact.attach %}",
+            "engine": "{% $req.engine %}",
             "execution_arn": EXECUTION,
         },
         "ResolveImage",

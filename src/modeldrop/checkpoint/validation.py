@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from modeldrop.checkpoint.adapter_rules import is_adapter
-from modeldrop.checkpoint.architecture_rules import expected_kv_tensors, layer_prefix, rule_for
+from modeldrop.checkpoint.architecture_rules import (
+    KV_SHARED_FIXED_IN,
+    expected_kv_tensors,
+    kv_shared_tensors_needed,
+    layer_prefix,
+    rule_for,
+)
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings, compare_to_base
 from modeldrop.checkpoint.layout_rules import INDEX, Layout, index_mismatches, layout
@@ -19,6 +25,7 @@ from modeldrop.checkpoint.side_files import config_findings, implausible, load_j
 from modeldrop.checkpoint.tar_scan import MemberSink, scan_tar_stream
 from modeldrop.checkpoint.validation_report import KvShared, ValidationReport
 from modeldrop.contracts.artifact import is_compressed
+from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import CheckpointRefused
 from modeldrop.contracts.models import Finding
 from modeldrop.contracts.text import printable
@@ -63,6 +70,7 @@ class _Checkpoint:
     duplicates: list[tuple[str, str, str]]  # (tensor, first shard, second shard)
     kv: KvShared
     kv_rule: bool  # the architecture has a KV-sharing rule and the config and shards can be held to it
+    target: EngineVersion  # the engine (and version) of the image that will serve
     comparison: BaseComparison | None
     layout: Layout
     tokenizer_config: dict[str, Any] | None
@@ -180,16 +188,24 @@ def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
             f"num_kv_shared_layers {shared} exceeds num_hidden_layers {layers}",
             "fix config.json",
         )
+    elif kv.missing and not kv_shared_tensors_needed(c.target):
+        yield _finding(
+            "KV_SHARED_TENSORS_ABSENT",
+            "info",
+            f"{len(kv.missing)} KV-shared tensors are absent (layers {layers - shared}-{layers - 1}), as "
+            f"transformers saves them; {c.target.describe()} builds only q_proj on shared layers and loads it",
+            f"nothing to do for this engine; `modeldrop repair` restores them for vLLM before {KV_SHARED_FIXED_IN}",
+        )
     elif kv.missing:
         yield _finding(
             "KV_SHARED_TENSORS_MISSING",
             "error",
             f"{len(kv.missing)} of {kv.expected_tensors} KV-shared tensors are missing "
-            f"(layers {layers - shared}-{layers - 1}; e.g. {kv.missing[0]}): vLLM fails with "
+            f"(layers {layers - shared}-{layers - 1}; e.g. {kv.missing[0]}): {c.target.describe()} fails with "
             "'Following weights were not initialized from checkpoint'",
             f"`modeldrop repair {c.scan.source} --base BASE --out DEST` copies them from the base "
             "checkpoint into an extra shard and the index; they are unused in the forward pass, "
-            "so restoring them is harmless",
+            f"so restoring them is harmless (or serve it with a vLLM {KV_SHARED_FIXED_IN}+ image)",
         )
 
 
@@ -337,8 +353,13 @@ def _modalities(config: dict[str, Any]) -> list[str]:
     ]
 
 
-def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> ValidationReport:
+def validate_scan(
+    scan: ArtifactScan, base: ArtifactScan | None = None, target: EngineVersion | None = None
+) -> ValidationReport:
+    """Judge SCAN for TARGET's engine (the stack's default image when None, as the report says)."""
     findings: list[Finding] = []
+    judged_for = target.describe() if target is not None else f"the default image: {default_target().describe()}"
+    target = target or default_target()
     config = load_json(scan, "config.json", findings)  # JSON_INVALID first, as before any check
     files = layout(scan, load_json(scan, INDEX, findings), INDEX in scan.small_files)
     tensors, duplicates, dtypes, params = _tensor_table(scan, files.weights)
@@ -351,6 +372,7 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
         duplicates=duplicates,
         kv=kv,
         kv_rule=kv_rule,
+        target=target,
         comparison=compare_to_base(scan, base) if base is not None else None,
         layout=files,
         tokenizer_config=load_json(scan, "tokenizer_config.json", findings),
@@ -361,6 +383,7 @@ def validate_scan(scan: ArtifactScan, base: ArtifactScan | None = None) -> Valid
     weights_bytes = sum(dtypes.values())
     dims = kv_dims(c.config)
     return ValidationReport(
+        judged_for=judged_for,
         modalities=_modalities(c.config),
         deployable=not any(f.severity == "error" for f in c.findings),
         source=scan.source,
@@ -417,7 +440,14 @@ def _format_of(source: str) -> str:
 Judged = tuple[ArtifactScan | None, ValidationReport]
 
 
-def judge_source(source: str, s3: S3Client | None = None) -> Judged:
+def default_target() -> EngineVersion:
+    """The engine of the stack's default image (vLLM's DLC), which judges a checkpoint no plan names."""
+    from modeldrop.serving.engine_options import engine_version
+
+    return engine_version("vllm")
+
+
+def judge_source(source: str, s3: S3Client | None = None, target: EngineVersion | None = None) -> Judged:
     """Scan and judge SOURCE as a checkpoint: an archive refused by a rule is a report with its
     finding (exit 1), bytes that cannot be read raise CheckpointUnreadable (exit 2)."""
     try:
@@ -426,16 +456,18 @@ def judge_source(source: str, s3: S3Client | None = None) -> Judged:
         if exc.code is None:
             raise
         return None, refused_report(source, _format_of(source), exc)
-    return scan, validate_scan(scan)
+    return scan, validate_scan(scan, target=target)
 
 
-def validate_source(source: str, base: str | None = None, s3: S3Client | None = None) -> ValidationReport:
+def validate_source(
+    source: str, base: str | None = None, s3: S3Client | None = None, target: EngineVersion | None = None
+) -> ValidationReport:
     """Scan and judge SOURCE (and BASE): a checkpoint, or a LoRA adapter judged against BASE."""
-    return validate_with_base(source, base, s3)[0]
+    return validate_with_base(source, base, s3, target)[0]
 
 
 def validate_with_base(
-    source: str, base: str | None = None, s3: S3Client | None = None
+    source: str, base: str | None = None, s3: S3Client | None = None, target: EngineVersion | None = None
 ) -> tuple[ValidationReport, ValidationReport | None]:
     """(SOURCE's report, BASE's own report when SOURCE is an adapter judged against it). A checkpoint
     with a BASE is compared with it (every tensor of the base it lacks); a base is read once."""
@@ -446,7 +478,7 @@ def validate_with_base(
             raise
         return refused_report(source, _format_of(source), exc), None
     if not is_adapter(scan):
-        return validate_scan(scan, scan_source(base, s3) if base else None), None
+        return validate_scan(scan, scan_source(base, s3) if base else None, target), None
     from modeldrop.checkpoint.adapter_validation import validate_adapter
 
     if base is None:
@@ -455,7 +487,9 @@ def validate_with_base(
     return validate_adapter(scan, base_scan, base_report), base_report
 
 
-def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None = None) -> Judged:
+def validate_archive_stream(
+    raw: IO[bytes], source: str, sink: MemberSink | None = None, target: EngineVersion | None = None
+) -> Judged:
     """Validate a tar(.gz) read once from RAW, writing each served member to SINK as it is read."""
     compressed = is_compressed(source)
     try:
@@ -464,4 +498,4 @@ def validate_archive_stream(raw: IO[bytes], source: str, sink: MemberSink | None
         if exc.code is None:
             raise
         return None, refused_report(source, "tar.gz" if compressed else "tar", exc)
-    return scan, validate_scan(scan)
+    return scan, validate_scan(scan, target=target)

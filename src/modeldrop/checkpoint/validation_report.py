@@ -38,6 +38,7 @@ class ValidationReport(BaseModel):
     num_key_value_heads: int | None = None
     head_dim: int | None = None
     kv_latent: bool = False
+    judged_for: str | None = None  # the engine and version the engine-dependent rules were applied for
     kv_per_layer: list[list[int]] | None = None
     has_tokenizer: bool
     has_chat_template: bool

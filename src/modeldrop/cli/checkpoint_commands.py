@@ -40,15 +40,20 @@ def validate_cmd(
     base: Annotated[
         str | None, typer.Option(help="the base checkpoint: report every tensor of it this one lacks")
     ] = None,
+    image: Annotated[
+        str | None, typer.Option(help="judge for this serving image's engine and version (default: the stack's)")
+    ] = None,
+    engine: Annotated[str | None, typer.Option(help="judge for this engine's default image: vllm, sglang, lmi")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
     from modeldrop.checkpoint.validation import validate_source
 
+    target = judging_target(image, engine)
     try:
         with aws_errors(domain_errors=False), byte_progress("validating"):
-            report = validate_source(source, base)
+            report = validate_source(source, base, target=target)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     codes = {f.code for f in report.findings}
@@ -74,6 +79,7 @@ def validate_cmd(
             ("weights", f"{report.weights_gib:.3f} GiB"),
             ("dtypes", ", ".join(report.dtypes)),
             ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
+            ("judged for", report.judged_for),
         ):
             table.add_row(label, escape(printable("-" if value is None else str(value))))
         if report.kv_shared.num_kv_shared_layers:
@@ -214,7 +220,7 @@ def plan_cmd(
         summary = _with_adapter(source, base)
     else:
         with aws_errors(), byte_progress("validating"):
-            summary = validate_scan(scan_source(source)).summary()
+            summary = validate_scan(scan_source(source), target=_plan_target(engine, region)).summary()
     report = plan_report(
         summary,
         source,
@@ -236,6 +242,40 @@ def plan_cmd(
     else:
         _plan_summary(report)
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def _plan_target(engine: str, region: str) -> Any:
+    from modeldrop.contracts.errors import ImageUnresolvable
+    from modeldrop.serving.engine_options import engine_version
+    from modeldrop.serving.image import resolve_image
+
+    try:
+        return engine_version(engine, resolve_image(engine, region, os.environ))  # type: ignore[arg-type]
+    except ImageUnresolvable:
+        return engine_version(engine)  # type: ignore[arg-type]  # the plan reports the image itself
+
+
+def judging_target(image: str | None, engine: str | None) -> Any:
+    """The engine version a checkpoint is judged for: IMAGE's (its repository names the engine), ENGINE's
+    default image, or None (the stack's default image, which the report then names)."""
+    from modeldrop.contracts.step_payloads import ImageChoice
+    from modeldrop.serving.engine_options import engine_version
+
+    if engine is not None and engine not in ("vllm", "sglang", "lmi"):
+        fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
+    if image is None:
+        return engine_version(engine) if engine else None  # type: ignore[arg-type]
+    repository = image.rsplit(":", 1)[0].rsplit("/", 1)[-1]
+    by_repo = {"vllm": "vllm", "sglang": "sglang", "djl-inference": "lmi"}
+    named = engine or by_repo.get(repository)
+    if named is None or ":" not in image.rsplit("/", 1)[-1]:
+        fail(
+            f"--image {image[:200]!r}: cannot tell its engine (a DLC repository is vllm, sglang or djl-inference)",
+            "pass --engine too, or a registry/repository:tag URI",
+        )
+    region = image.split(".")[3] if image.count(".") >= 4 else "us-east-1"
+    choice = ImageChoice(engine=named, image_uri=image, source="--image", region=region)  # type: ignore[arg-type]
+    return engine_version(named, choice)  # type: ignore[arg-type]
 
 
 def _plan_summary(report: Any) -> None:

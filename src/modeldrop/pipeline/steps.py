@@ -18,6 +18,7 @@ from modeldrop.checkpoint.artifact_scan import scan_s3_prefix
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.validation import judge_source, validate_archive_stream, validate_scan
 from modeldrop.contracts.artifact import Artifact
+from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import (
     CheckpointRefused,
     ImageUnresolvable,
@@ -45,7 +46,7 @@ from modeldrop.pipeline.attach_steps import attached_plan
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
 from modeldrop.pipeline.reports import put_json, report_prefix
-from modeldrop.serving.engine_options import first_problem
+from modeldrop.serving.engine_options import engine_version, first_problem
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.plan import plan_checkpoint
@@ -99,6 +100,17 @@ def normalize(
     }
     _check_engine_keys(defaulted["engine"], defaults.aws_region, request.engine_env)
     return NormalizedRequest.model_validate({**dict(request), **defaulted})
+
+
+def _target(engine: Engine | None) -> EngineVersion | None:
+    """The engine version of the image ResolveImage will choose (the same env, the Lambda's region)."""
+    if engine is None:
+        return None
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
+    try:
+        return engine_version(engine, resolve_image(engine, region, os.environ))
+    except ImageUnresolvable:
+        return engine_version(engine)
 
 
 def _check_engine_keys(engine: Engine, region: str, engine_env: dict[str, str]) -> None:
@@ -189,6 +201,7 @@ def validate(
     more_adapters: list[AdapterSource] | None = None,
     shared: bool = False,
     attached: AttachedBase | None = None,
+    engine: Engine | None = None,
 ) -> ValidationSummary:
     """Judge exactly what SageMaker will be given, whatever happens to the upload's key since:
     - an archive is read once from its pinned version, and each member it holds is written to the
@@ -199,20 +212,21 @@ def validate(
     A deployment that ended while this ran (a stopped execution whose Lambda runs on) keeps no copy:
     the step deletes what it wrote and fails with DeploymentEnded."""
     started = time.monotonic()
+    target = _target(engine)
     registry.live(deployment_id, owner)
     served = served_location(artifact, deployment_id)
     with released_if_ended(registry, deployment_id, lambda: delete_served(s3, served.bucket, deployment_id)):
         scan: ArtifactScan | None
         if attached is not None:  # the other deployment's validated, immutable copy of the base
             scan = scan_s3_prefix(s3, parse_s3_uri(attached.served_uri), skip=f"{SHARED_DIR}/")
-            report = validate_scan(scan)
+            report = validate_scan(scan, target=target)
         elif artifact.is_prefix:
             served_matches(s3, artifact, artifact_version, served, items or [])
-            scan, report = judge_source(str(served), s3)
+            scan, report = judge_source(str(served), s3, target)
         else:
             with ServedPrefixWriter(s3, served) as writer:
                 body = open_pinned(s3, artifact, artifact_version)
-                scan, report = validate_archive_stream(body, str(artifact), writer)
+                scan, report = validate_archive_stream(body, str(artifact), writer, target)
         # The adapter only once its base passed (a refused base is the finding to fix first).
         judged = [
             judge_adapter(s3, deployment_id, artifact, served, (scan, report), one, shared)

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
+from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.step_payloads import Engine, ImageChoice
 
 # Exact raw keys the plan itself reads (serving/plan.py `_planned_from_raw_keys`): planned, not bypassed.
@@ -73,11 +73,7 @@ _TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)")
 _LMI_AXIS = re.compile(r"-lmi(\d+)\.(\d+)\.(\d+)")
 
 
-@dataclass(frozen=True)
-class EngineVersion:
-    engine: Engine
-    version: str  # the version of the parser that judges raw keys (vLLM's for LMI)
-    source: str  # how it was found
+__all__ = ["EngineVersion", "engine_version", "first_problem", "raw_key_problem"]
 
 
 @cache

@@ -1,0 +1,51 @@
+"""Rules the engines apply differently by version are applied for the image that will serve."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from modeldrop.checkpoint.artifact_scan import scan_source
+from modeldrop.checkpoint.validation import validate_scan
+from modeldrop.cli import app
+from modeldrop.contracts.step_payloads import ImageChoice
+from modeldrop.serving.engine_options import engine_version
+
+KV_SHARED = Path(__file__).resolve().parents[1] / "fixtures" / "gemma4-text-kvshared"
+VLLM_030 = "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.30.0-gpu-py312-cu130-ubuntu22.04-sagemaker-v1.1"
+
+
+def _validate(*args: str) -> tuple[int, dict[str, object]]:
+    result = CliRunner().invoke(app, ["validate", str(KV_SHARED), *args, "--json"])
+    return result.exit_code, json.loads(result.stdout)
+
+
+def test_kv_shared_tensors_are_required_by_the_default_image_and_not_by_vllm_0_30() -> None:
+    code, report = _validate()
+    assert code == 1 and "KV_SHARED_TENSORS_MISSING" in {f["code"] for f in report["findings"]}  # type: ignore[union-attr]
+    assert "default image" in str(report["judged_for"]) and "0.26.0" in str(report["judged_for"])
+    code, report = _validate("--image", VLLM_030)
+    findings = {f["code"]: f["severity"] for f in report["findings"]}  # type: ignore[union-attr]
+    assert code == 0 and findings == {"KV_SHARED_TENSORS_ABSENT": "info"}, report
+    assert "0.30.0" in str(report["judged_for"])
+
+
+def test_lmi_is_judged_by_the_vllm_it_bundles_and_an_unknown_image_is_a_usage_error() -> None:
+    code, report = _validate("--engine", "lmi")
+    assert code == 1 and "lmi27 bundles vLLM 0.26.0" in str(report["judged_for"])
+    result = CliRunner().invoke(app, ["validate", str(KV_SHARED), "--image", "registry/mine", "--json"])
+    assert result.exit_code == 2 and "cannot tell its engine" in json.loads(result.stdout)["message"]
+
+
+def test_the_pipeline_judges_for_the_image_the_stack_resolves(monkeypatch: object) -> None:
+    from modeldrop.pipeline.steps import _target
+
+    monkeypatch.setenv("AWS_REGION", "us-east-1")  # type: ignore[attr-defined]
+    monkeypatch.setenv("VLLM_IMAGE_URI", VLLM_030)  # type: ignore[attr-defined]
+    target = _target("vllm")
+    assert target is not None and target.version == "0.30.0"
+    assert validate_scan(scan_source(str(KV_SHARED)), target=target).deployable
+    choice = ImageChoice(engine="vllm", image_uri=VLLM_030, source="x", region="us-east-1")
+    assert engine_version("vllm", choice).at_least("0.30.0")
