@@ -24,6 +24,7 @@ from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible, load_json
 from modeldrop.checkpoint.tar_scan import MemberSink, scan_tar_stream
 from modeldrop.checkpoint.validation_report import KvShared, ValidationReport
+from modeldrop.checkpoint.weight_rules import weight_findings
 from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import CheckpointRefused
@@ -209,6 +210,19 @@ def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
         )
 
 
+def _weights_against_config(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.config_parsed or not c.tensors or c.scan.header_errors or implausible(c.config):
+        return []
+    shapes = {}
+    for rel in c.layout.weights:
+        header = c.scan.headers.get(rel)
+        if header is not None:
+            shapes.update({name: info.shape for name, info in header.tensors.items()})
+    layers, shared = c.kv.num_hidden_layers or 0, c.kv.num_kv_shared_layers
+    skip = frozenset(range(layers - shared, layers)) if c.kv_rule and 0 < shared <= layers else frozenset()
+    return weight_findings(c.config, shapes, skip)
+
+
 # What a deployable checkpoint has beside its weights: (present?, code, severity, message, hint).
 PRESENCE: tuple[tuple[Callable[[_Checkpoint], bool], str, str, str, str], ...] = (
     (
@@ -280,6 +294,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _config_incomplete,
     _config_bounds,
     _kv_shared_tensors,
+    _weights_against_config,
     _companions,
     _remote_code,
     _base,

@@ -1,0 +1,74 @@
+"""Weights against config.json, on the tensor names and shapes transformers' save_pretrained writes for
+28 architectures (tests/fixtures/arch-shapes.json, from tools/gen_arch_checkpoints.py): every intact
+one passes, and each fault users meet is refused naming the tensor."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from modeldrop.checkpoint.weight_rules import weight_findings
+
+FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "arch-shapes.json").read_text())
+ARCHS = FIXTURE["architectures"]
+_LAYER1 = re.compile(r"\.(layers|h)\.1\.")
+
+
+def _shapes(arch: str) -> dict[str, tuple[int, ...]]:
+    return {n: tuple(s) for n, s in ARCHS[arch]["shapes"].items()}
+
+
+def _codes(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> set[str]:
+    return {f.code for f in weight_findings(config, shapes)}
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_every_intact_checkpoint_passes(arch: str) -> None:
+    assert weight_findings(ARCHS[arch]["config"], _shapes(arch)) == []
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_each_fault_is_refused(arch: str) -> None:
+    config, shapes = ARCHS[arch]["config"], _shapes(arch)
+    layer_one = sorted(n for n in shapes if _LAYER1.search(n))
+    dropped = dict(shapes)
+    del dropped[layer_one[0]]
+    assert "WEIGHTS_MISSING" in _codes(config, dropped)
+    renamed = dict(shapes)
+    renamed[layer_one[0] + "_x"] = renamed.pop(layer_one[0])
+    assert "WEIGHTS_UNEXPECTED" in _codes(config, renamed)
+    halved = dict(shapes)
+    big = next(n for n in layer_one if len(halved[n]) == 2 and halved[n][0] > 1)
+    halved[big] = (halved[big][0] // 2, halved[big][1])
+    assert "WEIGHTS_SHAPE_MISMATCH" in _codes(config, halved)
+    text = config.get("text_config", config)
+    more = copy.deepcopy(config)
+    key = next(k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in text)
+    (more.get("text_config", more))[key] = text[key] + 2
+    assert "WEIGHTS_MISSING" in _codes(more, shapes)
+    vocab = copy.deepcopy(config)
+    (vocab.get("text_config", vocab))["vocab_size"] = text["vocab_size"] + 64
+    assert "WEIGHTS_CONFIG_MISMATCH" in _codes(vocab, shapes)
+
+
+def test_an_expert_missing_a_tensor_in_every_layer_is_refused() -> None:
+    shapes = {n: s for n, s in _shapes("mixtral").items() if not re.search(r"experts\.2\.w2\.", n)}
+    findings = weight_findings(ARCHS["mixtral"]["config"], shapes)
+    assert any("experts.2" in f.message and f.code == "WEIGHTS_MISSING" for f in findings), findings
+
+
+def test_an_untied_head_that_is_missing_is_refused() -> None:
+    shapes = {n: s for n, s in _shapes("gpt_neox").items() if n != "embed_out.weight"}
+    assert ARCHS["gpt_neox"]["config"]["tie_word_embeddings"] is False
+    assert "WEIGHTS_MISSING" in _codes(ARCHS["gpt_neox"]["config"], shapes)
+
+
+def test_dense_and_moe_layers_side_by_side_are_two_kinds_not_a_fault() -> None:
+    config, shapes = ARCHS["deepseek_v3"]["config"], _shapes("deepseek_v3")
+    assert config["first_k_dense_replace"] == 1 and any(".layers.0.mlp.gate_proj" in n for n in shapes)
+    assert weight_findings(config, shapes) == []
