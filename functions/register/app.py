@@ -25,5 +25,11 @@ def lambda_handler(event: Event, context: Any) -> dict[str, Any]:
         s3=clients.s3(), iam=clients.iam(), quotas=clients.service_quotas(), sagemaker=clients.sagemaker()
     )
     return register_steps.register_and_check(
-        registry, aws, event.request, settings.aws_region, settings.sagemaker_role_arn, settings.max_archive_gb
+        registry,
+        aws,
+        event.request,
+        settings.aws_region,
+        settings.sagemaker_role_arn,
+        settings.max_archive_gb,
+        register_steps.StackCeiling(settings.max_stack_hourly_price, settings.max_stack_instances),
     )

@@ -267,3 +267,43 @@ def test_the_served_copy_is_checked_unchanged_before_create_model(stack: Any, ar
     assert stack.client("sagemaker").list_models()["Models"] == []
     stack.settle()
     assert stack.leftover_resources() == []
+
+
+def test_markers_within_their_own_limits_cannot_add_up_past_the_stacks_ceiling(
+    make_stack: Any, checkpoint: Path
+) -> None:
+    """Six bucket writers, each asking for one ml.g6.2xlarge ($1.22/h, well inside MaxHourlyPrice): the
+    stack's ceiling ($5/h here) holds four; the others are LimitExceeded before anything is created."""
+    stack = make_stack({"MaxStackHourlyPrice": "5"})
+    for n in range(6):
+        for path in checkpoint.iterdir():
+            _put(stack, f"runs/team{n}/{path.name}", path.read_bytes())
+        _put(stack, f"runs/team{n}/modeldrop.json", json.dumps({"instance_type": "ml.g6.2xlarge"}).encode())
+    sfn = stack.client("stepfunctions")
+    executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+    outcomes = [stack.wait(e["executionArn"], timeout=600) for e in executions]
+    refused = [d for d in outcomes if d.get("error") == "LimitExceeded"]
+    assert len(outcomes) == 6 and [d["status"] for d in outcomes].count("SUCCEEDED") == 4, outcomes
+    assert len(refused) == 2 and all("MaxStackHourlyPrice" in d["cause"] for d in refused)
+    assert len(stack.client("sagemaker").list_endpoints()["Endpoints"]) == 4
+    for loser in refused:  # nothing was copied or created for it
+        record = stack.record_of(loser["executionArn"])
+        assert _served_keys(stack, record.deployment_id) == []
+    # A deployment that ends gives its share back: the next one fits.
+    from modeldrop.aws import stack_budget
+
+    hourly, instances = stack_budget.current(stack.table())
+    assert round(hourly, 2) == 4.88 and instances == 4
+    winner = next(d for d in outcomes if d["status"] == "SUCCEEDED")
+    stack.registry().record(stack.record_of(winner["executionArn"]).deployment_id, "teardown", {}, status="torn_down")
+    assert round(stack_budget.current(stack.table())[0], 2) == 3.66
+
+
+def test_a_reservation_left_by_an_ended_deployment_is_released_by_the_reaper(stack: Any) -> None:
+    from modeldrop.aws import stack_budget
+
+    registry = stack.registry()
+    stack_budget.reserve(stack.table(), "gone-1", 2.0, 1, 60.0, 8)  # no record: a Lambda killed mid-way
+    assert stack_budget.current(stack.table()) == (2.0, 1)
+    assert registry.release_stale_reservations() == ["gone-1"]
+    assert stack_budget.current(stack.table()) == (0.0, 0) and registry.deployments() == []

@@ -404,3 +404,16 @@ def test_bookkeeping_that_keeps_failing_keeps_the_healthy_endpoint(stack: Any, a
     endpoints = stack.client("sagemaker").list_endpoints()["Endpoints"]
     assert [e["EndpointStatus"] for e in endpoints] == ["InService"]
     assert not any(i.function in ("TeardownFunction", "RecordFailureFunction") for i in stack.invocations)
+
+
+def test_a_burst_of_uploads_of_the_same_bytes_ends_with_one_deployment(stack: Any, archive: bytes) -> None:
+    """100 re-uploads of one archive in a burst: each is a new S3 version and a new event, but the same
+    content, so one deployment (the others DuplicateDeployment before anything is created)."""
+    key = "runs/burst/model.tar.gz"
+    for _ in range(100):
+        _upload(stack, key, archive)
+    outcomes = [stack.wait(e["executionArn"], timeout=600) for e in _executions(stack)]
+    verdicts = [(d["status"], d.get("error")) for d in outcomes]
+    assert verdicts.count(("SUCCEEDED", None)) == 1, sorted(set(verdicts))
+    assert {v for v in verdicts if v[0] != "SUCCEEDED"} <= {("FAILED", "DuplicateDeployment")}
+    assert len(stack.client("sagemaker").list_endpoints()["Endpoints"]) == 1

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 
 
 class ArtifactFacts(NamedTuple):
-    identity: str  # the URI at its version: what a deployment claims
+    identity: str  # the URI at its content (an archive's ETag, a prefix's listing digest): what a deployment claims
     version: str
     size_bytes: int  # the archive's size, or the sum of the prefix's objects
     objects: list[ObjectTypeDef]  # a prefix's listing (empty for an archive)
@@ -49,7 +49,10 @@ def artifact_facts(s3: S3Client, uri: Artifact) -> ArtifactFacts:
         raise CheckpointUnreadable(
             f"cannot read {uri}: {code or exc}", "check the URI and that the artifact was uploaded"
         ) from None
-    return ArtifactFacts(f"{uri}@{version}", version, size, objects)
+    # What a deployment claims is the content: the same bytes uploaded again (a new VersionId each time
+    # in a versioned bucket, a burst of retries) are the same deployment, not another endpoint.
+    content = version if uri.is_prefix else "etag:" + str(head.get("ETag", "")).strip('"')
+    return ArtifactFacts(f"{uri}@{content}", version, size, objects)
 
 
 def prefix_objects(s3: S3Client, bucket: str, prefix: str) -> list[ObjectTypeDef]:

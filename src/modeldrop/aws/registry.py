@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws import stack_budget
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import DeploymentEnded, RecordNotOwned, RegistryBusy, StepContractViolated
 from modeldrop.contracts.record import ENDED, TRANSITIONS, DeploymentRecord, StepName, step_key
@@ -163,7 +164,24 @@ class Registry:
                 _transient(exc)
                 raise
             raise self._refusal(deployment_id, step, status, owner) from None
+        if status in ENDED:  # nothing of it bills any more: its share of the stack's ceiling is free
+            stack_budget.release(self.table, deployment_id)
         return DeploymentRecord.from_item(response["Attributes"])
+
+    def reserve_budget(
+        self, deployment_id: str, hourly: float, instances: int, max_hourly: float, max_instances: int
+    ) -> None:
+        stack_budget.reserve(self.table, deployment_id, hourly, instances, max_hourly, max_instances)
+
+    def release_stale_reservations(self) -> list[str]:
+        """Reservations whose deployment ended or never registered (a Lambda killed between the two
+        writes): released, and their ids returned."""
+        released = []
+        for deployment_id in stack_budget.reservations(self.table):
+            record = self.get(deployment_id)
+            if (record is None or record.status in ENDED) and stack_budget.release(self.table, deployment_id):
+                released.append(deployment_id)
+        return released
 
     def _refusal(self, deployment_id: str, step: str, status: str | None, owner: str | None) -> Exception:
         """Why a conditional write was refused, as the error the step raises."""
@@ -280,4 +298,5 @@ def _not_in(name: str, options: list[str], tag: str, values: dict[str, Any]) -> 
 
 
 def is_claim(item: dict[str, Any]) -> bool:
-    return str(item.get("deployment_id", "")).startswith(CLAIM_PREFIX)
+    """An item that is no deployment: an artifact claim, or the stack's budget."""
+    return str(item.get("deployment_id", "")).startswith((CLAIM_PREFIX, stack_budget.BUDGET_KEY))

@@ -48,6 +48,8 @@ class ReapResult(BaseModel):
     # Served copies of deployments that ended (or never registered): a Lambda that ran on after its
     # execution stopped may have written one after the cleanup.
     served_copies_deleted: list[str] = Field(default_factory=list)
+    # Stack-ceiling reservations of deployments that ended without giving theirs back (a killed Lambda).
+    budget_released: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 
@@ -113,6 +115,10 @@ def reap(
             _sweep_served_copies(s3, registry, bucket, now, result)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"served copies: {exc}")
+    try:
+        result.budget_released = registry.release_stale_reservations()
+    except (ClientError, ModeldropError) as exc:
+        result.errors.append(f"stack budget: {exc}")
     return result
 
 

@@ -110,6 +110,7 @@ def register_and_check(
     region: str,
     role_arn: str,
     max_archive_gb: float,
+    ceiling: StackCeiling | None = None,
 ) -> dict[str, Any]:
     """RegisterDeployment: the record and the artifact claim, then the preflight -- after the record
     exists, so that a refusal there is recorded (and shown by `modeldrop status`)."""
@@ -117,8 +118,28 @@ def register_and_check(
     if registered["attach"]:  # nothing to copy, and no endpoint of its own to check the role or quota for
         return registered
     check_size(req.artifact_uri, registered["size_bytes"], registered["copy_items"], max_archive_gb)
+    if ceiling is not None:  # before anything is copied or created
+        registry.reserve_budget(
+            req.deployment_id, worst_hourly(req, region), req.instance_count, ceiling.hourly, ceiling.instances
+        )
     preflight(registry, aws.iam, aws.quotas, req, role_arn)
     return registered
+
+
+@dataclass(frozen=True)
+class StackCeiling:
+    hourly: float  # USD/h for everything live (MaxStackHourlyPrice)
+    instances: int  # instances live at once (MaxStackInstances)
+
+
+def worst_hourly(req: NormalizedRequest, region: str) -> float:
+    """The most the deployment may bill per hour: its dearest named type (the ceiling for `auto`)
+    times its instances."""
+    named = [req.instance_type, *[t for t in req.instance_types or [] if t != "auto"]]
+    prices = [p for t in named if (p := hourly_price(t, region)) is not None]
+    if "auto" in (req.instance_types or []) or not prices:
+        prices.append(req.max_hourly_price or 0.0)
+    return max(prices) * req.instance_count
 
 
 def check_size(artifact: Artifact, size_bytes: int, items: list[dict[str, Any]], max_archive_gb: float) -> None:
