@@ -23,6 +23,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
         settings.resource_prefix,
         period=timedelta(minutes=settings.reaper_period_minutes),
         default_ttl=timedelta(hours=settings.default_ttl_hours),
+        max_ttl=timedelta(hours=settings.max_ttl_hours),
         s3=clients.s3(),
         bucket=settings.artifact_bucket,
     )

@@ -216,3 +216,43 @@ def test_an_ended_deployments_endpoint_whose_delete_keeps_failing_is_overdue(sta
     clock.advance(3600)
     result = stack.invoke_function("ReaperFunction", {})
     assert result["overdue"] == ["modeldrop-stuck"] and result["expired"] == [], result
+
+
+def _deployed(stack: Any, archive: bytes, key: str, **request: Any) -> dict[str, Any]:
+    stack.client("s3").put_object(Bucket=stack.bucket, Key=key, Body=archive)
+    desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/{key}", **request}))
+    assert desc["status"] == "SUCCEEDED", desc
+    return json.loads(desc["output"])
+
+
+def test_an_endpoint_deleted_out_of_band_closes_its_record_frees_its_claim_and_copy(stack: Any, archive: bytes) -> None:
+    from modeldrop.aws import stack_budget
+
+    out = _deployed(stack, archive, "oob/weights.tar.gz")
+    sm = stack.client("sagemaker")
+    sm.delete_endpoint(EndpointName=out["endpoint_name"])  # someone in the console
+    stack.settle()
+    result = stack.invoke_function("ReaperFunction", {})
+    assert result["reconciled"] == [out["deployment_id"]], result
+    record = stack.registry().get(out["deployment_id"])
+    assert record.status == "torn_down" and record.ended_at is not None
+    assert "deleted outside modeldrop" in json.dumps(record.step_dict("reconciled"))
+    assert stack_budget.current(stack.table()) == (0.0, 0)
+    served = stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="modeldrop-served/").get("Contents", [])
+    assert served == []
+    # The version is free again: the same bytes deploy anew.
+    again = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/oob/weights.tar.gz"}))
+    assert again["status"] == "SUCCEEDED", again.get("cause")
+
+
+def test_an_expiry_tag_edited_past_the_records_is_not_honoured(stack: Any, archive: bytes) -> None:
+    out = _deployed(stack, archive, "tag/weights.tar.gz", ttl_hours=1)
+    sm = stack.client("sagemaker")
+    arn = sm.describe_endpoint(EndpointName=out["endpoint_name"])["EndpointArn"]
+    sm.add_tags(
+        ResourceArn=arn,
+        Tags=[{"Key": "modeldrop:expires-at", "Value": clock.iso(clock.utcnow() + timedelta(hours=100))}],
+    )
+    clock.advance(2 * 3600)
+    assert stack.invoke_function("ReaperFunction", {})["expired"] == [out["endpoint_name"]]
+    assert stack.registry().get(out["deployment_id"]).status == "expired"

@@ -37,6 +37,7 @@ StepName = Literal[
     "reaped",
     "stranded",
     "adapters_removed",
+    "reconciled",
 ]
 
 # Nothing moves a record out of these: a Lambda still running after its execution ended cannot

@@ -102,4 +102,5 @@ class ReaperSettings(_WithTable):
     resource_prefix: str
     reaper_period_minutes: int = Field(15, ge=1, le=60)
     default_ttl_hours: float = Field(4.0, gt=0)
+    max_ttl_hours: float = Field(72.0, gt=0)
     artifact_bucket: str | None = None

@@ -48,6 +48,8 @@ class ReapResult(BaseModel):
     # Served copies of deployments that ended (or never registered): a Lambda that ran on after its
     # execution stopped may have written one after the cleanup.
     served_copies_deleted: list[str] = Field(default_factory=list)
+    # Records of deployments whose endpoint was deleted outside modeldrop, closed.
+    reconciled: list[str] = Field(default_factory=list)
     # Stack-ceiling reservations of deployments that ended without giving theirs back (a killed Lambda).
     budget_released: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
@@ -87,6 +89,7 @@ def reap(
     default_ttl: timedelta = timedelta(hours=4),
     s3: S3Client | None = None,
     bucket: str | None = None,
+    max_ttl: timedelta = timedelta(hours=72),
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -96,16 +99,25 @@ def reap(
     now = now or clock.utcnow()
     result = ReapResult()
     live: set[str] = set()
+    deleting: set[str] = set()
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]
         live.add(name)
+        if ep.get("EndpointStatus") == "Deleting":
+            deleting.add(name)
         if not _managed(name, resource_prefix):
             continue
         try:
             _reap_attached(sm, registry, stack_tag, ep, now, default_ttl, result, s3)
-            _reap_endpoint(sm, registry, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3)
+            _reap_endpoint(
+                sm, registry, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3, max_ttl
+            )
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"{name}: {exc}")
+    try:
+        _reconcile_records(sm, registry, live - deleting, now, result, s3)
+    except (ClientError, ModeldropError) as exc:
+        result.errors.append(f"records: {exc}")
     try:
         _remove_orphans(sm, registry, stack_tag, resource_prefix, live, now, result)
     except (ClientError, ModeldropError) as exc:
@@ -120,6 +132,32 @@ def reap(
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"stack budget: {exc}")
     return result
+
+
+def _reconcile_records(
+    sm: SageMakerClient, registry: Registry, live: set[str], now: datetime, result: ReapResult, s3: S3Client | None
+) -> None:
+    """A deployment that succeeded but whose endpoint is gone (deleted outside modeldrop): its record
+    closes, so its artifact claim, its served copy and its share of the stack's ceiling go too."""
+    for record in registry.deployments():
+        name = record.endpoint_name
+        if record.status != "succeeded" or not name or name in live:
+            continue
+        try:
+            if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Deleting":
+                continue  # listed late: still there
+        except ClientError as exc:
+            if "Could not find" not in str(exc) and exc.response.get("Error", {}).get("Code") != "ValidationException":
+                raise
+        registry.record(
+            record.deployment_id,
+            "reconciled",
+            {"reason": f"endpoint {name} was deleted outside modeldrop"},
+            status="torn_down",
+            ended_at=clock.iso(now),
+        )
+        _delete_served_copy(s3, record, record.deployment_id)
+        result.reconciled.append(record.deployment_id)
 
 
 def _sweep_served_copies(s3: S3Client, registry: Registry, bucket: str, now: datetime, result: ReapResult) -> None:
@@ -175,6 +213,7 @@ def _reap_endpoint(
     default_ttl: timedelta,
     result: ReapResult,
     s3: S3Client | None = None,
+    max_ttl: timedelta = timedelta(hours=72),
 ) -> None:
     name = ep["EndpointName"]
     tags = list_tags(sm, ep["EndpointArn"])
@@ -185,6 +224,7 @@ def _reap_endpoint(
         result.errors.append(f"{name}: {problem}")
     deployment_id = tags.get(DEPLOYMENT_TAG)
     record = _own_record(registry, deployment_id, name)
+    expires = _bounded(expires, record, ep.get("CreationTime"), max_ttl)
     # An earlier attempt's endpoint that could not be deleted while Creating: its deployment never uses it.
     dead = _dead(record, now) or (record is not None and record.endpoint_name != name)
     if not dead and (expires is None or expires > now):
@@ -247,6 +287,25 @@ def _reap_attached(
         except StepContractViolated:
             continue
         _delete_served_copy(s3, record, owner)
+
+
+def _bounded(
+    expires: datetime | None, record: DeploymentRecord | None, created: Any, max_ttl: timedelta
+) -> datetime | None:
+    """The expiry the reaper honours: never later than the record's own (which only the stack writes:
+    a tag edited by anyone with sagemaker:AddTags does not outlive it), nor than MaxTtlHours from
+    creation when there is no record."""
+    own = None
+    if record is not None and record.expires_at:
+        try:
+            own = clock.parse_iso(record.expires_at)
+        except ValueError:
+            own = None
+    if own is None and isinstance(created, datetime):
+        own = (created if created.tzinfo else created.replace(tzinfo=UTC)) + max_ttl
+    if expires is None or own is None:
+        return expires or own
+    return min(expires, own)
 
 
 def _ended_at(record: DeploymentRecord | None) -> datetime | None:
