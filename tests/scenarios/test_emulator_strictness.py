@@ -181,3 +181,16 @@ def test_a_copy_of_a_multipart_upload_reads_back_as_s3_serves_it(stack: Any, tmp
     assert copy_pinned(s3, stack.bucket, "direct/big/shard", etag, key, big.stat().st_size) == 1
     body = s3.get_object(Bucket=stack.bucket, Key=key, ChecksumMode="ENABLED")["Body"].read()
     assert body == big.read_bytes()
+
+
+def test_add_tags_overwrites_a_key_and_holds_at_most_50(stack: Any) -> None:
+    """moto appends a second tag of the same key; SageMaker replaces its value (an extended expiry that
+    kept the old tag first would never be read)."""
+    sm = stack.client("sagemaker")
+    _model(sm, "modeldrop-tags")
+    arn = sm.describe_model(ModelName="modeldrop-tags")["ModelArn"]
+    sm.add_tags(ResourceArn=arn, Tags=[{"Key": "k", "Value": "1"}])
+    sm.add_tags(ResourceArn=arn, Tags=[{"Key": "k", "Value": "2"}])
+    assert [t for t in sm.list_tags(ResourceArn=arn)["Tags"] if t["Key"] == "k"] == [{"Key": "k", "Value": "2"}]
+    with pytest.raises(ClientError, match="at most 50 tags"):
+        sm.add_tags(ResourceArn=arn, Tags=[{"Key": f"t{i}", "Value": "x"} for i in range(50)])

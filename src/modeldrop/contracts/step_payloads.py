@@ -37,6 +37,7 @@ class AttachedBase(BaseModel):
     model_name: str
     served_uri: str  # its served copy: what the adapters are validated against
     instance_type: str | None = None
+    adapters_on_endpoint: int | None = None  # adapter components on it at registration (its LoRA slots taken)
 
 
 class EnginePlan(BaseModel):

@@ -199,6 +199,19 @@ def install() -> None:
 
     sm.SageMakerModelBackend._get_resource_from_arn = get_resource_from_arn
 
+    def add_tags(self: Any, arn_: str, tags: list[dict[str, str]]) -> list[dict[str, str]]:
+        """AddTags as SageMaker does it: a key that is there already gets the new value (moto appends a
+        second tag of the same key), and a resource holds at most 50 tags."""
+        resource = self._get_resource_from_arn(arn_)
+        merged = {t["Key"]: t["Value"] for t in resource.tags}
+        merged.update({t["Key"]: t["Value"] for t in tags})
+        if len(merged) > 50:
+            raise ValidationError(message="A resource can have at most 50 tags.")
+        resource.tags = [{"Key": k, "Value": v} for k, v in merged.items()]
+        return list(resource.tags)
+
+    sm.SageMakerModelBackend.add_tags = add_tags
+
     def existing(backend: Any, name: str, live: bool = False) -> Component:
         """The component NAME (LIVE: not Deleting), or SageMaker's not-found error."""
         component = find(backend, name)

@@ -282,9 +282,29 @@ def extend(
     if desc is None:
         raise OperateError(f"endpoint {name} no longer exists", "the deployment ended; redeploy to get a new one")
     expires_at = clock.iso(clock.utcnow() + timedelta(hours=ttl_hours))
-    sm.add_tags(ResourceArn=desc["EndpointArn"], Tags=[{"Key": EXPIRES_TAG, "Value": expires_at}])
+    # What the deployment owns carries its expiry: on another deployment's base endpoint, its own adapter
+    # components only (the endpoint's expiry is its owner's, and moving it would keep the base alive).
+    for arn in _owned_arns(sm, item, desc):
+        sm.add_tags(ResourceArn=arn, Tags=[{"Key": EXPIRES_TAG, "Value": expires_at}])
     previous = item.expires_at
     return registry.record(item.deployment_id, "extended", {"from": previous, "to": expires_at}, expires_at=expires_at)
+
+
+def _owned_arns(sm: SageMakerClient, item: DeploymentRecord, desc: DescribeEndpointOutputTypeDef) -> list[str]:
+    from modeldrop.pipeline.component_steps import adapter_components
+
+    if not item.step_dict("create_endpoint").get("attached_to"):
+        return [desc["EndpointArn"]]
+    arns = []
+    for component in adapter_components(item):
+        try:
+            found = sm.describe_inference_component(InferenceComponentName=str(component["component"]))
+        except ClientError:
+            continue  # torn down already: nothing to extend
+        arns.append(found["InferenceComponentArn"])
+    if not arns:
+        raise OperateError(f"deployment {item.deployment_id} has no adapter component left to extend")
+    return arns
 
 
 def teardown(

@@ -327,7 +327,7 @@ def build_plan(
     """The plan for the ATTEMPT-th usable type of the preference list, re-planned for that type (its
     GPU count sets tensor parallelism, its memory the KV budget)."""
     if validation.attached is not None:
-        return attached_plan(registry, req, validation.attached)
+        return attached_plan(registry, req, validation.attached, validation.adapters)
     listed = candidates(
         req.instance_type,
         req.instance_types,

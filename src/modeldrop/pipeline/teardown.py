@@ -72,8 +72,9 @@ def teardown(
     stranded = stranded_of(registry.get(deployment_id)) if registry is not None else []
     deleted, gone, failed, not_ours = delete_now(sm, s3, held, owner, artifact_uri, stranded)
     result = TeardownResult(deleted=deleted, already_gone=gone, left_behind=failed, not_ours=not_ours)
-    if registry is not None:
-        registry.record(deployment_id, "teardown", result.model_dump(mode="json"), ended_at=clock.iso(clock.utcnow()))
+    if registry is not None:  # ended only when nothing is left: a base that still serves stays live
+        ended = None if failed else clock.iso(clock.utcnow())
+        registry.record(deployment_id, "teardown", result.model_dump(mode="json"), ended_at=ended)
     if failed:
         raise TeardownIncomplete(f"could not delete: {'; '.join(failed)}")
     return result
@@ -104,7 +105,8 @@ def delete_now(
     except (ClientError, SageMakerThrottled):
         pass  # the names stay the attempt's, and the deletes below say what is wrong
     deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
-    deleted[:0], failed[:0] = components.deleted, components.failed
+    # A base still holding another deployment's adapters is not deleted: that is left behind, not done.
+    deleted[:0], failed[:0] = components.deleted, components.failed + components.blocked
     for held in also or []:
         more = delete_all(sm, held.endpoint, held.config, held.model, owner=owner)
         for into, items in zip((deleted, gone, failed, not_ours), more, strict=True):

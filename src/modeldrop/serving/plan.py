@@ -39,6 +39,9 @@ MS_PER_TOKEN = {
 }  # L4-class: ~40 ms/token measured for vLLM (768 tokens in 21.3 s)
 
 
+ATTACH_SLOTS = 2  # LoRA slots a shared base keeps for other deployments' adapters (base_endpoint)
+
+
 def shape_from(validation: ValidationSummary) -> ModelShape:
     """What the memory plan needs from the validation report."""
     return ModelShape(
@@ -76,8 +79,12 @@ def plan_checkpoint(
         )
     adapters = validation.adapters
     slots = widest(adapters) if adapters else None
+    shared = any(a.artifact_url for a in adapters)
+    # A shared base keeps slots for adapters other deployments attach later (base_endpoint), which are
+    # refused past them: planned, and counted against the GPU, now.
+    resident = len(adapters) + (ATTACH_SLOTS if shared else 0)
     if slots is not None:  # the LoRA buffers count against the GPU like weights
-        shape = shape.model_copy(update={"weights_gib": shape.weights_gib + lora_gib(slots, len(adapters))})
+        shape = shape.model_copy(update={"weights_gib": shape.weights_gib + lora_gib(slots, resident)})
     plan = plan_serving(
         engine,
         shape,
@@ -92,12 +99,13 @@ def plan_checkpoint(
         settings=settings,
         image=image,
     )
-    if slots is not None and any(a.artifact_url for a in adapters):  # shared: adapter inference components
+    if slots is not None and shared:  # adapter inference components
         names = ", ".join(repr(a.name) for a in adapters)
-        plan.env.update(lora_env(engine, slots, len(adapters), named=False))
+        plan.env.update(lora_env(engine, slots, resident, named=False))
         plan.warnings.append(
-            f"serves the LoRA adapters {names} as adapter inference components (max rank {slots.max_rank}); "
-            f"{lora_gib(slots, len(adapters)) * 1024:.2f} MiB of GPU memory reserved for LoRA weights"
+            f"serves the LoRA adapters {names} as adapter inference components (max rank {slots.max_rank}, "
+            f"{resident} slots: {ATTACH_SLOTS} kept for adapters attached later); "
+            f"{lora_gib(slots, resident) * 1024:.2f} MiB of GPU memory reserved for LoRA weights"
         )
     elif validation.adapter is not None:
         adapter = validation.adapter
