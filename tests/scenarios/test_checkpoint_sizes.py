@@ -190,3 +190,28 @@ def test_a_prefix_key_with_dot_or_empty_segments_is_refused_at_registration(
     called = [i.function for i in stack.invocations]
     assert "CopyShardFunction" not in called and "CreateEndpointFunction" not in called
     assert stack.leftover_resources() == []
+
+
+def test_a_base_prefixs_own_adapters_folder_is_not_served(stack: Any, tmp_path: Path) -> None:
+    """LMI loads every adapter under /opt/ml/model/adapters/ at start: a folder the checkpoint brought
+    along is left out of the served copy (with a warning), so nothing unvalidated is loaded."""
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=1)
+    s3 = stack.client("s3")
+    for path in sorted(checkpoint.iterdir()):
+        s3.put_object(Bucket=stack.bucket, Key=f"direct/bundled/{path.name}", Body=path.read_bytes())
+    s3.put_object(Bucket=stack.bucket, Key="direct/bundled/adapters/evil/adapter_config.json", Body=b"{}")
+    desc = stack.wait(
+        stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/bundled/", "engine": "lmi"}), timeout=120
+    )
+    assert desc["status"] == "SUCCEEDED", desc.get("cause")
+    deployment_id = json.loads(desc["output"])["deployment_id"]
+    served = s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"modeldrop-served/{deployment_id}/")["Contents"]
+    assert served and not any("/adapters/" in o["Key"] for o in served)
+    # `validate` of the source says so (the pipeline judges the served copy, which has no such folder).
+    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.validation import validate_scan
+
+    (checkpoint / "adapters").mkdir()
+    (checkpoint / "adapters" / "adapter_config.json").write_text("{}")
+    codes = {f.code for f in validate_scan(scan_source(str(checkpoint))).findings}
+    assert "ADAPTERS_FOLDER_NOT_SERVED" in codes

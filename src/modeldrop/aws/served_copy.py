@@ -37,11 +37,23 @@ REPORTS_DIR = "modeldrop-reports"
 MAX_KEY_BYTES = 1024
 
 
+# LMI loads every adapter under /opt/ml/model/adapters/ at start: only adapters modeldrop validated
+# go there (a deployment's own, written by its validation), never a folder the base brought along.
+UNSERVED_DIRS = ("adapters",)
+
+
 def served_from_prefix(relative: str) -> bool:
     """Whether a prefix's object belongs to the model: not its marker, not a report folder (reports
-    that an older modeldrop wrote inside a prefix), not a folder placeholder."""
+    that an older modeldrop wrote inside a prefix), not a folder placeholder, not the base's own
+    adapters/ folder (served unvalidated, LMI would load it)."""
     parts = relative.split("/")
-    return bool(relative) and not relative.endswith("/") and relative != MARKER and REPORTS_DIR not in parts[:-1]
+    return (
+        bool(relative)
+        and not relative.endswith("/")
+        and relative != MARKER
+        and REPORTS_DIR not in parts[:-1]
+        and not (len(parts) > 1 and parts[0] in UNSERVED_DIRS)
+    )
 
 
 def served_key(target: Artifact, relative: str) -> str:

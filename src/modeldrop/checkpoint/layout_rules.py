@@ -136,6 +136,17 @@ def _not_weights(scan: ArtifactScan) -> list[Finding]:
                 "rename or remove the directory; weights are regular files",
             )
         )
+    bundled = sorted(f for f in scan.files if f.startswith("adapters/"))
+    if bundled:
+        out.append(
+            Finding(
+                code="ADAPTERS_FOLDER_NOT_SERVED",
+                severity="warning",
+                message=f"the checkpoint's own adapters/ folder ({len(bundled)} file(s), e.g. {printable(bundled[0])}) "
+                "is not served: LMI would load every adapter in it at start, unvalidated",
+                hint="deploy adapters as adapters (modeldrop deploy ADAPTER --base BASE), which validates each",
+            )
+        )
     hidden = sorted(f for f in scan.files if f.rsplit("/", 1)[-1].startswith(".") and f.endswith(".safetensors"))
     if hidden:
         out.append(
