@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 from conftest import ROOT, put_files, subscribe
 
+from modeldrop.contracts import clock
+
 MODELDROP = [sys.executable, "-m", "modeldrop"]
 
 
@@ -406,3 +408,29 @@ def test_a_quota_below_the_instance_count_on_every_type_fails_at_registration(ma
     arn = _start(stack, archive, "enough", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"], instance_count=2)
     stack.wait(arn)
     assert _record(stack, "enough")["steps"]["preflight"]["quota"].startswith("ml.g6e.2xlarge: 2")
+
+
+def test_a_stop_while_mark_succeeded_runs_keeps_record_endpoint_and_claim_consistent(
+    stack: Any, archive: bytes
+) -> None:
+    """The execution ends ABORTED after MarkSucceeded wrote `succeeded`: the deployment is complete, so it
+    is kept (record succeeded, endpoint InService, its TTL applies) -- never a succeeded record with its
+    endpoint deleted and its version claimed."""
+    sfn = stack.client("stepfunctions")
+
+    def stop(event: dict[str, Any]) -> None:
+        for ex in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
+            sfn.stop_execution(executionArn=ex["executionArn"])
+
+    stack.after["FinalizeFunction"] = stop
+    arn = _start(stack, archive, "late-stop")
+    assert stack.wait(arn)["status"] == "ABORTED"
+    stack.settle()
+    record = _record(stack, "late-stop")
+    assert record["status"] == "succeeded"
+    endpoints = stack.client("sagemaker").list_endpoints()["Endpoints"]
+    assert [e["EndpointStatus"] for e in endpoints] == ["InService"]
+    clock.advance(10 * 3600)  # and its TTL ends it as any other
+    stack.invoke_function("ReaperFunction", {})
+    stack.settle()
+    assert _record(stack, "late-stop")["status"] == "expired" and stack.leftover_resources() == []

@@ -294,6 +294,11 @@ def on_execution_ended(
     if record.step_dict("smoke_eval").get("passed") and status == "FAILED":
         # Only its bookkeeping failed (DeploymentUnrecorded): a healthy endpoint is kept until its TTL.
         return {"status": "kept", "reason": f"{deployment_id} passed its smoke eval; its TTL applies"}
+    if record.status == "succeeded":
+        # Stopped while MarkSucceeded ran (or just after): the deployment is complete and recorded, so it
+        # is kept as any succeeded one is -- deleting its endpoint would leave a record that says
+        # succeeded, a version claimed and nothing serving.
+        return {"status": "kept", "reason": f"{deployment_id} had succeeded when its execution ended ({status})"}
     deleted, gone, failed, _not_ours = delete_now(
         sm, s3, held_by(record, resource_prefix), deployment_id, record.artifact_uri, stranded_of(record)
     )
