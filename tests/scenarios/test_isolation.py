@@ -307,3 +307,35 @@ def test_a_reservation_left_by_an_ended_deployment_is_released_by_the_reaper(sta
     assert stack_budget.current(stack.table()) == (2.0, 1)
     assert registry.release_stale_reservations() == ["gone-1"]
     assert stack_budget.current(stack.table()) == (0.0, 0) and registry.deployments() == []
+
+
+def test_teardown_all_stops_running_executions_first(stack: Any, archive: bytes) -> None:
+    """`teardown --all` while a deployment is on its way: its execution is stopped before the sweep, so
+    nothing it would create afterwards outlives the command."""
+    from modeldrop.operate.deployments import StackInfo, teardown_all
+
+    info = StackInfo(
+        stack_name="modeldrop-local",
+        region="us-east-1",
+        state_machine_arn=stack.state_machine_arn,
+        table_name=stack.table_name,
+        bucket=stack.bucket,
+        event_bus=stack.resources["EventBus"],
+    )
+    swept: list[Any] = []
+
+    def sweep(_event: Any) -> None:
+        swept.extend(
+            teardown_all(
+                stack.client("sagemaker"), stack.registry(), stack.client("events"), info,
+                s3=stack.client("s3"), sfn=stack.client("stepfunctions"),
+            )
+        )  # fmt: skip
+
+    stack.after["RegisterFunction"] = sweep
+    uri = _put(stack, "runs/mid/weights.tar.gz", archive)
+    desc = stack.wait(stack.start({"artifact_uri": uri}))
+    stack.settle()
+    assert desc["status"] == "ABORTED" and any(r.get("stopped") for r in swept), swept
+    assert stack.client("sagemaker").list_endpoints()["Endpoints"] == []
+    assert stack.leftover_resources() == []

@@ -114,12 +114,17 @@ def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool
         names = live_endpoints(sm, info.stack_tag, info.resource_prefix)
         if names and not yes and not as_json and console.is_terminal:
             typer.confirm(f"delete {len(names)} endpoint(s): {', '.join(names)}?", abort=True)
-        results = teardown_all(sm, registry, session.client("events"), info, s3=session.client("s3"))
+        results = teardown_all(
+            sm, registry, session.client("events"), info, s3=session.client("s3"), sfn=session.client("stepfunctions")
+        )
     failed = [r for r in results if "error" in r]
     if as_json:
         print(json.dumps({"torn_down": results}, default=str))
     else:
         for r in results:
+            if r.get("stopped"):
+                console.print(f"execution {escape(str(r['execution']))}: stopped (it deletes what it made)")
+                continue
             label = r.get("endpoint") or r.get("deployment_id")
             console.print(f"{label}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
         if not results:

@@ -398,11 +398,25 @@ def teardown_adapter_now(sm: SageMakerClient, registry: Registry, id_or_endpoint
 
 
 def teardown_all(
-    sm: SageMakerClient, registry: Registry, events: EventBridgeClient, info: StackInfo, s3: S3Client | None = None
+    sm: SageMakerClient,
+    registry: Registry,
+    events: EventBridgeClient,
+    info: StackInfo,
+    s3: S3Client | None = None,
+    sfn: SFNClient | None = None,
 ) -> list[dict[str, Any]]:
     """Tear down every endpoint the stack manages (before `sam delete`, which removes the reaper and
-    the alarms but leaves endpoints billing). Each result, or its error, per endpoint."""
+    the alarms but leaves endpoints billing). Running executions are stopped first, so that none
+    creates an endpoint after the sweep. Each result, or its error, per endpoint."""
     results: list[dict[str, Any]] = []
+    if sfn is not None:
+        pages = sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=info.state_machine_arn, statusFilter="RUNNING"
+        )
+        for page in pages:
+            for execution in page["executions"]:
+                sfn.stop_execution(executionArn=execution["executionArn"], cause="modeldrop teardown --all")
+                results.append({"execution": execution["name"], "stopped": True})
     # Adapters attached to another deployment's endpoint first: that endpoint's base waits for them.
     for record in registry.deployments():
         if record.ended_at is None and record.step_dict("create_endpoint").get("attached_to"):
