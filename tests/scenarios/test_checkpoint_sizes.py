@@ -215,3 +215,23 @@ def test_a_base_prefixs_own_adapters_folder_is_not_served(stack: Any, tmp_path: 
     (checkpoint / "adapters" / "adapter_config.json").write_text("{}")
     codes = {f.code for f in validate_scan(scan_source(str(checkpoint))).findings}
     assert "ADAPTERS_FOLDER_NOT_SERVED" in codes
+
+
+def test_upload_trusts_only_the_checksum_s3_computed_and_redeploys_a_changed_shard(stack: Any, tmp_path: Path) -> None:
+    from modeldrop.aws.checkpoint_upload import DIGEST_KEY, file_digest, upload_directory
+
+    checkpoint = write_checkpoint(tmp_path / "ck", shards=2)
+    s3 = stack.client("s3")
+    first = upload_directory(s3, checkpoint, stack.bucket, "runs/trust/")
+    assert first.marker is not None
+    # A bucket writer replaces a shard with other bytes of the same size and copies the digest metadata.
+    shard = next(p for p in sorted(checkpoint.iterdir()) if p.name.endswith(".safetensors"))
+    forged = bytes(shard.stat().st_size)
+    s3.put_object(
+        Bucket=stack.bucket, Key=f"runs/trust/{shard.name}", Body=forged, Metadata={DIGEST_KEY: file_digest(shard)}
+    )
+    second = upload_directory(s3, checkpoint, stack.bucket, "runs/trust/")
+    assert shard.name in second.uploaded  # S3's checksum of the forged bytes is not the file's
+    assert second.marker is not None  # a file changed: the marker again, so the fixed version deploys
+    third = upload_directory(s3, checkpoint, stack.bucket, "runs/trust/")
+    assert third.uploaded == [] and third.marker is None  # nothing changed: no second deployment

@@ -1,13 +1,15 @@
 """Put a checkpoint directory into the bucket as an S3 prefix, the way large models deploy.
 
 Shards go up in parallel (s3transfer's multipart uploads), each part checksummed by S3 in transit
-(SHA-256) and each whole file's SHA-256 kept in its metadata, so that a second run skips every
-object already there with the same size and digest (resume). The `modeldrop.json` marker goes
-last: the S3 starter starts the deployment from it, so a deployment never sees half a prefix.
+(SHA-256), so that a second run skips every object whose checksum S3 itself computed matches the
+local file (resume); metadata anyone can write is never trusted for that. The `modeldrop.json`
+marker goes last: the S3 starter starts the deployment from it, so a deployment never sees half a
+prefix; when any file changed, the marker is written again, so the new version deploys.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -63,19 +65,39 @@ def model_files(directory: Path) -> list[tuple[str, Path]]:
     return files
 
 
+CHUNK = 64 * 1024**2  # the multipart part size uploads use: S3's composite checksum is over parts of it
+
+
 def file_digest(path: Path) -> str:
     with path.open("rb") as fh:
         return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
-def _already_there(s3: S3Client, bucket: str, key: str, size: int, digest: str) -> bool:
+def s3_checksums(path: Path, chunk: int = CHUNK) -> set[str]:
+    """The SHA-256 checksums S3 may report for PATH uploaded by this module: of the whole object
+    (single part), and composite over CHUNK-sized parts (multipart), with and without its -N suffix."""
+    whole, parts = hashlib.sha256(), []
+    with path.open("rb") as fh:
+        while block := fh.read(chunk):
+            whole.update(block)
+            parts.append(hashlib.sha256(block).digest())
+    composite = base64.b64encode(hashlib.sha256(b"".join(parts)).digest()).decode()
+    return {base64.b64encode(whole.digest()).decode(), composite, f"{composite}-{len(parts)}"}
+
+
+def _already_there(s3: S3Client, bucket: str, key: str, size: int, path: Path | None, body: bytes = b"") -> bool:
+    """The object at KEY holds exactly PATH's bytes (or BODY), by the checksum S3 computed on upload."""
     try:
-        head = s3.head_object(Bucket=bucket, Key=key)
+        head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     except ClientError as exc:
         if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
             return False
         raise
-    return int(head.get("ContentLength", -1)) == size and head.get("Metadata", {}).get(DIGEST_KEY) == digest
+    reported = head.get("ChecksumSHA256")
+    if int(head.get("ContentLength", -1)) != size or not reported:
+        return False
+    expected = s3_checksums(path) if path is not None else {base64.b64encode(hashlib.sha256(body).digest()).decode()}
+    return reported in expected
 
 
 def _held(s3: S3Client, bucket: str, prefix: str) -> dict[str, int]:
@@ -112,15 +134,15 @@ def upload_directory(
     summary = UploadSummary(uri=f"s3://{bucket}/{prefix}")
     pending = []
     for relative, path in files:
-        size, digest = path.stat().st_size, file_digest(path)
-        # Only an object listed at this size can be the same file: its digest is in its metadata (a HEAD).
-        if held.get(relative) == size and _already_there(s3, bucket, prefix + relative, size, digest):
+        size = path.stat().st_size
+        # Only an object listed at this size can be the same file; S3's own checksum says whether it is.
+        if held.get(relative) == size and _already_there(s3, bucket, prefix + relative, size, path):
             summary.skipped.append(relative)
         else:
-            pending.append((relative, path, size, digest))
+            pending.append((relative, path, size, file_digest(path)))
     total = sum(size for *_, size, _ in pending)
     add = progress.counter(total)
-    config = config or TransferConfig(max_concurrency=8, multipart_chunksize=64 * 1024**2)
+    config = config or TransferConfig(max_concurrency=8, multipart_chunksize=CHUNK)
     with create_transfer_manager(s3, config) as manager:
         futures = [
             manager.upload(
@@ -136,8 +158,8 @@ def upload_directory(
             future.result()  # the first failure is raised; the marker is never written after one
     summary.uploaded = [relative for relative, *_ in pending]
     summary.bytes_uploaded = total
-    if marker:
-        _write_marker(s3, bucket, prefix, overrides or {}, summary, held.get(MARKER))
+    if marker:  # a changed file under an unchanged marker: the marker again, so that version deploys
+        _write_marker(s3, bucket, prefix, overrides or {}, summary, None if pending else held.get(MARKER))
     return summary
 
 
@@ -148,7 +170,7 @@ def _write_marker(
     body = json.dumps(overrides, sort_keys=True).encode()
     digest = hashlib.sha256(body).hexdigest()
     key = prefix + MARKER
-    if held == len(body) and _already_there(s3, bucket, key, len(body), digest):
+    if held == len(body) and _already_there(s3, bucket, key, len(body), None, body):
         summary.skipped.append(MARKER)
         return
     put = s3.put_object(
