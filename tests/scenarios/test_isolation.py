@@ -339,3 +339,28 @@ def test_teardown_all_stops_running_executions_first(stack: Any, archive: bytes)
     assert desc["status"] == "ABORTED" and any(r.get("stopped") for r in swept), swept
     assert stack.client("sagemaker").list_endpoints()["Endpoints"] == []
     assert stack.leftover_resources() == []
+
+
+def test_the_bucket_policy_protects_itself_from_everyone_but_the_deploy_role(make_stack: Any) -> None:
+    """With DeployRoleArn set, an s3:* holder cannot delete or replace the bucket policy (and with it the
+    served copies' protection); the deploy role can."""
+    from modeldrop.local.iam_enforcement import Principal, acting_as
+
+    deployer = "arn:aws:iam::123456789012:role/modeldrop-deployer"
+    stack = make_stack({"DeployRoleArn": deployer})
+    s3 = stack.client("s3")
+    bucket = f"arn:aws:s3:::{stack.bucket}"
+    everything = {"Effect": "Allow", "Action": "s3:*", "Resource": [bucket, f"{bucket}/*"]}
+    writer = Principal("bucket-admin", "arn:aws:iam::123456789012:role/data-team", (everything,))
+    policy = s3.get_bucket_policy(Bucket=stack.bucket)["Policy"]
+    with acting_as(writer):
+        for attempt in (
+            lambda: s3.delete_bucket_policy(Bucket=stack.bucket),
+            lambda: s3.put_bucket_policy(Bucket=stack.bucket, Policy='{"Version":"2012-10-17","Statement":[]}'),
+        ):
+            with pytest.raises(ClientError) as refused:
+                attempt()
+            assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    assert s3.get_bucket_policy(Bucket=stack.bucket)["Policy"] == policy
+    with acting_as(Principal("deployer", deployer, (everything,))):
+        s3.put_bucket_policy(Bucket=stack.bucket, Policy=policy)

@@ -284,6 +284,8 @@ def _sqs_queue(action: str) -> Rule:
 
 
 RULES: dict[tuple[str, str], Rule] = {
+    ("s3", "PutBucketPolicy"): _s3_bucket("s3:PutBucketPolicy"),
+    ("s3", "DeleteBucketPolicy"): _s3_bucket("s3:DeleteBucketPolicy"),
     ("s3", "GetObject"): _s3_get,
     ("s3", "HeadObject"): _s3_get,
     ("s3", "PutObject"): _s3_put,
