@@ -79,17 +79,22 @@ def test_deploy_three_adapters_then_tear_one_down_while_the_others_serve(deploye
     assert serving == {"sweep-1": True, "sweep-2": False, "sweep-3": True}
     [row] = json.loads(_cli("list", *REGION, "--json").output)
     assert row["adapter"] == "sweep-1, sweep-3 (2 of 3 adapter components)"
+    # A component deleted outside modeldrop is not shown as serving.
+    stack.client("sagemaker").delete_inference_component(InferenceComponentName=f"{endpoint}-sweep-3")
+    status = json.loads(_cli("status", deployment_id, *REGION, "--json").output)
+    gone = {c["adapter"]: c.get("gone") for c in status["adapter_components"] if not c["serving"]}
+    assert gone == {"sweep-2": None, "sweep-3": "deleted outside modeldrop"}
 
     # Past its TTL the reaper takes it apart in SageMaker's order: adapters, their base, the endpoint.
     clock.advance(5 * 3600)
     assert stack.invoke_function("ReaperFunction", {})["expired"] == [endpoint]
     assert stack.leftover_resources() == []
     deleted = stack.registry().get(deployment_id).step_dict("expired")["deleted"]
-    order = [f"{endpoint}-sweep-1", f"{endpoint}-sweep-3", endpoint, None]
-    assert [d.removeprefix("inference-component/") if d.startswith("inference-") else None for d in deleted[:4]] == (
+    order = [f"{endpoint}-sweep-1", endpoint, None]
+    assert [d.removeprefix("inference-component/") if d.startswith("inference-") else None for d in deleted[:3]] == (
         order
     )
-    assert deleted[3] == f"endpoint/{endpoint}"
+    assert deleted[2] == f"endpoint/{endpoint}"
 
 
 def _upload_adapter(stack: Any, tmp_path: Path, name: str, seed: int) -> str:
@@ -235,3 +240,41 @@ def test_the_transformers_engine_loads_real_peft_adapters_as_components(make_sta
 
     through = [answer(f"{endpoint}-peft-{seed}") for seed in (1, 2)]
     assert len({answer(endpoint), *through}) == 3
+
+
+def test_a_base_past_its_ttl_is_kept_for_attached_adapters_then_goes_with_them(deployed: Any, tmp_path: Path) -> None:
+    """Its own TTL passed while another deployment's adapter is on it: the reaper keeps the base (not
+    counted overdue), and deletes it in the run that removes the last attachment."""
+    stack = deployed
+    base = write_tar_gz(write_checkpoint(tmp_path / "base"), tmp_path / "base.tar.gz")
+    stack.client("s3").upload_file(str(base), stack.bucket, "direct/kept/model.tar.gz")
+    first = stack.wait(
+        stack.start(
+            {
+                "artifact_uri": _upload_adapter(stack, tmp_path, "own", 1),
+                "base": f"s3://{stack.bucket}/direct/kept/model.tar.gz",
+                "adapter_mode": "shared",
+                "ttl_hours": 1,
+            }
+        ),
+        timeout=180,
+    )
+    assert first["status"] == "SUCCEEDED", first.get("cause")
+    owner, endpoint = json.loads(first["output"])["deployment_id"], json.loads(first["output"])["endpoint_name"]
+    second = stack.wait(
+        stack.start(
+            {"artifact_uri": _upload_adapter(stack, tmp_path, "guest", 2), "base_endpoint": endpoint, "ttl_hours": 4}
+        ),
+        timeout=180,
+    )
+    assert second["status"] == "SUCCEEDED", second.get("cause")
+    clock.advance(2 * 3600)  # the base's TTL and two reaper periods have passed
+    run = stack.invoke_function("ReaperFunction", {})
+    assert endpoint not in run["expired"] and endpoint not in run["overdue"], run
+    assert any(k.startswith(f"{endpoint}:") for k in run["kept"]), run
+    assert stack.registry().get(owner).ended_at is None  # still serving its guest
+    clock.advance(3 * 3600)  # the guest's TTL: it goes, and the base with it in the same run
+    run = stack.invoke_function("ReaperFunction", {})
+    assert endpoint in run["expired"], run
+    stack.settle()
+    assert stack.registry().get(owner).status == "expired" and stack.leftover_resources() == []

@@ -50,3 +50,22 @@ def test_plan_accepts_an_ordinary_engine_flag() -> None:
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["env"]["SM_VLLM_ENABLE_PREFIX_CACHING"] == ""
+
+
+def test_a_value_the_parser_refuses_is_one_json_object_with_json() -> None:
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-c", "from modeldrop.cli import main; main()", "plan", str(FIXTURE)]
+    done = subprocess.run([*args, "--max-model-len", "0", "--json"], capture_output=True, text=True)
+    assert done.returncode == 2 and json.loads(done.stdout)["error"] == "UsageError", done.stdout + done.stderr
+    assert "--max-model-len" in json.loads(done.stdout)["message"]
+
+
+def test_an_s3_key_with_a_newline_is_refused_where_it_is_typed() -> None:
+    from modeldrop.contracts.s3uri import parse_s3_uri
+
+    with pytest.raises(ValueError, match="control character"):
+        parse_s3_uri("s3://bucket-a/runs\n/model.tar.gz")
+    result = CliRunner().invoke(app, ["validate", "s3://bucket-a/runs\n/model.tar.gz", "--json"])
+    assert result.exit_code == 2 and "control character" in json.loads(result.stdout)["message"]

@@ -225,7 +225,7 @@ def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Releas
         one = release(sm, endpoint, owner)
         out.deleted += one.deleted
         out.failed += one.failed
-        out.not_ours = one.not_ours
+        out.not_ours, out.blocked = one.not_ours, one.blocked
         # One listing after the pass: what is left, and whether anything is on its way (a component
         # that is Deleting, ours or an adapter on our base, may free the rest).
         left = {str(c["InferenceComponentName"]): str(c["InferenceComponentStatus"]) for c in on_endpoint(sm, endpoint)}

@@ -28,4 +28,22 @@ __all__ = [
 
 
 def main() -> None:
-    app()
+    """The command line; with --json, even an option the parser itself refuses is one JSON object."""
+    import json
+    import sys
+
+    import typer
+    from typer._click import exceptions as click_errors
+
+    if "--json" not in sys.argv[1:]:
+        app()
+        return
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:
+        print(json.dumps({"error": "Aborted", "message": "aborted", "hint": None}))
+        raise SystemExit(1) from None
+    except click_errors.ClickException as exc:  # a usage error: a value the option does not take
+        print(json.dumps({"error": "UsageError", "message": exc.format_message(), "hint": None}))
+        raise SystemExit(exc.exit_code) from None
+    raise SystemExit(code if isinstance(code, int) else 0)

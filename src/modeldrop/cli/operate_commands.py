@@ -286,7 +286,7 @@ def status_cmd(
         session, info, deployments = _connect(stack, region, profile)
         record = find_deployment(deployments, deployment, session.client("sagemaker"))
         others = attached_to(deployments, record.deployment_id) if record.endpoint_name else []
-    data = deployment_status(info, record)
+        data = deployment_status(info, record, session.client("sagemaker"))
     if others:  # a shared base: other deployments' adapters on its endpoint
         data["attached_deployments"] = others
     if as_json:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
 
 
@@ -30,4 +31,6 @@ def parse_s3_uri(uri: str) -> S3Uri:
         raise ValueError(f"invalid bucket name in {uri!r}")
     if ".." in key.split("/"):
         raise ValueError(f"'..' is not allowed in an S3 key: {uri!r}")
+    if _CONTROL.search(key):
+        raise ValueError(f"an S3 key with a control character (newline, tab, NUL...) is refused: {uri[:200]!r}")
     return S3Uri(bucket, key)

@@ -179,8 +179,9 @@ def _adapter_label(record: DeploymentRecord) -> str | None:
     return f"{', '.join(serving) or 'none'} ({len(serving)} of {len(shares)} adapter components)"
 
 
-def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, Any]:
-    """One record in full, decoded, with its cost, its failure (if any) and console links."""
+def deployment_status(info: StackInfo, record: DeploymentRecord, sm: SageMakerClient | None = None) -> dict[str, Any]:
+    """One record in full, decoded, with its cost, its failure (if any) and console links; given SM,
+    each adapter component said to serve is looked up (one deleted outside modeldrop does not)."""
     row = row_for(record)
     status = record.to_json()
     status.update(
@@ -192,8 +193,21 @@ def deployment_status(info: StackInfo, record: DeploymentRecord) -> dict[str, An
     from modeldrop.pipeline.component_steps import adapter_shares
 
     if shares := adapter_shares(record):
+        for share in shares:
+            if sm is not None and share["serving"] and not _component_exists(sm, str(share["component"])):
+                share.update(serving=False, gone="deleted outside modeldrop")
         status["adapter_components"] = shares
     return status
+
+
+def _component_exists(sm: SageMakerClient, name: str) -> bool:
+    try:
+        found = sm.describe_inference_component(InferenceComponentName=name)
+    except ClientError as exc:
+        if "Could not find" in str(exc) or exc.response.get("Error", {}).get("Code") == "ValidationException":
+            return False
+        raise
+    return found.get("InferenceComponentStatus") != "Deleting"
 
 
 def attached_to(registry: Registry, deployment_id: str) -> list[dict[str, Any]]:

@@ -48,6 +48,8 @@ class ReapResult(BaseModel):
     # Served copies of deployments that ended (or never registered): a Lambda that ran on after its
     # execution stopped may have written one after the cleanup.
     served_copies_deleted: list[str] = Field(default_factory=list)
+    # Past their expiry but holding other deployments' adapters: kept for them, retried every run.
+    kept: list[str] = Field(default_factory=list)
     # Records of deployments whose endpoint was deleted outside modeldrop, closed.
     reconciled: list[str] = Field(default_factory=list)
     # Stack-ceiling reservations of deployments that ended without giving theirs back (a killed Lambda).
@@ -239,7 +241,7 @@ def _reap_endpoint(
         _expire(sm, registry, events, bus, desc, deployment_id if record else None, result, dead)
         if record and name in result.expired:
             _delete_served_copy(s3, record, str(deployment_id))
-    if name in result.expired:
+    if name in result.expired or any(k.startswith(f"{name}:") for k in result.kept):
         return
     # Overdue: still up past its expiry, or past its own deployment's end, by two reaper periods --
     # a delete that keeps failing included, whatever the endpoint's TTL says.
@@ -374,6 +376,9 @@ def _expire(
             components = release_all(sm, name, deployment_id)
     except (ClientError, KeyError, IndexError):
         model = name
+    if components.blocked:  # another deployment's adapters still on its base: kept for them, not overdue
+        result.kept.append(f"{name}: {'; '.join(components.blocked)}")
+        return
     deleted, _gone, failed, _not_ours = delete_all(sm, name, config, model)
     deleted, failed = [*components.deleted, *deleted], [*components.failed, *failed]
     if failed:
