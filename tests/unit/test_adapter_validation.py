@@ -170,3 +170,28 @@ def test_adapters_written_by_peft_itself(tmp_path: Path) -> None:
             assert report.deployable, (name, report.findings)
         else:
             assert not report.deployable and code in _codes(report), (name, report.findings)
+
+
+@pytest.mark.parametrize("saved", ["language_model.model.", "model."])
+def test_a_peft_adapter_on_a_multimodal_base_saved_in_its_original_layout_is_deployable(
+    base: Path, tmp_path: Path, saved: str
+) -> None:
+    """PEFT writes the in-memory names (`model.language_model.layers.*`); transformers 5 saves the base
+    in its original layout (`language_model.model.layers.*`, or `model.layers.*` for Qwen2.5-VL). vLLM's
+    mapper reads one as the other; so does the validation."""
+    from modeldrop.local.sample_checkpoint import safetensors_bytes, tiny_gemma4_tensors
+
+    original = tmp_path / "base-original"
+    original.mkdir()
+    for path in base.iterdir():
+        if not path.name.endswith((".safetensors", ".index.json")):
+            (original / path.name).write_bytes(path.read_bytes())
+    renamed = {
+        (saved + name[len("model.language_model.") :] if name.startswith("model.language_model.") else name): spec
+        for name, spec in tiny_gemma4_tensors(TINY_CONFIG).items()
+    }
+    (original / "model.safetensors").write_bytes(safetensors_bytes(renamed, {"format": "pt"}))
+    adapter = write_adapter(tmp_path / "a")
+    assert any(n.startswith(f"{PREFIX}model.language_model.") for n in adapter_tensors(TINY_CONFIG))
+    report = validate_source(str(adapter), str(original))
+    assert report.deployable, [(f.code, f.message) for f in report.findings if f.severity == "error"]

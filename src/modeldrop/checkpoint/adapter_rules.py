@@ -246,12 +246,32 @@ def _limit(a: _Adapter) -> Iterable[Finding]:
         )
 
 
+# How a module PEFT names (transformers 5 keeps multimodal models as `model.language_model.*` in memory)
+# is named in a base saved in the original layout: the prefixes vLLM's per-model hf_to_vllm_mapper
+# rewrites, applied to LoRA names too (LLaVA, Gemma 3, Mistral 3: `language_model.model.*`;
+# Qwen2-VL / Qwen2.5-VL: `model.*`), and the way back for a base saved as transformers 5 holds it.
+SAVED_LAYOUTS: tuple[tuple[str, str], ...] = (
+    ("model.language_model.", "language_model.model."),
+    ("model.language_model.", "model."),
+    ("language_model.model.", "model.language_model."),
+    ("model.", "model.language_model."),
+    ("model.", "language_model.model."),
+)
+
+
 def _base_module(a: _Adapter, module: str) -> TensorInfo | None:
-    """The base tensor MODULE adapts: `<module>.weight`, or the one base weight ending in it (an adapter
-    trained on the text-only class of a multimodal base names its layers without `language_model.`)."""
+    """The base tensor MODULE adapts: `<module>.weight`, the same module in the base's saved layout (a
+    multimodal base saved by transformers 5 in its original layout), or the one base weight ending in
+    it (an adapter trained on the text-only class of a multimodal base names its layers without
+    `language_model.`)."""
     exact = a.base.get(f"{module}.weight")
     if exact is not None:
         return exact
+    for memory, saved in SAVED_LAYOUTS:
+        if module.startswith(memory):
+            mapped = a.base.get(f"{saved}{module[len(memory) :]}.weight")
+            if mapped is not None:
+                return mapped
     tail = module.split(".", 1)[1] if module.startswith("model.") else module
     matches = [n for n in a.base if n.endswith(f".{tail}.weight")]
     if len(matches) > 1:
