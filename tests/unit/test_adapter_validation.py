@@ -195,3 +195,47 @@ def test_a_peft_adapter_on_a_multimodal_base_saved_in_its_original_layout_is_dep
     assert any(n.startswith(f"{PREFIX}model.language_model.") for n in adapter_tensors(TINY_CONFIG))
     report = validate_source(str(adapter), str(original))
     assert report.deployable, [(f.code, f.message) for f in report.findings if f.severity == "error"]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "code"),
+    [
+        ({"lora_dropout": "0.1"}, "ADAPTER_CONFIG_INVALID"),
+        ({"rank_pattern": ["q_proj"]}, "ADAPTER_CONFIG_INVALID"),
+        ({"init_lora_weights": "magic"}, "ADAPTER_CONFIG_INVALID"),
+        ({"task_type": "CHAT"}, "ADAPTER_CONFIG_INVALID"),
+        ({"layers_pattern": "layers"}, "ADAPTER_CONFIG_INVALID"),
+        ({"target_parameters": ["mlp.experts.gate_up_proj"]}, "ADAPTER_TARGET_PARAMETERS"),
+        ({"target_modules": "q_proj("}, "ADAPTER_CONFIG_INVALID"),  # an invalid regex: a finding, no traceback
+        ({"target_modules": "(a+)+$"}, "ADAPTER_CONFIG_INVALID"),  # backtracking: refused before it is run
+        ({"target_modules": ["q_proj", 3]}, "ADAPTER_CONFIG_INVALID"),
+        ({"rank_pattern": {"q_proj(": 4}}, "ADAPTER_CONFIG_INVALID"),
+        ({"target_modules": ["k_proj"]}, "ADAPTER_TARGET_UNCOVERED"),  # tensors for q/v, config says k
+        ({"layers_to_transform": [0]}, "ADAPTER_TARGET_UNCOVERED"),  # tensors for every layer
+        ({"exclude_modules": ["v_proj"]}, "ADAPTER_TARGET_UNCOVERED"),
+    ],
+)
+def test_configs_peft_refuses_or_does_not_cover_the_tensors_are_refused(
+    base: Path, tmp_path: Path, overrides: dict[str, Any], code: str
+) -> None:
+    tensors = adapter_tensors(TINY_CONFIG)  # q_proj and v_proj of every layer
+    adapter = write_adapter(tmp_path / "a", config=adapter_config(**overrides), tensors=tensors)
+    report = validate_source(str(adapter), str(base))
+    assert code in _codes(report), [(f.code, f.message) for f in report.findings]
+    assert not report.deployable
+
+
+def test_what_peft_accepts_is_not_refused(base: Path, tmp_path: Path) -> None:
+    tensors = adapter_tensors(TINY_CONFIG)
+    for overrides in (
+        {"target_modules": r".*\.(q_proj|v_proj)"},
+        {"fan_in_fan_out": True},  # on nn.Linear PEFT resets it and loads
+        {"init_lora_weights": "gaussian", "task_type": "CAUSAL_LM", "lora_dropout": 0.05},
+        {"layers_to_transform": list(range(6)), "layers_pattern": "layers"},
+    ):
+        adapter = write_adapter(tmp_path / "ok", config=adapter_config(**overrides), tensors=tensors)
+        report = validate_source(str(adapter), str(base))
+        assert report.deployable, (overrides, [(f.code, f.message) for f in report.findings])
+    fp32 = write_adapter(tmp_path / "fp32", tensors=adapter_tensors(TINY_CONFIG, dtype="F32"))
+    findings = {f.code: f.severity for f in validate_source(str(fp32), str(base)).findings}
+    assert findings.get("ADAPTER_DTYPE") == "info"  # PEFT saves fp32 by default: a note, not a warning

@@ -10,12 +10,13 @@ serve the base unchanged); each finding names the fix.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from modeldrop.checkpoint import peft_rules
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.contracts.models import Finding
@@ -93,8 +94,14 @@ def judge(
     _split(a)
     a.findings.extend(_peft_type(a))
     # Another PEFT method has other keys and tensors: its type is the one finding that matters.
-    checks = (_rank_config, _pairs, _ranks, _limit, _targets, _shapes, _extra_modules, _vocab, _dtype)
-    for check in checks if config.get("peft_type") == "LORA" else ():
+    lora = config.get("peft_type") == "LORA"
+    invalid = list(peft_rules.config_findings(config)) if lora else []
+    a.findings.extend(invalid)
+    # A config PEFT refuses (its regexes unsafe to run) is fixed first: the rules that read it wait.
+    checks: tuple[Callable[[_Adapter], Iterable[Finding]], ...]
+    checks = (_rank_config, _pairs, _limit, _shapes, _extra_modules, _vocab, _dtype)
+    checks += () if invalid else (_ranks, _targets, _coverage)
+    for check in checks if lora else ():
         a.findings.extend(check(a))
     ranks = [t.shape[0] for m in a.pairs.values() for k, t in m.items() if k in ("lora_A",) and t.shape]
     ranks += [t.shape[0] for m in a.pairs.values() for k, t in m.items() if k == "lora_embedding_A" and t.shape]
@@ -103,7 +110,7 @@ def judge(
         r=config.get("r") if isinstance(config.get("r"), int) else None,
         lora_alpha=config.get("lora_alpha") if isinstance(config.get("lora_alpha"), int | float) else None,
         max_rank=max(ranks) if ranks else None,
-        target_modules=config.get("target_modules") if isinstance(config.get("target_modules"), list | str) else None,
+        target_modules=_target_names(config.get("target_modules")),
         base_model_name_or_path=_text(config.get("base_model_name_or_path")),
         modules=len(a.pairs),
         features=sum(_features(kinds) for kinds in a.pairs.values()),
@@ -112,6 +119,16 @@ def judge(
         dtypes=sorted({t.dtype for t in tensors.values()}),
     )
     return a.findings, summary
+
+
+def _target_names(value: Any) -> list[str] | str | None:
+    if isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value)):
+        return value
+    return None
+
+
+def _coverage(a: _Adapter) -> Iterable[Finding]:
+    return peft_rules.coverage_findings(a.config, sorted(a.pairs))
 
 
 def _features(kinds: dict[str, TensorInfo]) -> int:
@@ -313,8 +330,13 @@ def _targets(a: _Adapter) -> Iterable[Finding]:
             )
 
 
+# Bases whose linear layers are transformers' Conv1D ([in, out]): there fan_in_fan_out is real; on
+# nn.Linear PEFT resets it to False (with a warning) and loads the adapter as usual.
+CONV1D_MODEL_TYPES = frozenset({"gpt2", "imagegpt", "decision_transformer"})
+
+
 def _shapes(a: _Adapter) -> Iterable[Finding]:
-    flipped = bool(a.config.get("fan_in_fan_out"))
+    flipped = bool(a.config.get("fan_in_fan_out")) and a.base_config.get("model_type") in CONV1D_MODEL_TYPES
     for module, kinds in sorted(a.pairs.items()):
         weight = _base_module(a, module)
         if weight is None or len(weight.shape) != 2:
@@ -358,7 +380,12 @@ def _is_vocab_module(name: str) -> bool:
 
 def _extra_modules(a: _Adapter) -> Iterable[Finding]:
     saved = a.config.get("modules_to_save")
-    trained = [n for n in a.other if not (_is_vocab_module(n.rsplit(".", 1)[0]) and n.endswith(".weight"))]
+    # DoRA's magnitude vectors are DoRA's own finding (ADAPTER_DORA), not trained modules.
+    trained = [
+        n
+        for n in a.other
+        if not (_is_vocab_module(n.rsplit(".", 1)[0]) and n.endswith(".weight")) and "lora_magnitude_vector" not in n
+    ]
     if saved or trained:
         named = saved if saved else sorted({n.rsplit(".", 1)[0][len(PEFT_PREFIX) :] for n in trained})[:5]
         yield finding(
@@ -405,57 +432,8 @@ def _dtype(a: _Adapter) -> Iterable[Finding]:
     if adapter and base and not adapter <= base:
         yield finding(
             "ADAPTER_DTYPE",
-            "warning",
+            "info",
             f"the adapter is {', '.join(sorted(adapter))} and the base {', '.join(sorted(base))}: the engines cast "
             "the LoRA weights to the model's dtype at load",
             "nothing to do; save the adapter in the base's dtype to halve its size",
-        )
-
-
-def tokenizer_findings(adapter: ArtifactScan, base: ArtifactScan, base_vocab: int | None) -> Iterable[Finding]:
-    """The adapter's own tokenizer, when it ships one: the engines serve the base's, so it must agree."""
-    import json
-
-    raw = adapter.small_files.get("tokenizer_config.json")
-    if raw is None:
-        return
-    try:
-        config = json.loads(raw)
-    except (ValueError, RecursionError):
-        return
-    added = config.get("added_tokens_decoder") if isinstance(config, dict) else None
-    ids = [int(k) for k in added if str(k).isdigit()] if isinstance(added, dict) else []
-    if base_vocab and ids and max(ids) >= base_vocab:
-        yield finding(
-            "ADAPTER_TOKENIZER_MISMATCH",
-            "error",
-            f"the adapter's tokenizer adds token id {max(ids)}, past the base's vocabulary of {base_vocab}: the "
-            "engines serve the base's tokenizer and embedding",
-            "train without adding tokens, or merge the adapter into a resized base and deploy that checkpoint",
-        )
-    elif adapter.files.get("tokenizer.json") not in (None, base.files.get("tokenizer.json")):
-        yield finding(
-            "ADAPTER_TOKENIZER_DIFFERS",
-            "warning",
-            "the adapter's tokenizer.json differs from the base's: the endpoint tokenizes with the base's",
-            "drop the adapter's tokenizer files if they are the base's, or check the chat template the adapter expects",
-        )
-
-
-def base_name_findings(config: dict[str, Any], base_config: dict[str, Any], base_source: str) -> Iterable[Finding]:
-    """base_model_name_or_path against what the base says of itself (a path differs by location only)."""
-    named = config.get("base_model_name_or_path")
-    own = base_config.get("_name_or_path")
-    if not isinstance(named, str) or not named:
-        return
-    leaf = named.rstrip("/").rsplit("/", 1)[-1].lower()
-    candidates = {base_source.rstrip("/").rsplit("/", 1)[-1].lower()}
-    if isinstance(own, str) and own:
-        candidates.add(own.rstrip("/").rsplit("/", 1)[-1].lower())
-    if leaf not in candidates and isinstance(own, str) and own:
-        yield finding(
-            "ADAPTER_BASE_NAME",
-            "warning",
-            f"the adapter was trained on {named!r}, the base calls itself {own!r}",
-            "check that --base is the model the adapter was trained on (the shapes above agree)",
         )

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from modeldrop.checkpoint.adapter_companions import base_name_findings, tokenizer_findings
 from modeldrop.checkpoint.adapter_rules import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     AdapterSummary,
-    base_name_findings,
     finding,
     judge,
     layout_findings,
-    tokenizer_findings,
 )
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.scan_result import ArtifactScan
