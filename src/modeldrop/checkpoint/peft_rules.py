@@ -27,7 +27,7 @@ MAX_PATTERN = 1000
 _NESTED = re.compile(r"\((?:[^()\\]|\\.)*[+*}](?:[^()\\]|\\.)*\)\s*[+*{]")
 
 
-def _error(message: str, hint: str = RETRAIN) -> Finding:
+def _invalid(message: str, hint: str = RETRAIN) -> Finding:
     return Finding(code="ADAPTER_CONFIG_INVALID", severity="error", message=message, hint=hint)
 
 
@@ -52,7 +52,7 @@ def config_findings(config: dict[str, Any]) -> Iterable[Finding]:
     """The field types LoraConfig itself refuses, each as the one finding for its field."""
     dropout = config.get("lora_dropout", 0.0)
     if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
-        yield _error(f"lora_dropout is {dropout!r}: PEFT takes a number in [0, 1)")
+        yield _invalid(f"lora_dropout is {dropout!r}: PEFT takes a number in [0, 1)")
     for key in ("rank_pattern", "alpha_pattern"):
         value = config.get(key)
         if value is None or value == {}:
@@ -60,21 +60,21 @@ def config_findings(config: dict[str, Any]) -> Iterable[Finding]:
         if not isinstance(value, dict) or not all(
             isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) for k, v in value.items()
         ):
-            yield _error(f"{key} is {str(value)[:80]}: PEFT takes a mapping of module patterns to numbers")
+            yield _invalid(f"{key} is {str(value)[:80]}: PEFT takes a mapping of module patterns to numbers")
             continue
         for pattern in value:
             if (problem := pattern_problem(pattern)) is not None:
-                yield _error(f"{key} holds {problem}: {pattern[:80]!r}")
+                yield _invalid(f"{key} holds {problem}: {pattern[:80]!r}")
     init = config.get("init_lora_weights", True)
     if not isinstance(init, bool) and not (
         isinstance(init, str) and (init in INIT_METHODS or init.startswith("pissa_niter_"))
     ):
-        yield _error(
+        yield _invalid(
             f"init_lora_weights is {init!r}: PEFT takes true, false or one of {', '.join(sorted(INIT_METHODS))}"
         )
     task = config.get("task_type")
     if task is not None and task not in TASK_TYPES:
-        yield _error(f"task_type is {task!r}: PEFT takes one of {', '.join(sorted(TASK_TYPES))}")
+        yield _invalid(f"task_type is {task!r}: PEFT takes one of {', '.join(sorted(TASK_TYPES))}")
     yield from _targets_config(config)
     params = config.get("target_parameters")
     if params not in (None, []):
@@ -94,19 +94,19 @@ def _targets_config(config: dict[str, Any]) -> Iterable[Finding]:
             continue
         if isinstance(value, str):
             if value != "all-linear" and (problem := pattern_problem(value)) is not None:
-                yield _error(f"{key} is {problem}: {value[:80]!r}")
+                yield _invalid(f"{key} is {problem}: {value[:80]!r}")
         elif not _strings(value):
-            yield _error(f"{key} is {str(value)[:80]}: PEFT takes a regex or a list of module names")
+            yield _invalid(f"{key} is {str(value)[:80]}: PEFT takes a regex or a list of module names")
     layers, pattern = config.get("layers_to_transform"), config.get("layers_pattern")
     if layers is not None and not (
         (isinstance(layers, int) and not isinstance(layers, bool))
         or (isinstance(layers, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in layers))
     ):
-        yield _error(f"layers_to_transform is {str(layers)[:80]}: PEFT takes a layer index or a list of them")
+        yield _invalid(f"layers_to_transform is {str(layers)[:80]}: PEFT takes a layer index or a list of them")
     if pattern is not None and not (isinstance(pattern, str) or _strings(pattern)):
-        yield _error(f"layers_pattern is {str(pattern)[:80]}: PEFT takes a name or a list of names")
+        yield _invalid(f"layers_pattern is {str(pattern)[:80]}: PEFT takes a name or a list of names")
     elif pattern not in (None, [], "") and layers is None:
-        yield _error("layers_pattern is set without layers_to_transform, which PEFT refuses")
+        yield _invalid("layers_pattern is set without layers_to_transform, which PEFT refuses")
 
 
 def covered(config: dict[str, Any], module: str) -> bool:
