@@ -370,14 +370,25 @@ def test_one_artifact_version_gives_one_deployment_whichever_entry_points_fire(s
 
 
 def test_a_new_version_of_the_same_key_is_a_new_deployment(stack: Any, archive: bytes) -> None:
+    """Other bytes under the same key are a new deployment; the same bytes again (a new S3 version, but
+    the same content) are the deployment that serves them already."""
+    import gzip
+
     key = "runs/again/model.tar.gz"
     _upload(stack, key, archive)
     first = _only_execution(stack)
     assert first["status"] == "SUCCEEDED"
-    _upload(stack, key, archive)  # a new version (the bucket is versioned): the claim is per version
+    _upload(stack, key, gzip.compress(gzip.decompress(archive), mtime=1))  # other bytes: a new version
     runs = [stack.wait(e["executionArn"]) for e in _executions(stack)]
     assert sorted(d["status"] for d in runs) == ["SUCCEEDED", "SUCCEEDED"], [
         (d["status"], d.get("cause")) for d in runs
+    ]
+    _upload(stack, key, archive)  # the first bytes again: the first deployment serves them already
+    again = [stack.wait(e["executionArn"]) for e in _executions(stack)]
+    assert sorted((d["status"], d.get("error")) for d in again) == [
+        ("FAILED", "DuplicateDeployment"),
+        ("SUCCEEDED", None),
+        ("SUCCEEDED", None),
     ]
 
 
