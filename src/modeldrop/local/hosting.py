@@ -324,6 +324,7 @@ class LocalHosting:
         hosted.port = free_port()
         cmd = engines.command(self.engine, hosted.env, hosted.model_dir, hosted.port)
         env = {k: v for k, v in os.environ.items() if k in _PASSED_ENV}
+        env.update(engines.process_env(self.engine))
         env.update(hosted.env)
         # The engine modules must import from this checkout even under another interpreter.
         src = str(Path(engines.__file__).resolve().parents[2])

@@ -128,9 +128,18 @@ def run_local(
                 prefix = True
                 run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS)
             hold_secrets(stack, (request or {}).get("secrets") or {})
+            cpu = engine == "vllm" and artifact is None  # the real engine on a CPU: a model it can serve
+            if cpu:
+                from modeldrop.local.cpu_checkpoint import write_cpu_checkpoint
+
+                artifact = write_cpu_checkpoint(Path(tmp) / "cpu-llama")
+            if adapter and engine == "vllm" and (request or {}).get("adapter_mode") is None:
+                # vLLM's /invocations takes the adapter only from X-Amzn-SageMaker-Adapter-Identifier (it
+                # replaces the body's `model`), which SageMaker sets for adapter inference components.
+                request = {**(request or {}), "adapter_mode": "shared", "engine": "vllm"}
             try:
                 if adapter:
-                    generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters)
+                    generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
                     request = {**(request or {}), **generated}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))

@@ -99,11 +99,12 @@ def adapter_fields(request: DeploymentRequest) -> dict[str, Any]:
             "several adapters are served on one base only in adapter_mode shared",
             "set adapter_mode shared, or deploy each adapter on its own",
         )
-    if shared and request.engine not in (None, "lmi"):
+    if shared and request.engine not in (None, "lmi", "vllm"):
         raise RequestInvalid(
             f"adapter_mode shared serves adapters as adapter inference components, which the {request.engine} "
             "container does not take",
-            "deploy with engine lmi (the LMI container implements SageMaker's adapter API), or adapter_mode dedicated",
+            "deploy with engine lmi or vllm (their servers implement SageMaker's adapter API: POST /adapters, and "
+            "X-Amzn-SageMaker-Adapter-Identifier routing), or adapter_mode dedicated",
         )
     uris = [request.artifact_uri, *(request.adapters or [])]
     if request.base in uris:

@@ -85,9 +85,7 @@ def normalize(
         "execution_name": execution_name,
         "execution_arn": execution_arn,
         # Adapter inference components need a container with SageMaker's adapter API (LMI).
-        "engine": "lmi"
-        if request.adapter_mode == "shared" or request.base_endpoint
-        else request.engine or defaults.default_engine,
+        "engine": _engine(request, defaults),
         "instance_type": first,
         "instance_types": types,
         "ttl_hours": ttl_hours,
@@ -111,6 +109,14 @@ def _target(engine: Engine | None) -> EngineVersion | None:
         return engine_version(engine, resolve_image(engine, region, os.environ))
     except ImageUnresolvable:
         return engine_version(engine)
+
+
+def _engine(request: DeploymentRequest, defaults: DefaultsSettings) -> Engine:
+    """Adapter inference components need a server with SageMaker's adapter API: LMI unless the request
+    names vLLM (whose SageMaker router loads adapters by POST /adapters and routes them by header)."""
+    if request.adapter_mode == "shared" or request.base_endpoint:
+        return "vllm" if request.engine == "vllm" and not request.base_endpoint else "lmi"
+    return request.engine or defaults.default_engine
 
 
 def _check_engine_keys(engine: Engine, region: str, engine_env: dict[str, str]) -> None:

@@ -34,6 +34,9 @@ def lora_env(engine: Engine, adapter: AdapterInfo, max_loras: int = 1, named: bo
         formatted = format_value(engine, MEANINGS[meaning].kind, value)
         if key is not None and formatted is not None:
             env[key] = formatted
+    if engine == "vllm" and not named:
+        # vLLM's adapter API (SageMaker's POST /adapters, /v1/load_lora_adapter) is off unless this is set.
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "true"
     return env
 
 

