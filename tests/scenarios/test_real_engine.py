@@ -102,3 +102,44 @@ def test_the_cpu_checkpoint_and_its_adapter_pass_validation(tmp_path: Path) -> N
     adapter = write_cpu_adapter(tmp_path / "adapter")
     report = validate_source(str(adapter), str(base))
     assert report.deployable, [(f.code, f.message) for f in report.findings]
+
+
+@needs_vllm
+def test_a_checkpoint_validate_refuses_for_a_missing_weight_fails_to_load_in_vllm(tmp_path: Path) -> None:
+    """The judge agrees: one layer tensor dropped is WEIGHTS_MISSING in validate, and vLLM's strict
+    loader refuses the same directory ("Following weights were not initialized from checkpoint")."""
+    from modeldrop.checkpoint.validation import validate_source
+    from modeldrop.local.cpu_checkpoint import _weights, safetensors_f32
+    from modeldrop.local.engines import CPU_ARGS, CPU_ENV
+
+    broken = write_cpu_checkpoint(tmp_path / "broken")
+    tensors = _weights()
+    # A norm: vLLM 0.32 tracks it; its linear layers are exempt from the check (their quant method has
+    # process_weights_after_loading), so a missing o_proj is served as uninitialised memory.
+    del tensors["model.layers.1.post_attention_layernorm.weight"]
+    (broken / "model.safetensors").write_bytes(safetensors_f32(tensors, {"format": "pt"}))
+    report = validate_source(str(broken))
+    assert not report.deployable and "WEIGHTS_MISSING" in {f.code for f in report.findings}
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **CPU_ENV}
+    command = [str(VLLM_PYTHON), "-m", "vllm.entrypoints.openai.api_server", "--model", str(broken)]
+    # The API server stays up after its engine refused the weights (as a SageMaker container would
+    # fail its ping): read its output until the loader's refusal, then stop it.
+    server = subprocess.Popen(
+        [*command, "--port", "0", "--max-model-len", "256", *CPU_ARGS],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        start_new_session=True,
+    )
+    seen = []
+    try:
+        assert server.stdout is not None
+        for line in server.stdout:
+            seen.append(line)
+            if "were not initialized from checkpoint" in line or "Application startup complete" in line:
+                break
+    finally:
+        os.killpg(server.pid, 9)
+        server.wait()
+    assert any("were not initialized from checkpoint" in line for line in seen), "".join(seen)[-3000:]
