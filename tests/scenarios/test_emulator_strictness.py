@@ -194,3 +194,33 @@ def test_add_tags_overwrites_a_key_and_holds_at_most_50(stack: Any) -> None:
     assert [t for t in sm.list_tags(ResourceArn=arn)["Tags"] if t["Key"] == "k"] == [{"Key": "k", "Value": "2"}]
     with pytest.raises(ClientError, match="at most 50 tags"):
         sm.add_tags(ResourceArn=arn, Tags=[{"Key": f"t{i}", "Value": "x"} for i in range(50)])
+
+
+def test_the_streamed_eval_and_a_component_invoke_need_their_own_grants(stack: Any, archive: bytes) -> None:
+    """The SAR: InvokeEndpointWithResponseStream is an action of its own, and inference-component a
+    resource type of both invoke actions. A role granted only InvokeEndpoint on endpoint/* is denied
+    both; the SmokeEval role the template grants is allowed."""
+    import boto3
+    from conftest import create_endpoint
+
+    from modeldrop.local.iam_enforcement import Principal, acting_as
+
+    create_endpoint(stack, "modeldrop-grants", archive)
+    sm = stack.client("sagemaker")
+    for _ in range(40):
+        if sm.describe_endpoint(EndpointName="modeldrop-grants")["EndpointStatus"] != "Creating":
+            break
+    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True}).encode()
+    narrow = Principal(
+        "old-smoke-eval",
+        "arn:aws:iam::123456789012:role/old-smoke-eval",
+        ({"Effect": "Allow", "Action": "sagemaker:InvokeEndpoint", "Resource": "arn:aws:sagemaker:*:*:endpoint/*"},),
+    )
+    with acting_as(narrow), pytest.raises(ClientError, match="InvokeEndpointWithResponseStream"):
+        runtime.invoke_endpoint_with_response_stream(EndpointName="modeldrop-grants", Body=body)
+    with acting_as(narrow), pytest.raises(ClientError, match="inference-component"):
+        runtime.invoke_endpoint(EndpointName="modeldrop-grants", InferenceComponentName="modeldrop-x", Body=body)
+    with acting_as(stack.functions["SmokeEvalFunction"].principal):
+        events = runtime.invoke_endpoint_with_response_stream(EndpointName="modeldrop-grants", Body=body)["Body"]
+        assert any("PayloadPart" in event for event in events)

@@ -213,8 +213,19 @@ def _any_resource(action: str) -> Rule:
 
 
 def _invoke(call: Call, _lookups: Lookups) -> list[AuthRequest]:
-    # Streaming or not, invoking needs sagemaker:InvokeEndpoint (the runtime API reference).
-    return [AuthRequest("sagemaker:InvokeEndpoint", _sm_arn(call, "endpoint", call.params["EndpointName"]))]
+    """The Service Authorization Reference lists InvokeEndpointWithResponseStream as an action of its
+    own, and inference-component as a resource type of both invoke actions beside endpoint: a call
+    naming a component is authorized on the endpoint and on the component."""
+    action = (
+        "sagemaker:InvokeEndpointWithResponseStream"
+        if call.operation.endswith("Stream")
+        else "sagemaker:InvokeEndpoint"
+    )
+    wanted = [AuthRequest(action, _sm_arn(call, "endpoint", call.params["EndpointName"]))]
+    component = call.params.get("InferenceComponentName")
+    if component:
+        wanted.append(AuthRequest(action, _sm_arn(call, "inference-component", component)))
+    return wanted
 
 
 # ---- the rest ------------------------------------------------------------------------------------
