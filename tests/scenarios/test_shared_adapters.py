@@ -17,10 +17,13 @@ REGION = ["--stack", "modeldrop-local", "--region", "us-east-1"]
 PROBE = json.dumps({"inputs": "Say hello.", "parameters": {"max_new_tokens": 8}}).encode()
 
 
+SHARED_TWO_INSTANCES = ("--adapter-mode", "shared", "--adapters", "3", "--instance-count", "2")
+
+
 def test_run_local_serves_three_adapters_as_components_of_one_endpoint() -> None:
     """The issue's command, as a user runs it."""
     done = subprocess.run(
-        [*COMMAND, "run-local", "--adapter", "--adapter-mode", "shared", "--adapters", "3", "--json"],
+        [*COMMAND, "run-local", "--adapter", *SHARED_TWO_INSTANCES, "--json"],
         capture_output=True,
         text=True,
         cwd=ROOT,
@@ -30,6 +33,14 @@ def test_run_local_serves_three_adapters_as_components_of_one_endpoint() -> None
     result = json.loads(done.stdout)
     assert result["status"] == "succeeded" and result["leftover_resources"] == []
     assert result["invocations"]["CreateEndpointFunction"] == 1  # one endpoint for the three
+    # Two instances: the base runs a copy on each (adapters run in the base's copies), with the plan's
+    # download and startup timeouts on the base component itself.
+    listed = result["components"]["components"]
+    assert [c["copies"] for c in listed] == [2, 2, 2, 2], listed
+    assert set(listed[0]["startup_parameters"]) == {
+        "ModelDataDownloadTimeoutInSeconds",
+        "ContainerStartupHealthCheckTimeoutInSeconds",
+    }
     record = result["record"]
     plan = record["steps"]["create_endpoint"]["components"]
     endpoint = record["endpoint_name"]

@@ -18,7 +18,11 @@ from modeldrop.contracts.step_payloads import ComponentPlan
 
 if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
-    from mypy_boto3_sagemaker.type_defs import TagTypeDef
+    from mypy_boto3_sagemaker.type_defs import (
+        InferenceComponentSpecificationTypeDef,
+        InferenceComponentStartupParametersTypeDef,
+        TagTypeDef,
+    )
 
 MAX_NAME = 63
 
@@ -70,6 +74,24 @@ class Attached:
     components: dict[str, str] = field(default_factory=dict)  # name -> status
 
 
+def base_specification(plan: ComponentPlan) -> InferenceComponentSpecificationTypeDef:
+    spec: InferenceComponentSpecificationTypeDef = {
+        "ModelName": plan.model_name,
+        "ComputeResourceRequirements": {
+            "NumberOfAcceleratorDevicesRequired": plan.accelerators,
+            "MinMemoryRequiredInMb": plan.memory_mb,
+        },
+    }
+    startup: InferenceComponentStartupParametersTypeDef = {}
+    if plan.download_timeout_seconds:
+        startup["ModelDataDownloadTimeoutInSeconds"] = plan.download_timeout_seconds
+    if plan.startup_timeout_seconds:
+        startup["ContainerStartupHealthCheckTimeoutInSeconds"] = plan.startup_timeout_seconds
+    if startup:
+        spec["StartupParameters"] = startup
+    return spec
+
+
 def attach(sm: SageMakerClient, endpoint: str, plan: ComponentPlan, owner: str) -> Attached:
     """One pass (the poll loop calls it until InService): the base component once the endpoint is
     InService, each adapter component once the base is; a Failed one fails the deployment."""
@@ -84,14 +106,8 @@ def attach(sm: SageMakerClient, endpoint: str, plan: ComponentPlan, owner: str) 
                 InferenceComponentName=plan.base,
                 EndpointName=endpoint,
                 VariantName=plan.variant,
-                Specification={
-                    "ModelName": plan.model_name,
-                    "ComputeResourceRequirements": {
-                        "NumberOfAcceleratorDevicesRequired": plan.accelerators,
-                        "MinMemoryRequiredInMb": plan.memory_mb,
-                    },
-                },
-                RuntimeConfig={"CopyCount": 1},
+                Specification=base_specification(plan),
+                RuntimeConfig={"CopyCount": plan.copies},
                 Tags=tags,
             ),
         )

@@ -79,6 +79,11 @@ class ComponentPlan(BaseModel):
     memory_mb: int
     adapters: list[AdapterComponent]
     tags: list[dict[str, str]]
+    copies: int = 1  # one copy of the base per instance: every instance serves
+    # The plan's timeouts, on the base component itself (AWS's adapter guide and the SDK's ModelBuilder
+    # set them there; no document says a component inherits its variant's).
+    download_timeout_seconds: int | None = None
+    startup_timeout_seconds: int | None = None
 
 
 class EndpointRef(BaseModel):

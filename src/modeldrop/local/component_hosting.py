@@ -29,6 +29,9 @@ if TYPE_CHECKING:
 ADAPTER_FAILED = "Failed to load the adapter into inference component {base}: {detail}"
 
 
+DEFAULT_STARTUP_SECONDS = 480  # SageMaker's startup health check grace when none is set
+
+
 @dataclass
 class Route:
     """Where an invocation naming a component goes: the base's process, and the adapter it names."""
@@ -96,7 +99,13 @@ class ComponentHost:
         hosted = HostedComponent(
             name=component.name,
             instance_type=endpoint.instance_type if endpoint else "ml.g6.2xlarge",
-            startup_timeout=endpoint.startup_timeout if endpoint else 480,
+            # The component's own StartupParameters, else SageMaker's default: a variant's timeouts are
+            # not a component's (no document says it inherits them).
+            startup_timeout=int(
+                (component.specification.get("StartupParameters") or {}).get(
+                    "ContainerStartupHealthCheckTimeoutInSeconds", DEFAULT_STARTUP_SECONDS
+                )
+            ),
             created_virtual=clock.utcnow(),
             created_real=time.monotonic(),
             fault=endpoint.fault if endpoint and endpoint.fault != "capacity" else "none",

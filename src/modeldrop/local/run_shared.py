@@ -26,9 +26,22 @@ def shared_check(stack: Any, deployment_id: str) -> dict[str, Any] | None:
     runtime = boto3.client("sagemaker-runtime", region_name=REGION, endpoint_url=stack.runtime.url)
     endpoint = str(record.endpoint_name)
 
-    def listed() -> list[dict[str, str]]:
+    def listed() -> list[dict[str, Any]]:
         items = sm.list_inference_components(EndpointNameEquals=endpoint)["InferenceComponents"]
-        return [{"name": c["InferenceComponentName"], "status": c["InferenceComponentStatus"]} for c in items]
+        out: list[dict[str, Any]] = []
+        for c in items:
+            desc = sm.describe_inference_component(InferenceComponentName=c["InferenceComponentName"])
+            spec, runtime_config = desc.get("Specification") or {}, desc.get("RuntimeConfig") or {}
+            row: dict[str, Any] = {"name": c["InferenceComponentName"], "status": c["InferenceComponentStatus"]}
+            if "CurrentCopyCount" in runtime_config or "DesiredCopyCount" in runtime_config:
+                row["copies"] = runtime_config.get("CurrentCopyCount", runtime_config.get("DesiredCopyCount"))
+            if spec.get("StartupParameters"):
+                row["startup_parameters"] = spec["StartupParameters"]
+            out.append(row)
+        base_copies = next((r.get("copies") for r in out if "copies" in r), None)
+        for row in out:  # an adapter component runs in its base's copies
+            row.setdefault("copies", base_copies)
+        return out
 
     def probe(component: str) -> str:
         try:

@@ -45,6 +45,9 @@ def component_plan(
         model_name=model_name,
         accelerators=int(spec.get("gpus", 1)),
         memory_mb=int(float(spec.get("ram_gib", 16)) * 1024 * HOST_MEMORY_SHARE),
+        copies=req.instance_count,
+        download_timeout_seconds=plan.download_timeout_seconds,
+        startup_timeout_seconds=plan.startup_timeout_seconds,
         adapters=[
             AdapterComponent(
                 # On another deployment's endpoint (OWN components): the deployment's id keeps names apart.
