@@ -18,7 +18,7 @@ MODELDROP = [sys.executable, "-m", "modeldrop"]
 
 
 def _cli(*args: str) -> tuple[int, dict[str, Any]]:
-    run = subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=ROOT, timeout=180)
+    run = subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=ROOT, timeout=1800)
     assert "Traceback" not in run.stderr, run.stderr
     return run.returncode, json.loads(run.stdout)
 

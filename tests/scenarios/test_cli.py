@@ -18,12 +18,15 @@ from conftest import ROOT
 MODELDROP = [sys.executable, "-m", "modeldrop"]
 
 
-def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+def _run(*args: str, cwd: Path = ROOT, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    # The timeout guards against a hang, not a slow machine: a busy CI host may take minutes.
+    full = {**os.environ, **(env or {})}
+    return subprocess.run([*MODELDROP, *args], capture_output=True, text=True, cwd=cwd, timeout=1800, env=full)
 
 
 def test_run_local_default_succeeds_and_says_what_served_the_endpoint() -> None:
-    result = _run("run-local")
+    """Hermetic too: the shell's AWS endpoint and profile are set aside for the emulated account."""
+    result = _run("run-local", env={"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_PROFILE": "no-such-profile"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout and "moto" in result.stdout
     assert "SmokeEval" in result.stdout and "SM_VLLM_MAX_NUM_SEQS=32" in result.stdout

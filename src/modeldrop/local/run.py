@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -67,6 +70,29 @@ class RunResult(BaseModel):
     seconds: float = 0.0
 
 
+# The shell's AWS settings point at a real account (or another endpoint): the emulated account ignores
+# every one of them for the run, and gets them back after.
+_SHELL_AWS = re.compile(
+    r"^AWS_(ENDPOINT_URL.*|PROFILE|DEFAULT_PROFILE|ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN|SECURITY_TOKEN|"
+    r"CONFIG_FILE|SHARED_CREDENTIALS_FILE|CA_BUNDLE|USE_FIPS_ENDPOINT|USE_DUALSTACK_ENDPOINT|IGNORE_CONFIGURED_.*|"
+    r"ROLE_ARN|WEB_IDENTITY_TOKEN_FILE|CONTAINER_.*|EC2_METADATA_.*)$"
+)
+
+
+@contextlib.contextmanager
+def hermetic_aws() -> Iterator[None]:
+    saved = {k: v for k, v in os.environ.items() if _SHELL_AWS.match(k)}
+    for key in saved:
+        del os.environ[key]
+    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    try:
+        yield
+    finally:
+        for key in [k for k in os.environ if _SHELL_AWS.match(k)]:
+            del os.environ[key]
+        os.environ.update(saved)
+
+
 def run_local(
     artifact: Path | None = None,
     fault: str = "none",
@@ -86,7 +112,24 @@ def run_local(
     with that request, as a pipeline calling StartExecution would. With PREFIX the checkpoint
     directory is uploaded as an S3 prefix, its modeldrop.json marker last. With ADAPTER a generated
     LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base); ADAPTERS of them
-    in shared mode (adapter inference components on one endpoint)."""
+    in shared mode (adapter inference components on one endpoint). The shell's AWS settings are set
+    aside for the run: nothing reaches a real account or another endpoint."""
+    with hermetic_aws():
+        return _run_local(artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters)
+
+
+def _run_local(
+    artifact: Path | None,
+    fault: str,
+    on_state: Callable[[StateRun], None] | None,
+    engine: str,
+    deploy_engine: str | None,
+    request: dict[str, Any] | None,
+    key: str | None,
+    prefix: bool,
+    adapter: bool,
+    adapters: int,
+) -> RunResult:
     from moto import mock_aws
 
     from modeldrop.contracts import clock

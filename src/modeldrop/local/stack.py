@@ -343,15 +343,24 @@ class EmulatedStack:
         return arn
 
     def wait(self, execution_arn: str, timeout: float = 60.0) -> dict[str, Any]:
-        """The finished execution (describe only: execution_watch.watch also follows the states)."""
+        """The finished execution (describe only: execution_watch.watch also follows the states).
+        TIMEOUT bounds how long it may go without a new history event, not its whole run: a busy
+        machine is slow, a stuck execution makes no progress."""
         sfn = self.client("stepfunctions")
-        deadline = time.monotonic() + timeout
+        deadline, last_event, looked = time.monotonic() + timeout, 0, 0.0
         while True:
             desc: dict[str, Any] = sfn.describe_execution(executionArn=execution_arn)
             if desc["status"] != "RUNNING":
                 return desc
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"execution {execution_arn} still RUNNING after {timeout}s")
+            now = time.monotonic()
+            if now - looked > 1.0:
+                looked = now
+                events = sfn.get_execution_history(executionArn=execution_arn, maxResults=1, reverseOrder=True)
+                newest = max((int(e["id"]) for e in events.get("events", [])), default=0)
+                if newest > last_event:
+                    last_event, deadline = newest, now + timeout
+            if now > deadline:
+                raise TimeoutError(f"execution {execution_arn} made no progress for {timeout}s")
             time.sleep(0.02)
 
     def leftover_resources(self) -> list[str]:
