@@ -223,16 +223,16 @@ def test_teardown_waits_for_the_endpoint_before_its_config_and_model(make_stack:
     assert stack.leftover_resources() == []
 
 
+def _stop_all(stack: Any) -> None:
+    sfn = stack.client("stepfunctions")
+    for ex in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
+        sfn.stop_execution(executionArn=ex["executionArn"])
+
+
 def test_a_stopped_execution_loses_its_endpoint_at_once(stack: Any, archive: bytes) -> None:
     """StopExecution after CreateEndpoint: the rule on the state machine's status changes deletes the
     endpoint, its config, model and served copy, and marks the record -- long before the TTL."""
-    sfn = stack.client("stepfunctions")
-
-    def stop(event: dict[str, Any]) -> None:
-        for ex in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
-            sfn.stop_execution(executionArn=ex["executionArn"])
-
-    stack.after["CreateEndpointFunction"] = stop
+    stack.after["CreateEndpointFunction"] = lambda _event: _stop_all(stack)
     arn = _start(stack, archive, "stopped")
     assert stack.wait(arn)["status"] == "ABORTED"
     stack.settle()
@@ -416,13 +416,7 @@ def test_a_stop_while_mark_succeeded_runs_keeps_record_endpoint_and_claim_consis
     """The execution ends ABORTED after MarkSucceeded wrote `succeeded`: the deployment is complete, so it
     is kept (record succeeded, endpoint InService, its TTL applies) -- never a succeeded record with its
     endpoint deleted and its version claimed."""
-    sfn = stack.client("stepfunctions")
-
-    def stop(event: dict[str, Any]) -> None:
-        for ex in sfn.list_executions(stateMachineArn=stack.state_machine_arn, statusFilter="RUNNING")["executions"]:
-            sfn.stop_execution(executionArn=ex["executionArn"])
-
-    stack.after["FinalizeFunction"] = stop
+    stack.after["FinalizeFunction"] = lambda _event: _stop_all(stack)
     arn = _start(stack, archive, "late-stop")
     assert stack.wait(arn)["status"] == "ABORTED"
     stack.settle()

@@ -31,6 +31,19 @@ def _put(stack: Any, key: str, body: bytes) -> str:
     return f"s3://{stack.bucket}/{key}"
 
 
+def _info(stack: Any) -> Any:
+    from modeldrop.operate.deployments import StackInfo
+
+    return StackInfo(
+        stack_name="modeldrop-local",
+        region="us-east-1",
+        state_machine_arn=stack.state_machine_arn,
+        table_name=stack.table_name,
+        bucket=stack.bucket,
+        event_bus=stack.resources["EventBus"],
+    )
+
+
 def _served_keys(stack: Any, deployment_id: str) -> list[str]:
     listing = stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix=f"modeldrop-served/{deployment_id}/")
     return [o["Key"] for o in listing.get("Contents", [])]
@@ -133,7 +146,7 @@ def test_run_local_abort_mid_validate_and_mid_create_leave_nothing_and_the_versi
 
 def test_teardown_by_name_acts_on_the_deployment_that_owns_the_endpoint(stack: Any, archive: bytes, checkpoint: Path):
     from modeldrop.local.sample_checkpoint import tar_gz_bytes
-    from modeldrop.operate.deployments import OperateError, StackInfo, find_deployment, teardown
+    from modeldrop.operate.deployments import OperateError, find_deployment, teardown
 
     live = stack.start(
         {"artifact_uri": _put(stack, "direct/live/model.tar.gz", archive), "endpoint_name": "modeldrop-chat"},
@@ -151,14 +164,7 @@ def test_teardown_by_name_acts_on_the_deployment_that_owns_the_endpoint(stack: A
     assert stack.wait(loser)["error"] == "ResourceNameTaken"
     owner, failed = stack.record_of(live), stack.record_of(loser)
     assert failed.created_at > owner.created_at and failed.endpoint_name == "modeldrop-chat"
-    info = StackInfo(
-        stack_name="modeldrop-local",
-        region="us-east-1",
-        state_machine_arn=stack.state_machine_arn,
-        table_name=stack.table_name,
-        bucket=stack.bucket,
-        event_bus=stack.resources["EventBus"],
-    )
+    info = _info(stack)
     sm, registry = stack.client("sagemaker"), stack.registry()
     assert find_deployment(registry, "modeldrop-chat", sm).deployment_id == owner.deployment_id
     done = teardown(sm, registry, stack.client("events"), info, "modeldrop-chat", s3=stack.client("s3"))
@@ -312,16 +318,9 @@ def test_a_reservation_left_by_an_ended_deployment_is_released_by_the_reaper(sta
 def test_teardown_all_stops_running_executions_first(stack: Any, archive: bytes) -> None:
     """`teardown --all` while a deployment is on its way: its execution is stopped before the sweep, so
     nothing it would create afterwards outlives the command."""
-    from modeldrop.operate.deployments import StackInfo, teardown_all
+    from modeldrop.operate.deployments import teardown_all
 
-    info = StackInfo(
-        stack_name="modeldrop-local",
-        region="us-east-1",
-        state_machine_arn=stack.state_machine_arn,
-        table_name=stack.table_name,
-        bucket=stack.bucket,
-        event_bus=stack.resources["EventBus"],
-    )
+    info = _info(stack)
     swept: list[Any] = []
 
     def sweep(_event: Any) -> None:
