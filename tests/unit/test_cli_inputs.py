@@ -69,3 +69,22 @@ def test_an_s3_key_with_a_newline_is_refused_where_it_is_typed() -> None:
         parse_s3_uri("s3://bucket-a/runs\n/model.tar.gz")
     result = CliRunner().invoke(app, ["validate", "s3://bucket-a/runs\n/model.tar.gz", "--json"])
     assert result.exit_code == 2 and "control character" in json.loads(result.stdout)["message"]
+
+
+def test_upload_refuses_a_marker_that_could_never_deploy_before_uploading(tmp_path: Path) -> None:
+    import shutil
+
+    directory = tmp_path / "ck"
+    shutil.copytree(FIXTURE, directory)
+    for args, says in (
+        (["--engine", "vlm"], "choose vllm, sglang or lmi"),
+        (["--instance-type", "ml.g6.2xlarg"], "not a SageMaker hosting instance type"),
+    ):
+        result = CliRunner().invoke(app, ["upload", str(directory), "s3://bucket-a/p/", *args, "--json"])
+        assert result.exit_code == 2 and says in json.loads(result.stdout)["message"], result.output
+    (directory / "modeldrop.json").write_text('{"ttl_hours": 2}')
+    result = CliRunner().invoke(app, ["upload", str(directory), "s3://bucket-a/p/", "--json"])
+    assert result.exit_code == 2 and "--merge-marker" in json.loads(result.stdout)["hint"]
+    from modeldrop.cli.upload_commands import _marker_overrides
+
+    assert _marker_overrides(directory, "lmi", None, merge=True) == {"ttl_hours": 2, "engine": "lmi"}

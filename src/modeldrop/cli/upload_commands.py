@@ -35,6 +35,9 @@ def upload_cmd(
     wait: Annotated[
         bool, typer.Option("--wait", help="follow the deployment the marker starts, as deploy does")
     ] = False,
+    merge_marker: Annotated[
+        bool, typer.Option("--merge-marker", help="use DIR's own modeldrop.json, these overrides on top")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Upload a checkpoint as an S3 prefix: shards in parallel (multipart, SHA-256 checked), objects
@@ -52,6 +55,7 @@ def upload_cmd(
         fail(f"{destination} is not a prefix", f"end it with a slash: {destination.rstrip('/')}/")
     if not directory.is_dir():
         fail(f"{directory}: not a directory", "pass the checkpoint's directory")
+    overrides = _marker_overrides(directory, engine, instance_type, merge_marker)
     if validate:
         with byte_progress("validating"):
             report = validate_source(str(directory))
@@ -64,7 +68,6 @@ def upload_cmd(
                     console.print(f"[red]{finding.code}[/]: {finding.message}\n  fix: {finding.hint}", highlight=False)
                 console.print("nothing was uploaded (--no-validate uploads anyway)")
             raise typer.Exit(1)
-    overrides = {k: v for k, v in {"engine": engine, "instance_type": instance_type}.items() if v is not None}
     try:
         with aws_errors(domain_errors=False):
             s3 = session_for(region, profile).client("s3")
@@ -90,6 +93,34 @@ def upload_cmd(
         if not as_json:
             console.print(f"uploaded {len(summary.uploaded)} file(s); following {arn}")
         follow(session.client("stepfunctions"), arn, as_json, extra={"upload": result})
+
+
+def _marker_overrides(directory: Path, engine: str | None, instance_type: str | None, merge: bool) -> dict[str, Any]:
+    """The marker's settings, checked here with the rules the starter and the plan apply (a marker
+    that could never deploy is refused before any upload); DIR's own modeldrop.json only with MERGE."""
+    from modeldrop.aws.served_copy import MARKER
+    from modeldrop.contracts.errors import RequestInvalid
+    from modeldrop.contracts.instance_types import instance_type_problem
+    from modeldrop.pipeline.starter import parse_marker
+
+    if engine is not None and engine not in ("vllm", "sglang", "lmi"):
+        fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
+    if instance_type is not None and (problem := instance_type_problem(instance_type)):
+        fail(f"--instance-type: {problem[0]}", problem[1])
+    given = {k: v for k, v in {"engine": engine, "instance_type": instance_type}.items() if v is not None}
+    own = directory / MARKER
+    if not own.is_file():
+        return given
+    if not merge:
+        fail(
+            f"{own} exists: uploading would replace it with the overrides given here",
+            "pass --merge-marker to keep its settings (the options given here on top), or remove it",
+        )
+    try:
+        found = parse_marker(own.read_bytes(), str(own))
+    except RequestInvalid as exc:
+        fail(exc.message, exc.hint)
+    return {**found, **given}
 
 
 def _started_by_marker(session: Any, state_machine_arn: str, bucket: str, prefix: str, version: str | None) -> str:
