@@ -51,8 +51,8 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2 and "no such file" in result.stderr
     result = _run("run-local", "--fault", "meteor")
     assert result.returncode == 2 and "unknown --fault" in result.stderr
-    result = _run("run-local", "--engine", "vllm")
-    assert result.returncode == 2 and "vllm is not installed" in result.stderr and "Traceback" not in result.stderr
+    result = _run("run-local", "--engine", "vllm", env={"MODELDROP_VLLM_PYTHON": sys.executable})  # no vllm there
+    assert result.returncode == 2 and "cannot import vllm" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_validate_exit_codes(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +32,13 @@ def test_dlc_entrypoint_translation() -> None:
     assert entrypoint_args("SM_SGLANG_", {"SM_SGLANG_TP_SIZE": "2"}, Path("/m")) == ["--tp-size", "2"]
 
 
-def test_engines_that_are_not_here_are_refused_clearly() -> None:
+def test_engines_that_are_not_here_are_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     check_available("reference")
-    for engine in ("vllm", "sglang"):
-        with pytest.raises(EngineUnavailable, match=f"{engine} (is not installed|needs a CUDA GPU)"):
-            check_available(engine)
+    with pytest.raises(EngineUnavailable, match=r"sglang (is not installed|needs a CUDA GPU)"):
+        check_available("sglang")
+    monkeypatch.setenv("MODELDROP_VLLM_PYTHON", sys.executable)  # a Python without vllm
+    with pytest.raises(EngineUnavailable, match="cannot import vllm; `make vllm-venv`"):
+        check_available("vllm")
     with pytest.raises(EngineUnavailable, match="unknown local engine"):
         check_available("tgi")
 

@@ -29,7 +29,7 @@ def test_every_adapter_is_named_after_its_folder() -> None:
 @pytest.mark.parametrize(
     ("fields", "says"),
     [
-        ({"engine": "vllm"}, "the vllm container does not take"),
+        ({"engine": "sglang"}, "the sglang container does not take"),
         ({"adapters": ["s3://bucket-a/other/a1/adapter.tar.gz"]}, "share the name 'a1'"),
         ({"adapters": ["s3://bucket-a/runs/a2/"], "adapter_mode": "dedicated"}, "only in adapter_mode shared"),
         ({"adapters": [BASE]}, "the same artifact"),
