@@ -363,3 +363,32 @@ def test_the_bucket_policy_protects_itself_from_everyone_but_the_deploy_role(mak
     assert s3.get_bucket_policy(Bucket=stack.bucket)["Policy"] == policy
     with acting_as(Principal("deployer", deployer, (everything,))):
         s3.put_bucket_policy(Bucket=stack.bucket, Policy=policy)
+
+
+def test_delete_objects_answers_per_key_errors_and_the_caller_reads_them(stack: Any, archive: bytes) -> None:
+    """S3 answers DeleteObjects 200 with the keys it refused in Errors (moto's emulation raised for the
+    whole call): the served copy a non-pipeline principal may not delete stays, and delete_served says so
+    instead of reporting it deleted."""
+    from modeldrop.aws.served_copy import delete_served
+    from modeldrop.contracts.errors import TeardownIncomplete
+    from modeldrop.local.iam_enforcement import Principal, acting_as
+
+    key = "modeldrop-served/held-1/model.tar.gz"
+    s3 = stack.client("s3")
+    with acting_as(stack.functions["ValidateFunction"].principal):
+        s3.put_object(Bucket=stack.bucket, Key=key, Body=archive)
+    everything = {
+        "Effect": "Allow",
+        "Action": "s3:*",
+        "Resource": [f"arn:aws:s3:::{stack.bucket}", f"arn:aws:s3:::{stack.bucket}/*"],
+    }
+    operator = Principal("operator", "arn:aws:iam::123456789012:role/operator", (everything,))
+    version = s3.list_object_versions(Bucket=stack.bucket, Prefix=key)["Versions"][0]["VersionId"]
+    with acting_as(operator):
+        answer = s3.delete_objects(
+            Bucket=stack.bucket, Delete={"Objects": [{"Key": key, "VersionId": version}], "Quiet": True}
+        )
+        assert [e["Code"] for e in answer["Errors"]] == ["AccessDenied"]
+        with pytest.raises(TeardownIncomplete, match="could not delete 1 object"):
+            delete_served(s3, stack.bucket, "held-1")
+    assert s3.get_object(Bucket=stack.bucket, Key=key)["Body"].read() == archive

@@ -16,7 +16,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
 from modeldrop.contracts.artifact import Artifact
-from modeldrop.contracts.errors import CheckpointUnreadable
+from modeldrop.contracts.errors import CheckpointUnreadable, TeardownIncomplete
 from modeldrop.contracts.served import CopyItem
 
 if TYPE_CHECKING:
@@ -210,9 +210,18 @@ def delete_served(s3: S3Client, bucket: str, deployment_id: str) -> list[str]:
         entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
         if not entries:
             continue
-        s3.delete_objects(
+        answer = s3.delete_objects(
             Bucket=bucket,
             Delete={"Objects": [{"Key": e["Key"], "VersionId": e["VersionId"]} for e in entries], "Quiet": True},
         )
+        # S3 answers 200 with the keys it could not delete in Errors (AccessDenied, ...): those stay.
+        failed = answer.get("Errors") or []
+        if failed:
+            first = failed[0]
+            raise TeardownIncomplete(
+                f"could not delete {len(failed)} object(s) of the served copy s3://{bucket}/{prefix}, e.g. "
+                f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".rstrip(),
+                "the bucket policy lets only the pipeline's roles delete served copies; the reaper retries",
+            )
         deleted.extend(sorted({f"s3://{bucket}/{e['Key']}" for e in entries}))
     return deleted

@@ -127,6 +127,8 @@ def install() -> None:
         if _invocation.get() in _killed:
             raise LambdaKilled("the function was killed mid-invocation (as at its timeout)")
         principal = _current.get()
+        if principal is not None and STATE.enforcing and (service, operation_name) == ("s3", "DeleteObjects"):
+            return _delete_objects(principal, self, original, api_params)
         if principal is not None and STATE.enforcing:
             _authorize(principal, Call(service, operation_name, api_params, self.meta.region_name, ACCOUNT))
         result = original(self, operation_name, api_params)
@@ -147,22 +149,45 @@ def install() -> None:
     _installed = True
 
 
-def _authorize(principal: Principal, call: Call) -> None:
+def _delete_objects(principal: Principal, client: Any, original: Any, params: dict[str, Any]) -> Any:
+    """DeleteObjects as S3 answers it: each key authorized on its own; a denied one is an entry of the
+    200 response's Errors (with Quiet too), never an error of the whole call."""
+    keep, errors = [], []
+    for entry in params["Delete"]["Objects"]:
+        one = {"Bucket": params["Bucket"], "Delete": {"Objects": [entry]}}
+        if _denials(principal, Call("s3", "DeleteObjects", one, client.meta.region_name, ACCOUNT)):
+            errors.append({**entry, "Code": "AccessDenied", "Message": "Access Denied"})
+        else:
+            keep.append(entry)
+    with STATE.lock:
+        verdict = "denied" if errors else "allowed"
+        STATE.checked.append(Checked(principal.name, "s3:DeleteObjects", verdict, tuple(e["Key"] for e in errors)))
+    result: dict[str, Any] = {"Deleted": [], "Errors": []}
+    if keep:
+        result = dict(original(client, "DeleteObjects", {**params, "Delete": {**params["Delete"], "Objects": keep}}))
+    if errors:
+        result["Errors"] = [*result.get("Errors", []), *errors]
+    return result
+
+
+def _denials(principal: Principal, call: Call) -> list[str]:
     lookups = _MotoLookups(call.region)
-    requests = [
-        AuthRequest(
+    denied = []
+    for r in requests_for(call, lookups):
+        request = AuthRequest(
             r.action,
             r.resource,
             {"aws:PrincipalArn": principal.arn, "aws:SecureTransport": "true", **r.context},
             principal.arn,
         )
-        for r in requests_for(call, lookups)
-    ]
-    denied = []
-    for request in requests:
         resource_policy = _bucket_policy(request.resource) if call.service == "s3" else ()
         if allowed(principal.statements, request, resource_policy) != "allow":
             denied.append(f"{request.action} on {request.resource}")
+    return denied
+
+
+def _authorize(principal: Principal, call: Call) -> None:
+    denied = _denials(principal, call)
     name = f"{call.service}:{call.operation}"
     with STATE.lock:
         STATE.checked.append(Checked(principal.name, name, "denied" if denied else "allowed", tuple(denied)))
