@@ -224,3 +224,14 @@ def test_the_streamed_eval_and_a_component_invoke_need_their_own_grants(stack: A
     with acting_as(stack.functions["SmokeEvalFunction"].principal):
         events = runtime.invoke_endpoint_with_response_stream(EndpointName="modeldrop-grants", Body=body)["Body"]
         assert any("PayloadPart" in event for event in events)
+
+
+def test_a_component_startup_timeout_outside_sagemakers_bounds_is_refused() -> None:
+    """botocore checks only the minimum on the client; SageMaker refuses past 3600 s."""
+    from moto.sagemaker.exceptions import ValidationError
+
+    from modeldrop.local.sagemaker_components import _check_startup
+
+    _check_startup({"ModelDataDownloadTimeoutInSeconds": 3600, "ContainerStartupHealthCheckTimeoutInSeconds": 60})
+    with pytest.raises(ValidationError, match="between 60 and 3600"):
+        _check_startup({"ContainerStartupHealthCheckTimeoutInSeconds": 7200})

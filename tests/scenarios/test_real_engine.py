@@ -8,10 +8,12 @@ the real engine answers can be asserted, finish_reason included.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,8 @@ def test_a_checkpoint_validate_refuses_for_a_missing_weight_fails_to_load_in_vll
         start_new_session=True,
     )
     seen = []
+    guard = threading.Timer(1800, lambda: os.killpg(server.pid, 9))  # a hang guard: the server never exits
+    guard.start()
     try:
         assert server.stdout is not None
         for line in server.stdout:
@@ -140,6 +144,8 @@ def test_a_checkpoint_validate_refuses_for_a_missing_weight_fails_to_load_in_vll
             if "were not initialized from checkpoint" in line or "Application startup complete" in line:
                 break
     finally:
-        os.killpg(server.pid, 9)
+        guard.cancel()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, 9)
         server.wait()
     assert any("were not initialized from checkpoint" in line for line in seen), "".join(seen)[-3000:]

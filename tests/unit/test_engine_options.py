@@ -16,7 +16,7 @@ from modeldrop.contracts.models import DeploymentRequest
 from modeldrop.contracts.step_payloads import ImageChoice
 from modeldrop.serving.engine_env import KEYS, PLANNED
 from modeldrop.serving.engine_options import (
-    PLAN_READ,
+    PLAN_READ_KEYS,
     _denied,
     engine_version,
     first_problem,
@@ -135,7 +135,7 @@ def test_every_accepted_key_is_exactly_one_allowed_option_in_argparse(engine: st
             accepted += 1
             chosen = _resolves_to(parser, "--" + key[len(prefix) :].lower().replace("_", "-"))
             assert chosen == flag, f"{key} is accepted but argparse reads it as {chosen}"
-            assert flag.removeprefix("--") in PLAN_READ[engine] or _denied(chosen) is None
+            assert key in PLAN_READ_KEYS[engine] or _denied(chosen) is None
     assert accepted > 100 and refused > accepted  # the table is real and abbreviations are the common case
 
 
@@ -158,12 +158,12 @@ def test_keys_are_judged_for_the_images_engine_version() -> None:
     new = sorted(set(table["0.30.0"]["options"]) - set(table["0.26.0"]["options"]))
     fresh = next(o for o in new if _denied(o) is None and not o.startswith("--no-"))
     key = "SM_VLLM_" + fresh[2:].upper().replace("-", "_")
-    old, newer = engine_version("vllm"), engine_version("vllm", _image("vllm", "0.30.0-gpu-py312-cu130-x"))
+    old, newer = engine_version("vllm"), engine_version("vllm", _image("vllm", "0.30.0-gpu-py312-cu130-x").image_uri)
     assert old.version == "0.26.0" and newer.version == "0.30.0"
     assert raw_key_problem("vllm", key, old) is not None and raw_key_problem("vllm", key, newer) is None
-    lmi = engine_version("lmi", _image("lmi", "0.36.0-lmi27.0.0-cu130-v1.1"))
+    lmi = engine_version("lmi", _image("lmi", "0.36.0-lmi27.0.0-cu130-v1.1").image_uri)
     assert lmi.version == "0.26.0" and "lmi27" in lmi.source
-    undated = engine_version("vllm", _image("vllm", "server-sagemaker-cuda-v1.3"))
+    undated = engine_version("vllm", _image("vllm", "server-sagemaker-cuda-v1.3").image_uri)
     assert undated.version == "0.26.0" and "no version" in undated.source
 
 
@@ -176,4 +176,4 @@ def test_a_request_with_a_refused_key_is_refused_before_anything_is_created() ->
     DeploymentRequest.model_validate(raw)  # the shape is fine: the engine's parser is what refuses
     with pytest.raises(RequestInvalid, match="SM_VLLM_TRUST_REMOTE"):
         normalize(raw, "run-1", DefaultsSettings(), "arn:aws:states:us-east-1:1:execution:sm:run-1", 0)
-    assert first_problem("vllm", {"OPTION_X": "1"}, None) is None  # another engine's key: build_env names it
+    assert first_problem("vllm", {"OPTION_X": "1"}, DEFAULT["vllm"]) is None  # another engine's key: build_env names it

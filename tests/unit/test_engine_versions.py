@@ -48,4 +48,4 @@ def test_the_pipeline_judges_for_the_image_the_stack_resolves(monkeypatch: objec
     assert target is not None and target.version == "0.30.0"
     assert validate_scan(scan_source(str(KV_SHARED)), target=target).deployable
     choice = ImageChoice(engine="vllm", image_uri=VLLM_030, source="x", region="us-east-1")
-    assert engine_version("vllm", choice).at_least("0.30.0")
+    assert engine_version("vllm", choice.image_uri).at_least("0.30.0")

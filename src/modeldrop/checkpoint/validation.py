@@ -373,8 +373,9 @@ def validate_scan(
 ) -> ValidationReport:
     """Judge SCAN for TARGET's engine (the stack's default image when None, as the report says)."""
     findings: list[Finding] = []
-    judged_for = target.describe() if target is not None else f"the default image: {default_target().describe()}"
+    given = target is not None
     target = target or default_target()
+    judged_for = target.describe() if given else f"the default image: {target.describe()}"
     config = load_json(scan, "config.json", findings)  # JSON_INVALID first, as before any check
     files = layout(scan, load_json(scan, INDEX, findings), INDEX in scan.small_files)
     tensors, duplicates, dtypes, params = _tensor_table(scan, files.weights)

@@ -221,25 +221,14 @@ def pairs(option: str, items: list[str] | None) -> dict[str, str]:
     return out
 
 
-def checked_engine_env(engine: str, region: str | None, passthrough: Mapping[str, str]) -> None:
-    """Exit 2 naming the first raw engine key the image's engine would not take as it is (an option
-    its parser lacks, an abbreviation, or one that loads code, files or bypasses the plan)."""
-    if not passthrough or engine not in ("vllm", "sglang", "lmi"):
-        return
-    from modeldrop.contracts.errors import ImageUnresolvable
+def checked_engine_env(engine: str, version: Any, passthrough: Mapping[str, str]) -> None:
+    """Exit 2 naming the first raw engine key VERSION's engine would not take as it is (an option its
+    parser lacks, an abbreviation, or one that loads code, files or bypasses the plan)."""
     from modeldrop.serving.engine_options import first_problem
-    from modeldrop.serving.image import resolve_image
 
-    image = None
-    if region:
-        try:
-            image = resolve_image(engine, region, os.environ)  # type: ignore[arg-type]
-        except ImageUnresolvable:
-            image = None  # the plan reports it; keys are judged for the default image meanwhile
-    problem = first_problem(engine, dict(passthrough), image)  # type: ignore[arg-type]
+    problem = first_problem(engine, passthrough, version)  # type: ignore[arg-type]
     if problem is not None:
-        message, _sep, fix = problem.partition("; fix: ")
-        fail(f"--env {message}", fix, error="EngineKeyRefused")
+        fail(f"--env {problem[0]}", problem[1], error="EngineKeyRefused")
 
 
 # The options `plan`, `deploy` and `run-local` share, declared once.

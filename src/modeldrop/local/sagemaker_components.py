@@ -20,6 +20,7 @@
 # mypy: disable-error-code="method-assign,assignment,attr-defined"
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -290,6 +291,7 @@ def install() -> None:
                 )
             if not runtime or int(runtime.get("CopyCount") or 0) < 1:
                 raise ValidationError(message="RuntimeConfig.CopyCount of at least 1 is required.")
+            _check_startup(spec.get("StartupParameters") or {})
             model = backend._models[model_name]
             model_container = dict(model.primary_container or {})
         component = Component(
@@ -375,3 +377,27 @@ def install() -> None:
     SageMakerResponse.list_inference_components = list_inference_components
     SageMakerResponse.delete_inference_component = delete_inference_component
     SageMakerResponse.update_inference_component = update_inference_component
+
+
+@functools.cache
+def _startup_shape() -> Any:
+    import botocore.session
+
+    return (
+        botocore.session.get_session().get_service_model("sagemaker").shape_for("InferenceComponentStartupParameters")
+    )
+
+
+def _check_startup(startup: dict[str, Any]) -> None:
+    """StartupParameters within the bounds botocore's model gives (60-3600 s): botocore checks only the
+    minimum on the client, SageMaker refuses the rest."""
+    from moto.sagemaker.exceptions import ValidationError
+
+    for name, member in _startup_shape().members.items():
+        value = startup.get(name)
+        low, high = member.metadata.get("min"), member.metadata.get("max")
+        if value is not None and not (low <= int(value) <= high):
+            raise ValidationError(
+                message=f"Value '{value}' at 'specification.startupParameters.{name[0].lower()}{name[1:]}' failed to "
+                f"satisfy constraint: Member must have value between {low} and {high}"
+            )

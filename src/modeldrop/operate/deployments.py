@@ -315,7 +315,9 @@ def _owned_arns(sm: SageMakerClient, item: DeploymentRecord, desc: DescribeEndpo
             found = sm.describe_inference_component(InferenceComponentName=str(component["component"]))
         except ClientError:
             continue  # torn down already: nothing to extend
-        arns.append(found["InferenceComponentArn"])
+        arn = found["InferenceComponentArn"]
+        if list_tags(sm, arn).get(DEPLOYMENT_TAG) == item.deployment_id:  # its own, never another's
+            arns.append(arn)
     if not arns:
         raise OperateError(f"deployment {item.deployment_id} has no adapter component left to extend")
     return arns

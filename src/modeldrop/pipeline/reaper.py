@@ -151,13 +151,16 @@ def _reconcile_records(
         except ClientError as exc:
             if "Could not find" not in str(exc) and exc.response.get("Error", {}).get("Code") != "ValidationException":
                 raise
-        registry.record(
-            record.deployment_id,
-            "reconciled",
-            {"reason": f"endpoint {name} was deleted outside modeldrop"},
-            status="torn_down",
-            ended_at=clock.iso(now),
-        )
+        try:
+            registry.record(
+                record.deployment_id,
+                "reconciled",
+                {"reason": f"endpoint {name} was deleted outside modeldrop"},
+                status="torn_down",
+                ended_at=clock.iso(now),
+            )
+        except StepContractViolated:
+            continue  # it ended some other way since it was read (a teardown racing this run): theirs
         _delete_served_copy(s3, record, record.deployment_id)
         result.reconciled.append(record.deployment_id)
 

@@ -21,7 +21,6 @@ from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import (
     CheckpointRefused,
-    ImageUnresolvable,
     PlanRefused,
     RequestInvalid,
     StepContractViolated,
@@ -46,7 +45,7 @@ from modeldrop.pipeline.attach_steps import attached_plan
 from modeldrop.pipeline.config import DefaultsSettings
 from modeldrop.pipeline.ownership import released_if_ended
 from modeldrop.pipeline.reports import put_json, report_prefix
-from modeldrop.serving.engine_options import engine_version, first_problem
+from modeldrop.serving.engine_options import first_problem, resolved_version
 from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import AUTO, candidates, usable
 from modeldrop.serving.plan import plan_checkpoint
@@ -104,11 +103,9 @@ def _target(engine: Engine | None) -> EngineVersion | None:
     """The engine version of the image ResolveImage will choose (the same env, the Lambda's region)."""
     if engine is None:
         return None
-    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or ""
-    try:
-        return engine_version(engine, resolve_image(engine, region, os.environ))
-    except ImageUnresolvable:
-        return engine_version(engine)
+    return resolved_version(
+        engine, os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "", os.environ
+    )
 
 
 def _engine(request: DeploymentRequest, defaults: DefaultsSettings) -> Engine:
@@ -124,14 +121,9 @@ def _check_engine_keys(engine: Engine, region: str, engine_env: dict[str, str]) 
     judges them again for the image it resolves)."""
     if not engine_env:
         return
-    try:
-        image: ImageChoice | None = resolve_image(engine, region, os.environ)
-    except ImageUnresolvable:
-        image = None
-    problem = first_problem(engine, engine_env, image)
+    problem = first_problem(engine, engine_env, resolved_version(engine, region, os.environ))
     if problem is not None:
-        message, _sep, fix = problem.partition("; fix: ")
-        raise RequestInvalid(f"engine_env: {message}", fix)
+        raise RequestInvalid(f"engine_env: {problem[0]}", problem[1])
 
 
 # S3's longest key; a report key adds this much to the artifact's folder.

@@ -18,13 +18,17 @@ from importlib import resources
 from typing import Any
 
 from modeldrop.contracts.engine_target import EngineVersion
-from modeldrop.contracts.step_payloads import Engine, ImageChoice
+from modeldrop.contracts.errors import ImageUnresolvable
+from modeldrop.contracts.step_payloads import Engine
+from modeldrop.serving.engine_env import ALIASES, ENGINE_PREFIX, KEYS
 
-# Exact raw keys the plan itself reads (serving/plan.py `_planned_from_raw_keys`): planned, not bypassed.
-PLAN_READ = {
-    "vllm": frozenset({"max-model-len", "max-num-seqs", "gpu-memory-utilization"}),
-    "sglang": frozenset({"context-length", "max-running-requests", "mem-fraction-static"}),
-    "lmi": frozenset({"max_model_len", "max_rolling_batch_size", "max_num_seqs", "gpu_memory_utilization"}),
+# The raw keys serving/plan.py `_planned_from_raw_keys` reads into the plan (and checks): planned, not
+# bypassed. Derived from the one key mapping, so a new spelling there is one here.
+_PLAN_READ_MEANINGS = ("max_model_len", "max_num_seqs", "gpu_memory_utilization")
+PLAN_READ_KEYS = {
+    engine: frozenset({KEYS[engine][m] for m in _PLAN_READ_MEANINGS if m in KEYS[engine]})
+    | frozenset(k for k, m in ALIASES[engine].items() if m in _PLAN_READ_MEANINGS)
+    for engine in KEYS
 }
 
 # (pattern on the option name with `--`/`no-` removed and `_` read as `-`, why it is refused, the fix)
@@ -73,7 +77,7 @@ _TAG_VERSION = re.compile(r"^v?(\d+\.\d+\.\d+)")
 _LMI_AXIS = re.compile(r"-lmi(\d+)\.(\d+)\.(\d+)")
 
 
-__all__ = ["EngineVersion", "engine_version", "first_problem", "raw_key_problem"]
+__all__ = ["EngineVersion", "engine_version", "first_problem", "raw_key_problem", "resolved_version"]
 
 
 @cache
@@ -99,11 +103,11 @@ def _default_tag(engine: Engine) -> str:
     return str(image_table()["engines"][engine]["tag"])
 
 
-def engine_version(engine: Engine, image: ImageChoice | None = None) -> EngineVersion:
-    """The engine version of IMAGE's tag (the stack's default image when None or unreadable)."""
+def engine_version(engine: Engine, image_uri: str | None = None) -> EngineVersion:
+    """The engine version of IMAGE_URI's tag (the stack's default image when None or unreadable)."""
     from modeldrop.serving.image import image_table
 
-    tag = image.image_uri.rsplit(":", 1)[-1] if image is not None else _default_tag(engine)
+    tag = image_uri.rsplit(":", 1)[-1] if image_uri is not None else _default_tag(engine)
     source = f"image tag {tag}"
     if engine == "lmi":
         axis = _LMI_AXIS.search(tag) or _LMI_AXIS.search(_default_tag(engine))
@@ -117,6 +121,17 @@ def engine_version(engine: Engine, image: ImageChoice | None = None) -> EngineVe
         assert default is not None
         return EngineVersion(engine, default.group(1), f"{source} names no version: judged as the default image")
     return EngineVersion(engine, match.group(1), source)
+
+
+def resolved_version(engine: Engine, region: str, env: Any) -> EngineVersion:
+    """The engine version of the image ENV and REGION resolve for ENGINE, as ResolveImage will choose it
+    (the default image's when that cannot resolve: the plan reports why)."""
+    from modeldrop.serving.image import resolve_image
+
+    try:
+        return engine_version(engine, resolve_image(engine, region, env).image_uri)
+    except ImageUnresolvable:
+        return engine_version(engine)
 
 
 def options_of(engine: Engine, version: str) -> tuple[str, frozenset[str]]:
@@ -166,7 +181,7 @@ def raw_key_problem(engine: Engine, key: str, version: EngineVersion) -> tuple[s
         if expands:
             what = expands[0] if len(expands) == 1 else f"one of {', '.join(expands[:4])}"
             fix = "spell the option in full"
-            if len(expands) == 1 and expands[0].removeprefix("--") in PLAN_READ[engine]:
+            if len(expands) == 1 and _key_of(engine, expands[0]) in PLAN_READ_KEYS[engine]:
                 fix = f"spell it in full ({expands[0]}): the plan reads that one and checks it"
             elif len(expands) == 1 and (target := _denied(expands[0])) is not None:
                 fix = f"none as a raw key: {expands[0]} itself is refused, as it {target[0]}; {target[1]}"
@@ -175,7 +190,7 @@ def raw_key_problem(engine: Engine, key: str, version: EngineVersion) -> tuple[s
             f"{key} becomes {shown}, which is not an option of {label} (judged for {version.source})",
             "check the spelling against the engine's documentation for that version",
         )
-    if option.removeprefix("--") in PLAN_READ[engine]:
+    if key in PLAN_READ_KEYS[engine]:
         return None
     denied = _denied(option)
     if denied is not None:
@@ -183,21 +198,15 @@ def raw_key_problem(engine: Engine, key: str, version: EngineVersion) -> tuple[s
     return None
 
 
-def check_raw_keys(engine: Engine, keys: list[str], version: EngineVersion) -> list[tuple[str, str]]:
-    """Every problem of KEYS, in their order."""
-    return [p for key in keys if (p := raw_key_problem(engine, key, version)) is not None]
+def _key_of(engine: Engine, option: str) -> str:
+    """The raw key the DLC entrypoint turns into OPTION (the way back of its translation)."""
+    return ENGINE_PREFIX[engine][0] + option.removeprefix("--").upper().replace("-", "_")
 
 
-def first_problem(engine: Engine, passthrough: dict[str, str] | Any, image: ImageChoice | None) -> str | None:
-    """The first raw key of PASSTHROUGH refused for IMAGE's engine version, as one message with its fix.
-    Keys of another engine's prefix are left to build_env, which names the owner."""
-    from modeldrop.serving.engine_env import ENGINE_PREFIX
-
-    version = engine_version(engine, image)
+def first_problem(engine: Engine, passthrough: Any, version: EngineVersion) -> tuple[str, str] | None:
+    """(why, fix) for the first raw key of PASSTHROUGH refused for VERSION, or None. Keys of another
+    engine's prefix are left to build_env, which names their owner."""
     for key in passthrough:
-        if not key.startswith(ENGINE_PREFIX[engine]):
-            continue
-        problem = raw_key_problem(engine, key, version)
-        if problem is not None:
-            return f"{problem[0]}; fix: {problem[1]}"
+        if key.startswith(ENGINE_PREFIX[engine]) and (problem := raw_key_problem(engine, key, version)):
+            return problem
     return None

@@ -11,7 +11,7 @@ from modeldrop.contracts.errors import ImageUnresolvable, PlanRefused
 from modeldrop.contracts.models import EngineSettings, Finding, ValidationSummary
 from modeldrop.contracts.step_payloads import Candidate, Engine, EnginePlan, ImageChoice
 from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
-from modeldrop.serving.engine_options import first_problem
+from modeldrop.serving.engine_options import engine_version, first_problem
 from modeldrop.serving.engine_settings import apply_settings, weights_scale
 from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host
 from modeldrop.serving.image import gpu_archs, resolve_image
@@ -192,10 +192,9 @@ def plan_serving(
     """The env, timeouts and memory plan for one instance type; with IMAGE also the host it needs
     (the inference AMI for the image's CUDA, the GPU architectures it has kernels for)."""
     host = host_for(image, engine, instance_type) if image is not None else None
-    refused_key = first_problem(engine, passthrough or {}, image)
+    refused_key = first_problem(engine, passthrough or {}, engine_version(engine, image.image_uri if image else None))
     if refused_key is not None:
-        message, _sep, fix = refused_key.partition("; fix: ")
-        raise PlanRefused(message, fix)
+        raise PlanRefused(*refused_key)
     passthrough, max_num_seqs, max_model_len, fraction = _planned_from_raw_keys(
         engine, passthrough or {}, max_num_seqs, max_model_len
     )
