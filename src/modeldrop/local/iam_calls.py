@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from modeldrop.local.iam_policy import AuthRequest, ContextValue
+from modeldrop.local.iam_sar import NotInReference, check
 
 
 class Lookups(Protocol):
@@ -88,10 +89,13 @@ def _s3_list_context(p: Mapping[str, Any]) -> dict[str, ContextValue]:
     return context
 
 
-def _s3_list(action: str) -> Rule:
+def _s3_list(action: str, keyed: bool = True) -> Rule:
+    """KEYED: the SAR gives the action the s3:prefix/delimiter/max-keys keys (ListBucket and
+    ListBucketVersions; ListBucketMultipartUploads has none, so a policy cannot narrow it by prefix)."""
+
     def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
         p = call.params
-        return [AuthRequest(action, f"arn:aws:s3:::{p['Bucket']}", _s3_list_context(p))]
+        return [AuthRequest(action, f"arn:aws:s3:::{p['Bucket']}", _s3_list_context(p) if keyed else {})]
 
     return rule
 
@@ -179,11 +183,9 @@ def _sm_create_passing_role(kind: str, name_param: str) -> Rule:
 
 
 def _sm_create_component(call: Call, lookups: Lookups) -> list[AuthRequest]:
-    """CreateInferenceComponent covers the component, its endpoint and (a base component) its model."""
-    spec = call.params.get("Specification") or {}
+    """CreateInferenceComponent covers the component and its endpoint (the SAR's two resource types;
+    a base component's model is the condition key sagemaker:ModelArn, not a resource)."""
     also = [("endpoint", str(call.params["EndpointName"]))]
-    if spec.get("ModelName"):
-        also.append(("model", str(spec["ModelName"])))
     return _sm_create("inference-component", "InferenceComponentName", lambda _c: also)(call, lookups)
 
 
@@ -310,7 +312,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("s3", "ListObjectsV2"): _s3_list("s3:ListBucket"),
     ("s3", "ListObjects"): _s3_list("s3:ListBucket"),
     ("s3", "ListObjectVersions"): _s3_list("s3:ListBucketVersions"),
-    ("s3", "ListMultipartUploads"): _s3_list("s3:ListBucketMultipartUploads"),
+    ("s3", "ListMultipartUploads"): _s3_list("s3:ListBucketMultipartUploads", keyed=False),
     ("s3", "HeadBucket"): _s3_bucket("s3:ListBucket"),
     ("s3", "DeleteObject"): _s3_delete,
     ("s3", "DeleteObjects"): _s3_delete_many,
@@ -374,4 +376,9 @@ def requests_for(call: Call, lookups: Lookups) -> list[AuthRequest]:
     rule = RULES.get((call.service, call.operation))
     if rule is None:
         raise UnmappedCall(f"the emulator cannot authorize {call.service}:{call.operation}: add it to iam_calls.RULES")
-    return rule(call, lookups)
+    requests = rule(call, lookups)
+    try:
+        check(call.service, call.operation, call.params, requests)
+    except NotInReference as e:
+        raise UnmappedCall(f"{call.service}:{call.operation}: {e}") from e
+    return requests
