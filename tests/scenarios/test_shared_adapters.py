@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from typing import Any
 
 from conftest import ROOT
 
@@ -98,3 +99,26 @@ def test_a_base_component_that_runs_out_of_memory_is_diagnosed_from_its_own_logs
     failure = result.record.step_dict("failure")
     assert failure["diagnosis"] == "the engine ran out of GPU memory while loading", failure
     assert failure["log_group"] == f"/aws/sagemaker/InferenceComponents/{result.record.endpoint_name}"
+
+
+def test_components_that_take_minutes_to_delete_are_waited_for_within_each_lambdas_timeout() -> None:
+    """slow-component-delete: ExecutionEnded (60 s) releases the components, stops waiting before its
+    timeout and leaves the endpoint to the reaper, whose runs finish once the components are gone."""
+    result = run_local(fault="slow-component-delete")
+    assert result.status == "aborted", (result.error, result.cause)
+    assert result.leftover_resources == [] and result.lambda_timeouts == []
+    assert result.record is not None
+    ended = result.record.step_dict("execution_ended")
+    assert "waiting for inference-component/" in ended["left_behind"][0]
+    assert [r["expired"] for r in result.reaper_runs if r["expired"]] == [[result.record.endpoint_name]]
+    assert any(r["retry_next_run"] for r in result.reaper_runs)
+
+
+def test_a_settle_loop_without_a_time_budget_is_killed_by_the_emulated_lambda(monkeypatch: Any) -> None:
+    """The emulator holds every function to its template Timeout on its own clock: waiting on slow
+    deletes as if there were no limit is what Lambda would kill (and retry)."""
+    from modeldrop.contracts import clock
+
+    monkeypatch.setattr(clock, "time_left", lambda: None)
+    result = run_local(fault="slow-component-delete")
+    assert "ExecutionEndedFunction" in result.lambda_timeouts

@@ -158,6 +158,7 @@ class Released:
     not_ours: list[str] = field(default_factory=list)
     owned: set[str] = field(default_factory=set)  # the names of the owner's components the pass saw
     blocked: list[str] = field(default_factory=list)  # own bases that another deployment's adapters use
+    waiting: list[str] = field(default_factory=list)  # own components still Deleting when the time ran out
 
 
 def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = None) -> Released:
@@ -225,15 +226,19 @@ def pending(sm: SageMakerClient, endpoint: str, owner: str | None = None) -> lis
     return left
 
 
-# How long an immediate teardown waits for its components to go before it deletes the endpoint.
+# How long an immediate teardown waits for its components to go before it deletes the endpoint, and
+# the time a Lambda keeps after settling for the deletes and records that follow.
 SETTLE_PASSES = 24
 SETTLE_SECONDS = 5.0
+SETTLE_RESERVE_SECONDS = 20.0
 
 
 def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Released:
     """Release the OWNER's components on ENDPOINT and wait until none of them is left (or nothing more
     can go: a base that another deployment's adapters still use), at most SETTLE_PASSES: what an
-    immediate teardown does before DeleteEndpoint. No OWNER: nothing is released."""
+    immediate teardown does before DeleteEndpoint. No OWNER: nothing is released. In a Lambda it
+    stops waiting while SETTLE_RESERVE_SECONDS remain, and says what is still on its way (waiting):
+    components can take minutes to delete, and the caller leaves the endpoint to its next pass."""
     out = Released()
     if owner is None:
         return out
@@ -246,8 +251,14 @@ def release_all(sm: SageMakerClient, endpoint: str, owner: str | None) -> Releas
         # that is Deleting, ours or an adapter on our base, may free the rest).
         left = {str(c["InferenceComponentName"]): str(c["InferenceComponentStatus"]) for c in on_endpoint(sm, endpoint)}
         if not (set(left) & one.owned) or one.failed:
+            out.waiting = []
             return out
         if not one.deleted and "Deleting" not in left.values():
+            out.waiting = []
+            return out
+        out.waiting = sorted(f"inference-component/{n}" for n in set(left) & one.owned)
+        time_left = clock.time_left()
+        if time_left is not None and time_left < SETTLE_SECONDS + SETTLE_RESERVE_SECONDS:
             return out
         clock.sleep(SETTLE_SECONDS)
     return out

@@ -19,6 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError, ReadTimeoutError
 
 from modeldrop.aws.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
+from modeldrop.contracts import clock
 from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import EvalThresholds
 from modeldrop.evaluation.chat_protocol import (
@@ -229,6 +230,11 @@ def run_eval(
     retry = retry or RetryPolicy()
     results: list[CaseResult] = []
     for case in cases:
+        time_left = clock.time_left()
+        if time_left is not None and time_left < CASE_SECONDS:
+            # A case started now could outlive the Lambda: it is not sent, and says why.
+            results.append(_not_sent(case, target, time_left))
+            continue
         budget = budget_for(case.message_dicts(), case.max_tokens, case.reference, ceiling, target.max_model_len)
         if budget.refused or budget.max_tokens is None:
             results.append(
@@ -250,6 +256,23 @@ def run_eval(
         max_model_len=target.max_model_len,
         streaming=target.streams,
         schema_name=target.schema,
+    )
+
+
+# The longest one case can take: the runtime client's read timeout, its retries' backoff, and what
+# the Lambda needs after the last case (reports, the record).
+CASE_SECONDS = 70 + 16 + 30
+
+
+def _not_sent(case: EvalCase, target: EvalTarget, time_left: float) -> CaseResult:
+    return CaseResult(
+        id=case.id,
+        outcome="error",
+        max_tokens=None,
+        max_tokens_source="not sent",
+        attempts=0,
+        detail=f"not sent: the eval's Lambda had {time_left:.0f} s left, less than one case may take "
+        f"({CASE_SECONDS} s) on {target.endpoint_name}; a smaller eval set (or fewer adapters) fits its timeout",
     )
 
 

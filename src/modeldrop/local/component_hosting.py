@@ -30,6 +30,9 @@ ADAPTER_FAILED = "Failed to load the adapter into inference component {base}: {d
 
 
 DEFAULT_STARTUP_SECONDS = 480  # SageMaker's startup health check grace when none is set
+# With slow-component-delete, a component stays Deleting this long (the emulator's clock), as large
+# bases do on SageMaker while their copies drain.
+SLOW_DELETE_SECONDS = 240
 
 
 @dataclass
@@ -76,6 +79,9 @@ class ComponentHost:
         base = self.bases.get(component.base)
         if base is not None and base.status == "InService":
             self._call(base, "DELETE", f"/adapters/{component.name}", None)
+
+    def delete_seconds(self) -> float:
+        return SLOW_DELETE_SECONDS if "slow-component-delete" in self.hosting.faults else 0.0
 
     # ---- from the runtime ------------------------------------------------------------------------
     def route(self, endpoint_name: str, component_name: str) -> Route | None:

@@ -45,6 +45,11 @@ FAULTS: dict[str, str] = {
         "adapter_mode shared with 2 generated adapters: the base's engine refuses to load the second adapter "
         "component (Failed); its components, then the base and the endpoint, are deleted in that order"
     ),
+    "slow-component-delete": (
+        "adapter_mode shared with 2 generated adapters; inference components take 4 virtual minutes to delete, and "
+        "the execution is stopped during its smoke eval: ExecutionEnded releases the components within its 60 s "
+        "and leaves the endpoint to the reaper, whose scheduled runs delete it once they are gone"
+    ),
     "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
     "failure queue",
 }

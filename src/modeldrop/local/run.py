@@ -30,11 +30,13 @@ from modeldrop.local.run_faults import (
     hold_secrets,
     occupy_quota,
     overwrite,
+    reap_until_clean,
     stop_during,
     stop_running,
     trust_only_bedrock,
 )
 from modeldrop.local.run_shared import shared_check
+from modeldrop.local.stack import TIMED_OUT
 
 if TYPE_CHECKING:
     from boto3.s3.transfer import TransferConfig
@@ -64,6 +66,10 @@ class RunResult(BaseModel):
     starter_failures: list[dict[str, Any]] = Field(default_factory=list)
     # How many times each function ran (a prefix's copy: one CopyShard per object, the Map's iterations).
     invocations: dict[str, int] = Field(default_factory=dict)
+    # Functions that ran past their template Timeout on the emulator's clock (Lambda would kill them).
+    lambda_timeouts: list[str] = Field(default_factory=list)
+    # After slow-component-delete: the scheduled reaper's runs that finished the teardown.
+    reaper_runs: list[dict[str, Any]] = Field(default_factory=list)
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -164,7 +170,7 @@ def _run_local(
                 deny_start_execution(stack)
             if "huge-archive" in faults:
                 run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES)
-            if faults & {"adapter-load", "abort-mid-attach"}:  # shared, with a second adapter component
+            if faults & {"adapter-load", "abort-mid-attach", "slow-component-delete"}:  # shared, 2 adapters
                 adapter, adapters = True, max(adapters, 2)
                 request = {**(request or {}), "adapter_mode": "shared"}
             if "kill-mid-copy" in faults:
@@ -186,6 +192,10 @@ def _run_local(
                     request = {**(request or {}), **generated}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
+                if "slow-component-delete" in faults:
+                    result.reaper_runs = reap_until_clean(stack)
+                    result.leftover_resources = stack.leftover_resources()
+                result.lambda_timeouts = [i.function for i in stack.invocations if i.error == TIMED_OUT]
                 if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
                     result.redeploy = _redeploy(stack, str(result.record.artifact_uri), on_state)
                     result.leftover_resources = stack.leftover_resources()

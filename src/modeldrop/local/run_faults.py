@@ -40,6 +40,11 @@ MID_STEP_ABORTS: dict[str, tuple[str, tuple[str, ...], Callable[[Any], bool]]] =
     ),
     "abort-mid-create": ("sagemaker", ("CreateEndpoint",), lambda params: True),
     "abort-mid-attach": ("sagemaker", ("CreateInferenceComponent",), lambda params: True),
+    "slow-component-delete": (
+        "sagemaker-runtime",
+        ("InvokeEndpoint", "InvokeEndpointWithResponseStream"),
+        lambda params: True,
+    ),
 }
 
 
@@ -57,6 +62,21 @@ def stop_during(stack: Any, service: str, operations: tuple[str, ...], matches: 
 
     for operation in operations:
         after_call(service, operation, stop)
+
+
+def reap_until_clean(stack: Any, runs: int = 8) -> list[dict[str, Any]]:
+    """The scheduled reaper's runs, its period apart on the emulator's clock, until nothing of the
+    run is left (or RUNS runs): what finishes a teardown an ExecutionEnded Lambda had no time for."""
+    from modeldrop.contracts import clock
+
+    period = 60 * int(stack.parameters.get("ReaperPeriodMinutes") or 15)
+    done: list[dict[str, Any]] = []
+    for _ in range(runs):
+        if not stack.leftover_resources():
+            break
+        clock.advance(period)
+        done.append(stack.invoke_function("ReaperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"}))
+    return done
 
 
 QUOTA_HOLD_SECONDS = 600

@@ -23,7 +23,7 @@ from __future__ import annotations
 import functools
 import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
@@ -46,6 +46,7 @@ class Component:
     status: str = "Creating"
     failure_reason: str | None = None
     seen_deleting: int = -1  # describes/lists since the delete; -1 while not Deleting
+    gone_at: datetime | None = None  # when a Deleting component is gone (the emulator's clock)
 
     @property
     def base(self) -> str | None:
@@ -87,6 +88,8 @@ class ComponentHosting(Protocol):
 
     def deleted(self, component: Component) -> None: ...
 
+    def delete_seconds(self) -> float: ...
+
 
 def components_of(backend: Any) -> dict[str, Component]:
     if not hasattr(backend, "_modeldrop_components"):
@@ -106,10 +109,11 @@ def _hosting() -> ComponentHosting | None:
 
 
 def _refresh(backend: Any, component: Component) -> None:
-    """Advance what the hosting decides; a Deleting component seen once more is gone."""
+    """Advance what the hosting decides; a Deleting component seen once more, and past the time its
+    deletion takes, is gone."""
     if component.seen_deleting >= 0:
         component.seen_deleting += 1
-        if component.seen_deleting > 1:
+        if component.seen_deleting > 1 and (component.gone_at is None or clock.utcnow() >= component.gone_at):
             components_of(backend).pop(component.name, None)
         return
     hosting = _hosting()
@@ -357,6 +361,7 @@ def install() -> None:
             component.status, component.seen_deleting = "Deleting", 0
             hosting = _hosting()
             if hosting is not None:
+                component.gone_at = clock.utcnow() + timedelta(seconds=hosting.delete_seconds())
                 hosting.deleted(component)
         return EmptyResult()
 

@@ -89,6 +89,7 @@ class FunctionSpec:
     # Asynchronous invocations (EventBridge targets): Lambda's retries, then the on-failure destination.
     max_retries: int = 2
     on_failure: str | None = None  # an SQS queue ARN
+    timeout: float = 3.0  # seconds (the template's Timeout, else its Globals', else Lambda's 3)
 
 
 @dataclass
@@ -201,7 +202,7 @@ class EmulatedStack:
             if error == "States.Timeout":  # the interpreter's own task timeout: an error with no Cause
                 raise TimeoutError(f"injected {error}")
             return json.dumps({"errorType": error, "errorMessage": f"injected {error}"}), True, ""
-        context = _Context(spec.name, spec.arn)
+        context = _Context(spec.name, spec.arn, spec.timeout)
         with self._env_lock, _patched_env({**spec.env, **self.extra_env}), acting_as(spec.principal):
             try:
                 # Imported under the function's env: Powertools reads POWERTOOLS_* at import.
@@ -210,6 +211,12 @@ class EmulatedStack:
             except Exception as exc:
                 self._record(spec.logical_id, started, type(exc).__name__)
                 return moto_shims.error_payload(exc), True, ""
+        if context.spent() > spec.timeout:
+            # Lambda would have killed it: the error Lambda returns (a test's wall clock is not counted,
+            # only what the handler waited on the emulator's clock, so a busy machine cannot fail it).
+            self._record(spec.logical_id, started, TIMED_OUT)
+            message = f"Task timed out after {spec.timeout:.2f} seconds ({context.spent():.0f} s of waits)"
+            return json.dumps({"errorType": TIMED_OUT, "errorMessage": message}), True, ""
         self._record(spec.logical_id, started, None)
         if spec.logical_id in self.after:
             self.after[spec.logical_id](payload)
@@ -392,8 +399,12 @@ class EmulatedStack:
         return left
 
 
+TIMED_OUT = "Sandbox.Timedout"
+
+
 class _Context:
-    def __init__(self, name: str, arn: str) -> None:
+    def __init__(self, name: str, arn: str, timeout: float = 300.0) -> None:
+        self._timeout, self._slept_at_start = timeout, clock.slept_here()
         self.function_name = name
         self.function_version = "$LATEST"
         self.invoked_function_arn = arn
@@ -402,8 +413,12 @@ class _Context:
         self.log_group_name = f"/aws/lambda/{name}"
         self.log_stream_name = "local"
 
+    def spent(self) -> float:
+        """The seconds this invocation waited on the emulator's clock (its virtual sleeps)."""
+        return clock.slept_here() - self._slept_at_start
+
     def get_remaining_time_in_millis(self) -> int:
-        return 300_000
+        return max(int((self._timeout - self.spent()) * 1000), 0)
 
 
 @contextmanager
@@ -562,7 +577,13 @@ def build_stack(
             Code={"ZipFile": zipped.getvalue()},
         )["FunctionArn"]
         stack.functions[logical] = FunctionSpec(
-            logical, name, root / props["CodeUri"], props.get("Handler", globals_fn.get("Handler")), {}, arn
+            logical,
+            name,
+            root / props["CodeUri"],
+            props.get("Handler", globals_fn.get("Handler")),
+            {},
+            arn,
+            timeout=float(props.get("Timeout", globals_fn.get("Timeout", 3))),
         )
         # SAM's role for the function: <Logical>Role, which the bucket policy names.
         stack.resources[f"{logical}Role.Arn"] = f"arn:aws:iam::123456789012:role/{STACK_NAME}-{logical}Role"

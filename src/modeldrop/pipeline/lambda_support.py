@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from pydantic import BaseModel, ValidationError
 
+from modeldrop.contracts import clock
 from modeldrop.contracts.errors import StepContractViolated, describe_validation
 
 logger = Logger()
@@ -38,6 +40,18 @@ def _function_name(model: type[BaseModel]) -> str:
     return os.environ.get("AWS_LAMBDA_FUNCTION_NAME") or model.__module__.removeprefix("modeldrop_fn_")
 
 
+@contextmanager
+def time_budget(context: Any) -> Iterator[None]:
+    """Within, clock.time_left() is the Lambda's remaining time: loops that wait (component settling,
+    the eval's cases) stop before the Lambda's timeout instead of being killed by it."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    if remaining is None:
+        yield
+        return
+    with clock.budget(lambda: remaining() / 1000):
+        yield
+
+
 def handler(
     model: type[In],
 ) -> Callable[[Callable[[In, Any], BaseModel | dict[str, Any]]], Callable[[dict[str, Any], Any], dict[str, Any]]]:
@@ -53,7 +67,8 @@ def handler(
             )
             if deployment_id:
                 logger.append_keys(deployment_id=deployment_id)
-            result = fn(parsed, context)
+            with time_budget(context):
+                result = fn(parsed, context)
             return result.model_dump(mode="json") if isinstance(result, BaseModel) else result
 
         return run

@@ -382,6 +382,9 @@ def _expire(
     if components.blocked:  # another deployment's adapters still on its base: kept for them, not overdue
         result.kept.append(f"{name}: {'; '.join(components.blocked)}")
         return
+    if components.waiting:  # still deleting when this run's time ran out: the next run goes on
+        result.retry_next_run.append(f"{name}: waiting for {', '.join(components.waiting)} to delete")
+        return
     deleted, _gone, failed, _not_ours = delete_all(sm, name, config, model)
     deleted, failed = [*components.deleted, *deleted], [*components.failed, *failed]
     if failed:

@@ -104,7 +104,16 @@ def delete_now(
                 components = components_mod.release_all(sm, resource_name, owner)
     except (ClientError, SageMakerThrottled):
         pass  # the names stay the attempt's, and the deletes below say what is wrong
-    deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
+    if components.waiting:
+        # Still deleting past this Lambda's time: the endpoint (and its config and model) wait for
+        # them, and the reaper's next run finishes what this one started.
+        waiting = ", ".join(components.waiting)
+        deleted: list[str] = []
+        gone: list[str] = []
+        failed = [f"endpoint/{resource_name}: waiting for {waiting} to delete"]
+        not_ours: list[str] = []
+    else:
+        deleted, gone, failed, not_ours = delete_all(sm, resource_name, config, model, owner=owner)
     # A base still holding another deployment's adapters is not deleted: that is left behind, not done.
     deleted[:0], failed[:0] = components.deleted, components.failed + components.blocked
     for held in also or []:
