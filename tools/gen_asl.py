@@ -239,21 +239,24 @@ def definition() -> dict[str, Any]:
     )
     s["ServedCopyShape"] = {
         "Type": "Choice",
-        "Comment": "A prefix is copied by the Map, one object per iteration; an archive's members are written "
-        "by the pass that validates them.",
-        "Choices": [{"Condition": "{% $count($artifact.copy_items) > 0 %}", "Next": "CopyShards"}],
+        "Comment": "A prefix is copied by the Map, one batch of objects per iteration; an archive's members are "
+        "written by the pass that validates them.",
+        "Choices": [{"Condition": "{% $count($artifact.copy_batches) > 0 %}", "Next": "CopyShards"}],
         "Default": "ValidateCheckpoint",
     }
     s["CopyShards"] = {
         "Type": "Map",
-        "Comment": "The served copy of a prefix, fanned out: each object copied server-side (parallel part "
-        "copies for a large one), pinned by the ETag listed at registration.",
-        "Items": "{% $artifact.copy_items %}",
+        "Comment": "The served copy of a prefix, fanned out: at most 100 batches of about equal bytes (the "
+        "history's budget), each object copied server-side (parallel part copies for a large one), pinned by the "
+        "ETag listed at registration.",
+        "Items": "{% $artifact.copy_batches %}",
         "ItemSelector": {
             "deployment_id": "{% $req.deployment_id %}",
             "artifact_uri": "{% $req.artifact_uri %}",
             "execution_arn": EXECUTION,
-            "item": "{% $states.context.Map.Item.Value %}",
+            # Array brackets around the slice: JSONata unwraps a one-item sequence.
+            "items": "{% ($batch := $states.context.Map.Item.Value; "
+            "[$artifact.copy_items[[$batch[0]..$batch[1]-1]]]) %}",
         },
         "MaxConcurrency": COPY_CONCURRENCY,
         "ItemProcessor": {
@@ -271,7 +274,7 @@ def definition() -> dict[str, Any]:
                 }
             },
         },
-        "Assign": {"copied": "{% $count($states.result) %}"},
+        "Assign": {"copied": "{% $sum($states.result.copied) %}"},
         "Next": "ValidateCheckpoint",
         "Catch": catches(PHASES["prepare"], ["CheckpointUnreadable"]),
     }

@@ -235,9 +235,12 @@ def test_an_execution_stays_within_the_history_limit() -> None:
     """Standard workflows end at 25,000 history events. The worst case adds up every loop at its bound:
     each instance type's poll loop (MAX_POLLS, the Wait stretched to fit the deadline), its quota
     re-checks (MAX_QUOTA_CHECKS) and its teardown passes (deadline / recheck), for MAX_INSTANCE_TYPES."""
+    from modeldrop.aws.served_copy import MAX_COPY_BATCHES, copy_batches
     from modeldrop.contracts.models import MAX_INSTANCE_TYPES
+    from modeldrop.contracts.served import CopyItem
     from modeldrop.pipeline.attempts import MAX_QUOTA_CHECKS
     from modeldrop.pipeline.endpoint_steps import MAX_POLLS
+    from modeldrop.pipeline.register_steps import MAX_COPY_ITEMS
     from modeldrop.pipeline.teardown import TEARDOWN_DEADLINE_SECONDS, TEARDOWN_RECHECK_SECONDS
 
     states = _states(json.loads(ASL.read_text()))
@@ -253,8 +256,13 @@ def test_an_execution_stays_within_the_history_limit() -> None:
     teardown = loop("Teardown", "TeardownDone", "WaitForTeardown")
     passes = TEARDOWN_DEADLINE_SECONDS // TEARDOWN_RECHECK_SECONDS
     per_type = MAX_POLLS * poll + MAX_QUOTA_CHECKS * quota + passes * teardown + 40
-    worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + 500  # every state once, and retries
-    assert worst < 25_000, worst
+    # The copy Map over a prefix of the most files a deployment takes: its iterations are its batches,
+    # each one iteration started and succeeded and the CopyShard task's five events.
+    items = [CopyItem(key=f"f{i:04d}.safetensors", size=1 + i % 7, etag="e") for i in range(MAX_COPY_ITEMS)]
+    _ordered, batches = copy_batches(items)
+    copy = len(batches) * (2 + 5) + 4
+    worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + copy + 500  # every state once, and retries
+    assert len(batches) <= MAX_COPY_BATCHES and worst < 25_000, (len(batches), worst)
 
 
 def test_the_inference_ami_table_is_botocores() -> None:

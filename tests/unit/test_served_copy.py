@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any
 
@@ -138,3 +139,21 @@ def test_a_prefix_whose_file_list_would_not_fit_the_execution_state_is_refused()
         check_size(prefix, 200, long, 40)
     with pytest.raises(CheckpointUnreadable, match="only its marker"):
         check_size(prefix, 0, [], 40)
+
+
+def test_copy_batches_are_contiguous_balanced_and_bounded() -> None:
+    from modeldrop.aws.served_copy import MAX_COPY_BATCHES, copy_batches
+    from modeldrop.contracts.served import CopyItem
+
+    shards = [CopyItem(key=f"model-{i:05d}.safetensors", size=5_000_000_000, etag="e") for i in range(30)]
+    small = [CopyItem(key=f"extra/{i}.json", size=100, etag="e") for i in range(970)]
+    ordered, ranges = copy_batches([*small, *shards])
+    assert sorted(i.key for i in ordered) == sorted(i.key for i in [*small, *shards])
+    assert len(ranges) == MAX_COPY_BATCHES and ranges[0][0] == 0 and ranges[-1][1] == len(ordered)
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in itertools.pairwise(ranges))
+    # No batch holds two of the large shards while another holds none: a batch takes as long as its bytes.
+    loads = [sum(i.size for i in ordered[a:b]) for a, b in ranges]
+    assert max(loads) == 5_000_000_000 + max(0, max(loads) - 5_000_000_000)
+    assert sum(1 for load in loads if load >= 5_000_000_000) == 30
+    few = [CopyItem(key=f"{i}", size=i, etag="e") for i in range(3)]
+    assert copy_batches(few)[1] == [(0, 1), (1, 2), (2, 3)] and copy_batches([]) == ([], [])

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, computed_field
 
 # The max_lora_rank values vLLM accepts (LMI's lmi-dist is vLLM's loader; SGLang's bound is the same
 # in practice): an adapter of a larger rank cannot be served.
@@ -37,6 +37,15 @@ class CopyItem(BaseModel):
 class CopyResult(BaseModel):
     key: str
     parts: int  # 1: one CopyObject; more: a multipart copy of that many parts, copied in parallel
+
+
+class CopyBatchResult(BaseModel):
+    results: list[CopyResult]
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def copied(self) -> int:
+        return len(self.results)
 
 
 class AdapterInfo(BaseModel):

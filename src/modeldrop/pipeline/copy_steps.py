@@ -1,4 +1,5 @@
-"""CopyShard: one iteration of the state machine's Map that copies a prefix to its served copy.
+"""CopyShard: one iteration of the state machine's Map that copies a prefix to its served copy (a
+batch of its objects: the Map's iterations are bounded by the execution's history).
 
 The Map runs many of these at once (S3 copies each part itself), so no single Lambda holds the
 whole copy, and a 140 GB prefix copies in the time of its largest object.
@@ -14,11 +15,18 @@ from modeldrop.aws.registry import Registry
 from modeldrop.aws.served_copy import copy_pinned, delete_served, served_key, served_location
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
-from modeldrop.contracts.served import CopyItem, CopyResult
+from modeldrop.contracts.served import CopyBatchResult, CopyItem, CopyResult
 from modeldrop.pipeline.ownership import released_if_ended
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+
+def copy_batch(
+    s3: S3Client, registry: Registry, deployment_id: str, owner: str, artifact: Artifact, items: list[CopyItem]
+) -> CopyBatchResult:
+    """Copy ITEMS (one Map iteration's batch) of the prefix ARTIFACT, one after the other."""
+    return CopyBatchResult(results=[copy_shard(s3, registry, deployment_id, owner, artifact, item) for item in items])
 
 
 def copy_shard(

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from modeldrop.aws.artifact_version import artifact_facts
 from modeldrop.aws.registry import Registry
-from modeldrop.aws.served_copy import copy_items
+from modeldrop.aws.served_copy import copy_batches, copy_items
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import (
     ArchiveTooLarge,
@@ -83,6 +83,7 @@ def register(
             f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
         )
     items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix and not attached else []
+    items, batches = copy_batches(items)
     return {
         "deployment_id": req.deployment_id,
         "created": created,
@@ -92,6 +93,7 @@ def register(
         "attach": attached.model_dump() if attached else None,
         "size_bytes": facts.size_bytes,
         "copy_items": [item.model_dump() for item in items],
+        "copy_batches": [list(b) for b in batches],  # [start, end) of copy_items: one Map iteration each
     }
 
 
