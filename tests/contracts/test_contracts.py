@@ -262,6 +262,7 @@ def test_an_execution_stays_within_the_history_limit() -> None:
     _ordered, batches = copy_batches(items)
     copy = len(batches) * (2 + 5) + 4
     worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + copy + 500  # every state once, and retries
+    print(f"worst-case history: {worst} events ({len(batches)} copy batches)")
     assert len(batches) <= MAX_COPY_BATCHES and worst < 25_000, (len(batches), worst)
 
 
