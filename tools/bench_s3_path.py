@@ -11,6 +11,8 @@ Prints throughput, the ratio to the GET, CPU-s per GB and the CPU outside inflat
 less zlib's own, inflating the same file from memory), and the largest
 archive a 900 s Lambda reads at the documented Lambda S3 rate (the default of MaxArchiveGB).
 With --before REV[,REV] the validate pass of those commits (git worktrees in .bench/) is timed too.
+S3 is reached over HTTPS (a generated certificate), as a Lambda reaches it; --http measures plain HTTP,
+where botocore also SHA-256-signs every uploaded byte.
 """
 
 from __future__ import annotations
@@ -70,6 +72,40 @@ BEFORE = (
 )
 
 
+def _certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1: the bench talks HTTPS, as a Lambda talks to S3. Over
+    plain HTTP botocore SHA-256-signs every uploaded byte, which it never does over TLS with a checksum."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "bench-cert.pem", folder / "bench-key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
 def _wait_for(port: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -122,19 +158,29 @@ def main(argv: list[str]) -> int:
         at = argv.index("--before")
         before = argv[at + 1]
         del argv[at : at + 2]
+    http = "--http" in argv
+    if http:
+        argv.remove("--http")
     sizes = [float(s) for s in (argv[0] if argv else "1,4").split(",")]
     port = 5123
+    BENCH.mkdir(exist_ok=True)
     env = {
         **os.environ,
         "AWS_ACCESS_KEY_ID": "bench",
         "AWS_SECRET_ACCESS_KEY": "bench",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ENDPOINT_URL": f"{'http' if http else 'https'}://127.0.0.1:{port}",
         "AWS_EC2_METADATA_DISABLED": "true",
     }
+    tls: list[str] = []
+    if not http:
+        cert, key_file = _certificate(BENCH)
+        env["AWS_CA_BUNDLE"] = str(cert)
+        tls = ["--ssl-cert", str(cert), "--ssl-key", str(key_file)]
+    print(f"S3 over {'HTTP (every uploaded byte SHA-256-signed)' if http else 'HTTPS, as a Lambda reaches it'}")
     os.environ.update(env)
     server = subprocess.Popen(
-        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+        [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port), *tls],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )

@@ -105,6 +105,15 @@ def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkey
     for path in checkpoint.iterdir():
         body = s3.get_object(Bucket="bucket-x", Key=f"modeldrop-served/d/{path.name}")["Body"].read()
         assert body == path.read_bytes(), path.name
+    # Each part carried its CRC-32 (S3's own checksum of the big member is over those parts).
+    head = s3.head_object(Bucket="bucket-x", Key="modeldrop-served/d/big.bin", ChecksumMode="ENABLED")
+    assert head.get("ChecksumCRC32"), head
+    import zlib
+
+    assert (
+        served_writer.crc32_checksum(b"abc")
+        == __import__("base64").b64encode(zlib.crc32(b"abc").to_bytes(4, "big")).decode()
+    )
     # A stream cut inside the big member: the pass fails, and no upload is left open.
     cut = packed.read_bytes()[: packed.stat().st_size * 3 // 4]
     other = Artifact.parse("s3://bucket-x/modeldrop-served/e/")
@@ -157,3 +166,36 @@ def test_copy_batches_are_contiguous_balanced_and_bounded() -> None:
     assert sum(1 for load in loads if load >= 5_000_000_000) == 30
     few = [CopyItem(key=f"{i}", size=i, etag="e") for i in range(3)]
     assert copy_batches(few)[1] == [(0, 1), (1, 2), (2, 3)] and copy_batches([]) == ([], [])
+
+
+def test_parts_go_with_their_crc32_header_and_an_unsigned_payload_over_tls() -> None:
+    """Over TLS with a checksum S3 verifies, the body is not SHA-256 hashed for the signature (what
+    botocore does for checksums it adds itself); the header tells the signer where ours is."""
+    import boto3
+    from botocore.awsrequest import AWSResponse
+
+    from modeldrop.aws import served_writer
+
+    class _Raw:
+        def stream(self, **_kwargs: Any) -> Any:
+            return iter([b""])
+
+    seen: dict[str, Any] = {}
+
+    def answer(request: Any, **_kwargs: Any) -> AWSResponse:
+        seen.update(request.headers)
+        return AWSResponse(request.url, 200, {"ETag": '"e"'}, _Raw())
+
+    s3 = boto3.client(
+        "s3", region_name="us-east-1", endpoint_url="https://s3.example.test", aws_access_key_id="a",
+        aws_secret_access_key="b",
+    )  # fmt: skip
+    s3.meta.events.register("before-send.s3.UploadPart", answer)
+    writer = served_writer.ServedPrefixWriter(s3, Artifact.parse("s3://bucket-x/modeldrop-served/d/"))
+    with writer:
+        writer.slots.acquire()
+        part = writer.upload_part("modeldrop-served/d/x", "u", 1, b"abc" * 1000)
+    assert part["ChecksumCRC32"] == served_writer.crc32_checksum(b"abc" * 1000)
+    headers = {k.lower(): v.decode() if isinstance(v, bytes) else v for k, v in seen.items()}
+    assert headers["x-amz-checksum-crc32"] == part["ChecksumCRC32"]
+    assert headers["x-amz-content-sha256"] == "UNSIGNED-PAYLOAD"

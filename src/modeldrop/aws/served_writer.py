@@ -8,10 +8,12 @@ reader handed the same chunks to both. Memory is bounded: one part being filled 
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import threading
+import zlib
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
@@ -43,9 +45,39 @@ def open_pinned(s3: S3Client, artifact: Artifact, version: str | None) -> IO[byt
     return cast(IO[bytes], body)
 
 
+try:  # isal's CRC-32 is several times zlib's
+    from isal.isal_zlib import crc32 as _crc
+except ImportError:  # pragma: no cover - the layer ships isal
+    _crc = zlib.crc32
+
+
+def crc32_checksum(data: bytes) -> str:
+    """S3's ChecksumCRC32 of DATA: base64 of the big-endian CRC-32."""
+    return base64.b64encode((_crc(data) & 0xFFFFFFFF).to_bytes(4, "big")).decode()
+
+
+def _checksum_in_header(request: Any, **_kwargs: Any) -> None:
+    """Tell botocore's S3 signer where the caller's checksum is (it only looks for its own): with TLS
+    and an x-amz-checksum-crc32 header S3 verifies, botocore signs UNSIGNED-PAYLOAD instead of
+    hashing every byte with SHA-256, as it does for checksums it computes itself."""
+    if "x-amz-checksum-crc32" in request.headers:
+        request.context.setdefault("checksum", {})["request_algorithm"] = {
+            "in": "header",
+            "name": "x-amz-checksum-crc32",
+            "algorithm": "crc32",
+        }
+
+
+def _sign_headers_only(s3: S3Client) -> None:
+    for operation in ("UploadPart", "PutObject"):
+        s3.meta.events.register(
+            f"before-sign.s3.{operation}", _checksum_in_header, unique_id=f"modeldrop-checksum-{operation}"
+        )
+
+
 PART_BYTES = 64 * 1024**2
 MAX_PARTS = 10_000  # S3's limit per upload: a larger member gets larger parts
-MAX_INFLIGHT = 4
+MAX_INFLIGHT = 2
 
 
 def part_size(size: int) -> int:
@@ -56,7 +88,12 @@ def part_size(size: int) -> int:
 
 class _Member:
     """One member's upload: a single PutObject when it fits in a part, else a multipart upload whose
-    parts go up on the writer's pool while the stream goes on."""
+    parts go up on the writer's pool while the stream goes on.
+
+    Each byte is copied once into its part (the chunks are joined exactly at the part's size). Each
+    part carries its CRC-32 in a header, which S3 verifies (and checks again for the parts it
+    assembles: the upload is created for CRC-32), so that the body is neither re-encoded as
+    aws-chunked for a trailing checksum nor, over TLS, hashed for the signature."""
 
     def __init__(self, writer: ServedPrefixWriter, key: str, size: int) -> None:
         self._w, self._key, self._size = writer, key, size
@@ -68,23 +105,22 @@ class _Member:
         self._written = 0
 
     def write(self, data: bytes) -> None:
-        self._chunks.append(data)
-        self._held += len(data)
         self._written += len(data)
-        # The last part is sent by close(): a member that fits in one part is one PutObject.
-        if self._held >= self._part and self._written < self._size:
-            joined = b"".join(self._chunks)
-            self._chunks, self._held = [], 0
-            for start in range(0, len(joined) - self._part + 1, self._part):
-                self._flush(joined[start : start + self._part])
-            rest = joined[len(joined) - len(joined) % self._part :]
-            if rest:
-                self._chunks, self._held = [rest], len(rest)
+        while data:
+            room = self._part - self._held
+            take, data = (data, b"") if len(data) <= room else (data[:room], data[room:])
+            self._chunks.append(take)
+            self._held += len(take)
+            # The last part is sent by close(): a member that fits in one part is one PutObject.
+            if self._held == self._part and (data or self._written < self._size):
+                self._flush(b"".join(self._chunks))
+                self._chunks, self._held = [], 0
 
     def _flush(self, part: bytes) -> None:
         w = self._w
         if self._upload is None:
-            self._upload = w.s3.create_multipart_upload(Bucket=w.bucket, Key=self._key)["UploadId"]
+            created = w.s3.create_multipart_upload(Bucket=w.bucket, Key=self._key, ChecksumAlgorithm="CRC32")
+            self._upload = created["UploadId"]
             w.open_uploads[self._key] = self._upload
         number = len(self._futures) + 1
         w.slots.acquire()  # at most MAX_INFLIGHT parts held in memory while they upload
@@ -97,7 +133,7 @@ class _Member:
         rest = b"".join(self._chunks)
         self._chunks, self._held = [], 0
         if self._upload is None:
-            w.s3.put_object(Bucket=w.bucket, Key=self._key, Body=rest)
+            w.s3.put_object(Bucket=w.bucket, Key=self._key, Body=rest, ChecksumCRC32=crc32_checksum(rest))
             return
         if rest:
             self._flush(rest)
@@ -119,6 +155,7 @@ class ServedPrefixWriter:
         if not target.is_prefix:
             raise ValueError(f"the served copy must be a prefix, not {target}")
         self.s3, self.bucket, self.target = s3, target.bucket, target
+        _sign_headers_only(s3)
         self.pool = ThreadPoolExecutor(max_workers=MAX_INFLIGHT)
         self.slots = threading.BoundedSemaphore(MAX_INFLIGHT)
         self.open_uploads: dict[str, str] = {}
@@ -132,8 +169,11 @@ class ServedPrefixWriter:
 
     def upload_part(self, key: str, upload: str, number: int, data: bytes) -> CompletedPartTypeDef:
         try:
-            etag = self.s3.upload_part(Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=data)
-            return {"PartNumber": number, "ETag": etag["ETag"]}
+            checksum = crc32_checksum(data)
+            sent = self.s3.upload_part(
+                Bucket=self.bucket, Key=key, UploadId=upload, PartNumber=number, Body=data, ChecksumCRC32=checksum
+            )
+            return {"PartNumber": number, "ETag": sent["ETag"], "ChecksumCRC32": checksum}
         finally:
             self.slots.release()
 
