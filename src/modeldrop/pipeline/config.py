@@ -81,7 +81,7 @@ class RecordSettings(_WithTable):
 class RegisterSettings(RecordSettings):
     sagemaker_role_arn: str = Field(pattern=r"^arn:aws[a-z-]*:iam::\d{12}:role/.+$")
     # The largest archive ValidateCheckpoint reads within its 15 minutes (template parameter MaxArchiveGB).
-    max_archive_gb: float = Field(40.0, gt=0)
+    max_archive_gb: float = Field(20.0, gt=0)
     # Everything live together (template parameters MaxStackHourlyPrice, MaxStackInstances).
     max_stack_hourly_price: float = Field(60.0, gt=0)
     max_stack_instances: int = Field(8, ge=1)

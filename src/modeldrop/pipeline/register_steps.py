@@ -150,8 +150,9 @@ def check_size(artifact: Artifact, size_bytes: int, items: list[dict[str, Any]],
     upload = f"modeldrop upload MODEL_DIR s3://{artifact.bucket}/{artifact.folder}model/"
     if not artifact.is_prefix and size_bytes > max_archive_gb * 1e9:
         raise ArchiveTooLarge(
-            f"{artifact} is {size_bytes / 1e9:.1f} GB: one validating pass reads at most {max_archive_gb:g} GB "
-            "within a Lambda's 15 minutes (the stack's MaxArchiveGB); nothing was copied or created",
+            f"{artifact} is {size_bytes / 1e9:.1f} GB: one validating pass reads and writes back at most "
+            f"{max_archive_gb:g} GB within a Lambda's 15 minutes (the stack's MaxArchiveGB); nothing was copied or "
+            "created",
             f"deploy the checkpoint as an uncompressed prefix (s3://bucket/prefix/, as SageMaker advises for large "
             f"models): {upload}",
         )

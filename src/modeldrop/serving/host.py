@@ -74,15 +74,29 @@ def choose_host(image_uri: str, instance_type: str) -> HostChoice:
     the image's CUDA and runs on the instance family. HostIncompatible when there is none."""
     needed = image_cuda(image_uri)
     fam = family(instance_type)
+    families = _data("host_drivers.json")["ami_families"]
     if needed is None:
+        # An NVIDIA driver runs images of every older CUDA: the newest AMI for the family is the one
+        # most likely to run an image whose CUDA is unknown.
+        newest = max(
+            ((int(spec["nvidia_driver"]), name) for name, spec in amis().items() if fam in families.get(name, [])),
+            default=None,
+        )
+        if newest is None:
+            return HostChoice(
+                None,
+                default_driver(instance_type),
+                None,
+                f"the image's CUDA is not in its tag and no inference AMI lists {fam}: the host default driver is used",
+            )
         return HostChoice(
+            newest[1],
+            newest[0],
             None,
-            default_driver(instance_type),
-            None,
-            "the image's CUDA is not in its tag: the host default driver is used",
+            f"the image's CUDA is not in its tag: {newest[1]} (NVIDIA driver {newest[0]}), the newest AMI for {fam}, "
+            "whose driver runs images of any older CUDA",
         )
     shown = f"{needed[0]}.{needed[1]}"
-    families = _data("host_drivers.json")["ami_families"]
     fitting = [
         (spec["nvidia_driver"], name)
         for name, spec in amis().items()
