@@ -68,6 +68,10 @@ def test_run_local_serves_three_adapters_as_components_of_one_endpoint() -> None
     order = [d for d in result["deleted_at_exit"] if d.startswith(("inference-component/", "endpoint/"))]
     components = [f"inference-component/{n}" for n in names[1:]]
     assert order == [*components, f"inference-component/{endpoint}", f"endpoint/{endpoint}"]
+    # Each adapter stored once under the base's prefix (the base downloads all of it): its archive only.
+    served = [d.split("/modeldrop-served/", 1)[1] for d in result["deleted_at_exit"] if "/modeldrop-served/" in d]
+    adapters = sorted(k.split("/", 1)[1] for k in served if "/lora/" in f"/{k.split('/', 1)[1]}")
+    assert adapters == [f"lora/lora-sample-{i}.tar.gz" for i in (1, 2, 3)], adapters
 
 
 def test_a_refused_adapter_component_takes_the_deployment_down_in_order() -> None:

@@ -230,8 +230,15 @@ def delete_served_for(s3: S3Client, artifact: Artifact | None, deployment_id: st
 def delete_served(s3: S3Client, bucket: str, deployment_id: str) -> list[str]:
     """Delete every version of the deployment's served copy, and abort its incomplete uploads;
     returns what was deleted."""
-    prefix = f"{SERVED_PREFIX}{deployment_id}/"
     deleted: list[str] = abort_incomplete(s3, bucket, deployment_id)
+    return deleted + delete_versions(s3, bucket, f"{SERVED_PREFIX}{deployment_id}/")
+
+
+def delete_versions(s3: S3Client, bucket: str, prefix: str) -> list[str]:
+    """Delete every version (and delete marker) under PREFIX of the served copies; returns the keys."""
+    if not prefix.startswith(SERVED_PREFIX) or not prefix.endswith("/"):
+        raise ValueError(f"not a folder of the served copies: {prefix}")
+    deleted: list[str] = []
     for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket, Prefix=prefix):
         entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
         if not entries:

@@ -10,7 +10,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws.adapter_archive import pack_prefix
 from modeldrop.aws.artifact_version import prefix_objects, prefix_version
-from modeldrop.aws.served_copy import copy_items, copy_pinned, served_key
+from modeldrop.aws.served_copy import copy_items, copy_pinned, delete_versions, served_key
 from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
 from modeldrop.checkpoint.adapter_validation import adapter_info, validate_adapter
 from modeldrop.checkpoint.artifact_scan import scan_s3_prefix
@@ -177,7 +177,7 @@ def judge_adapter(
     shared: bool = False,
 ) -> AdapterInfo:
     """The adapter beside the base's served copy, judged against the base's scan and report. Shared,
-    it is also packed as the .tar.gz its adapter inference component is given."""
+    it is then packed as the .tar.gz its adapter inference component is given, and only that stays."""
     folder = SHARED_DIR if shared else ADAPTERS_DIR
     report = serve_adapter(s3, adapter.uri, adapter.version, served, adapter.name, base, folder)
     bucket, prefix = report_prefix(artifact, deployment_id)
@@ -194,4 +194,7 @@ def judge_adapter(
     if shared:
         location = adapter_location(served, adapter.name, folder)
         info.artifact_url = pack_prefix(s3, location, f"{served.key}{folder}/{adapter.name}.tar.gz")
+        # Stored once: the component loads the archive, and the base (which downloads its whole
+        # prefix) would download the unpacked folder a second time for nothing.
+        delete_versions(s3, location.bucket, location.key)
     return info
