@@ -16,7 +16,7 @@ BUILD_DIR ?= .aws-sam/build
 # Test files run in parallel, one file per worker (each builds its own emulated account).
 PYTEST_WORKERS ?= 2
 
-.PHONY: vllm-venv install run-local test test-fast lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
+.PHONY: vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,11 +48,15 @@ install: $(VENV)/.installed
 run-local: install
 	$(VENV)/bin/modeldrop run-local
 
-test: install lint typecheck cfn-lint sam-validate sam-build pytest
+test: install lint typecheck cfn-lint sam-validate sam-build docs pytest
 
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+
+# The documentation site (Material for MkDocs) from docs/, strictly: a broken link or warning fails it.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -70,8 +70,13 @@ def test_validate_exit_codes(tmp_path: Path) -> None:
     assert unreadable.returncode == 2 and "Traceback" not in unreadable.stderr
 
 
+def documentation() -> str:
+    """The README and every page of the docs site, as one text."""
+    return "\n".join(p.read_text() for p in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))])
+
+
 def test_readme_commands_exist() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     makefile = (ROOT / "Makefile").read_text()
     for target in ("run-local", "test"):
         assert f"make {target}" in readme and f"\n{target}:" in makefile
@@ -99,7 +104,7 @@ def run_version() -> int:
 
 
 def test_every_documented_command_and_option_exists() -> None:
-    """README code blocks: each `modeldrop CMD ... --option` must be a real command and option."""
+    """README and docs code blocks: each `modeldrop CMD ... --option` must be a real command and option."""
     import re
 
     from typer.testing import CliRunner
@@ -107,20 +112,20 @@ def test_every_documented_command_and_option_exists() -> None:
     from modeldrop.cli import app
     from modeldrop.contracts.models import DeploymentRequest
 
-    readme = (ROOT / "README.md").read_text()
+    readme = documentation()
     blocks = re.findall(r"```bash\n(.*?)```", readme, flags=re.S)
     lines = [ln.strip() for block in blocks for ln in block.splitlines() if ln.strip().startswith("modeldrop ")]
     # `modeldrop --version` is an option of the program, not a command.
     assert "modeldrop --version" in lines and run_version() == 0
     lines = [ln for ln in lines if not ln.split()[1].startswith("-")]
     documented = {line.split()[1] for line in lines} | {"run-local"}  # run-local: `make run-local` + its options
-    assert documented == {c.name for c in app.registered_commands}
+    assert documented == {c.name for c in app.registered_commands} | {g.name for g in app.registered_groups}
     runner = CliRunner()
     for line in lines:
-        command = line.split()[1]
-        help_text = runner.invoke(app, [command, "--help"], terminal_width=200).output
+        command = line.split()[1:3] if line.split()[1] == "local" else line.split()[1:2]
+        help_text = runner.invoke(app, [*command, "--help"], terminal_width=200).output
         assert "Usage:" in help_text, (command, help_text)
-        for option in re.findall(r"(--[a-z][a-z-]*)", line):
+        for option in re.findall(r"(--[a-z][a-z-]*)", re.sub(r"\$\(.*?\)", "", line)):
             assert option in help_text, (line, option)
     for field in DeploymentRequest.model_fields:
         assert f"`{field}`" in readme, field

@@ -1,4 +1,4 @@
-"""modeldrop's lifecycle events on EventBridge (shapes documented in the README's Events section)."""
+"""modeldrop's lifecycle events on EventBridge (shapes documented in docs/operating.md, "Events")."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def publish(events: EventBridgeClient, bus_name: str, detail_type: DetailType, d
         raise RuntimeError(f"EventBridge rejected the {detail_type} event: {response['Entries']}")
 
 
-# Record fields every lifecycle event carries (README "Events").
+# Record fields every lifecycle event carries (docs/operating.md, "Events").
 EVENT_FIELDS = (
     "endpoint_name",
     "engine",

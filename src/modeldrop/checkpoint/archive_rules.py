@@ -4,7 +4,7 @@ Validation judges the tree that `tar -xzf` would leave. Where GNU tar and anothe
 build different trees from one archive, or extraction would replace one file with another, the
 archive is refused by one of these rules (exit 1), never read one way and served the other. An
 archive whose bytes cannot be read at all (a truncated or corrupt stream) is CheckpointUnreadable
-(exit 2) instead. README "Finding codes" lists them all.
+(exit 2) instead. docs/validation.md, "Finding codes", lists them all.
 """
 
 from __future__ import annotations

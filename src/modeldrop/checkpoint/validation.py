@@ -54,7 +54,7 @@ def _int_or_none(value: Any) -> int | None:
 
 HEADER_HINTS = {
     "HEADER_INVALID": "the shard is corrupt, truncated or not a safetensors file; re-save and re-upload it",
-    # Stricter than the reference parser, on purpose (README: "Validation rules stricter than safetensors").
+    # Stricter than the reference parser, on purpose (docs/validation.md: "Validation rules stricter than safetensors").
     "HEADER_DUPLICATE_KEY": "a key appears twice, so loaders may disagree on which one counts; re-save the shard",
     "HEADER_TOO_LARGE": "split the checkpoint into more shards (save_pretrained(max_shard_size=...))",
 }

@@ -37,7 +37,7 @@ class CheckpointUnreadable(ModeldropError):
 class CheckpointRefused(ModeldropError):
     failure_class = "checkpoint"
     default_hint = "see the findings in the validation report"
-    # The finding code of an archive rule (README: "Finding codes"), where one refused the artifact.
+    # The finding code of an archive rule (docs/validation.md: "Finding codes"), where one refused the artifact.
     code: str | None = None
 
 

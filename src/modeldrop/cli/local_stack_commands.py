@@ -1,0 +1,136 @@
+"""local up / local down / local env: a persistent emulated stack every command can talk to."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from typing import Annotated, Any
+
+import typer
+
+from modeldrop.cli._shared import app, console, fail, json_mode
+
+local_app = typer.Typer(help="A persistent emulated stack (no AWS account) for deploy, list, status and the rest.")
+app.add_typer(local_app, name="local")
+
+# Starting the emulated stack (moto, the template's resources, the runtime) takes seconds; under a
+# loaded machine many more. Past this the start is reported as failed, with its log.
+START_SECONDS = 300.0
+
+
+def _running() -> dict[str, Any] | None:
+    from modeldrop.local.daemon import state_path
+
+    path = state_path()
+    if not path.is_file():
+        return None
+    state: dict[str, Any] = json.loads(path.read_text())
+    try:
+        os.kill(int(state["pid"]), 0)
+    except (ProcessLookupError, PermissionError):
+        path.unlink(missing_ok=True)  # its process is gone: the file is stale
+        return None
+    return state
+
+
+def _print_env(state: dict[str, Any], as_json: bool) -> None:
+    from modeldrop.local.daemon import client_env
+
+    env = client_env(state)
+    if as_json:
+        print(json.dumps({**state, "env": env}))
+        return
+    for key, value in env.items():
+        print(f"export {key}={shlex.quote(value)}")
+
+
+@local_app.command("up")
+def local_up(
+    port: Annotated[int, typer.Option(help="the port of the AWS APIs (0: any free one)")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object: the stack and its env")] = False,
+) -> None:
+    """Start the emulated stack in the background and print the env that points commands at it:
+    eval "$(modeldrop local up)", then deploy, upload, list, status, extend, teardown, doctor, eval."""
+    json_mode(as_json)
+    from modeldrop.local.daemon import state_path
+
+    state = _running()
+    if state is None:
+        path = state_path()
+        log = path.with_suffix(".log")
+        with log.open("wb") as out:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "modeldrop.local.daemon", str(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # outlives this command, and a ^C in its shell
+            )
+        deadline = time.monotonic() + START_SECONDS
+        while state is None:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                tail = log.read_text(errors="replace")[-1500:]
+                fail(f"the local stack did not start (log: {log})", tail or None, error="LocalStackFailed")
+            time.sleep(0.2)
+            state = _running()
+    _print_env(state, as_json)
+    if not as_json:
+        print(f"# the local stack {state['stack']} runs (pid {state['pid']}); stop it with: modeldrop local down")
+
+
+@local_app.command("env")
+def local_env(
+    bucket: Annotated[bool, typer.Option("--bucket", help="print only the artifact bucket's name")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+) -> None:
+    """Print the env that points commands at the running local stack (or its bucket's name)."""
+    json_mode(as_json)
+    state = _running()
+    if state is None:
+        fail("no local stack is running", 'start one: eval "$(modeldrop local up)"', error="NoLocalStack")
+    if bucket and not as_json:
+        print(state["bucket"])
+        return
+    _print_env(state, as_json)
+
+
+@local_app.command("down")
+def local_down(
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+) -> None:
+    """Stop the local stack: its endpoints' processes and everything it held go with it."""
+    json_mode(as_json)
+    state = _running()
+    if state is None:
+        stopped = False
+    else:
+        pid = int(state["pid"])
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+        stopped = True
+    if as_json:
+        print(json.dumps({"stopped": stopped}))
+    else:
+        console.print("the local stack is stopped" if stopped else "no local stack was running")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is not alive
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(") ", 1)[1][:1] != "Z"
+    except (OSError, IndexError):
+        return True
