@@ -464,3 +464,18 @@ def test_a_checkpoint_that_ships_code_says_so(checkpoint: Path) -> None:
     report = validate_scan(scan_source(str(checkpoint)))
     [finding] = [f for f in report.findings if f.code == "REMOTE_CODE"]
     assert "modeling_evil.py" in finding.message and "AllowTrustRemoteCode" in finding.hint
+
+
+def test_plan_says_the_host_the_price_the_stack_limits_and_the_kv_floor(tmp_path: Path) -> None:
+    from modeldrop.local.sample_checkpoint import write_checkpoint
+
+    ckpt = write_checkpoint(tmp_path / "ck")
+    priced = _run("plan", str(ckpt), "--region", "us-east-1")
+    assert priced.returncode == 0, priced.stderr
+    text = " ".join(priced.stdout.split())
+    assert "host al2023-ami-sagemaker-inference-gpu-4-1, NVIDIA driver 580" in text
+    assert "stack limits within the default stack's" in text and "$1.22/h" in text
+    assert "at least 0.5 GiB: below that vLLM cannot allocate enough KV blocks" in text and "PLAN OK" in text
+    unpriced = " ".join(_run("plan", str(ckpt), "--region", "eu-west-3").stdout.split())
+    assert "no price for eu-west-3" in unpriced and "a default stack refuses it: no price known" in unpriced
+    assert "PLAN OK for the engine; a stack with the default limits refuses it" in unpriced

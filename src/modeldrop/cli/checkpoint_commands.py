@@ -279,6 +279,8 @@ def _plan_summary(report: Any) -> None:
         console.print(f"[bold red]REFUSED[/] {report.refused['error']}: {report.refused['message']}")
         if report.refused.get("hint"):
             console.print(f"  fix: {report.refused['hint']}")
+    elif _limits_text(report).startswith("a default stack refuses"):
+        console.print("[bold yellow]PLAN OK[/] for the engine; a stack with the default limits refuses it (above)")
     else:
         console.print("[bold green]PLAN OK[/]")
 
@@ -291,14 +293,52 @@ def _plan_rows(report: Any) -> list[tuple[str, str]]:
     rows = [("engine / region", f"{report.engine} / {report.region}"), ("image", str(report.image or "-"))]
     if report.image_source:
         rows.append(("image source", str(report.image_source)))
+    if not price:
+        price = f"  no price for {report.region} in the catalog: a stack with MaxHourlyPrice refuses it"
     rows += [
         ("instance", report.instance_type + times + price),
+        ("host", _host_text(report)),
+        ("stack limits", _limits_text(report)),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
     ]
     return rows + [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
 
 
+def _host_text(report: Any) -> str:
+    host = report.host or {}
+    ami = report.inference_ami_version or "the family's default (no InferenceAmiVersion)"
+    driver = host.get("driver")
+    return f"{ami}, NVIDIA driver {driver or 'unknown'}" + (f"\n{host['note']}" if host.get("note") else "")
+
+
+def _limits_text(report: Any) -> str:
+    """The default stack's limits this plan meets or passes (a deployed stack's own may differ)."""
+    from modeldrop.pipeline.limits import StackLimits
+
+    limits = StackLimits.model_validate({})
+    cost = report.hourly_cost
+    problems = []
+    if not limits.allows_type(report.instance_type):
+        problems.append(
+            f"{report.instance_type} is not in AllowedInstanceTypes ({', '.join(limits.allowed_instance_types)})"
+        )
+    if report.instance_count > limits.max_instance_count:
+        problems.append(f"{report.instance_count} instances pass MaxInstanceCount ({limits.max_instance_count})")
+    if cost is None:
+        problems.append("no price known: MaxHourlyPrice cannot bound it")
+    elif cost > limits.max_hourly_price:
+        problems.append(f"${cost:.2f}/h passes MaxHourlyPrice (${limits.max_hourly_price:g}/h)")
+    if not problems:
+        return (
+            f"within the default stack's (AllowedInstanceTypes {', '.join(limits.allowed_instance_types)}; "
+            f"MaxHourlyPrice ${limits.max_hourly_price:g}/h; MaxInstanceCount {limits.max_instance_count})"
+        )
+    return "a default stack refuses it: " + "; ".join(problems) + " (sam deploy --parameter-overrides to raise)"
+
+
 def _memory_table(memory: dict[str, Any]) -> None:
+    from modeldrop.serving.memory_plan import MIN_KV_GIB
+
     if memory.get("budget_gib") is None:
         return
     mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")
@@ -310,11 +350,15 @@ def _memory_table(memory: dict[str, Any]) -> None:
         ("sampler buffer", "sampler_gib"),
         ("activations + CUDA graphs", "overhead_gib"),
         ("left for KV cache", "kv_cache_gib"),
-        ("KV needed for one full sequence", "kv_min_gib"),
+        ("KV needed for one full sequence*", "kv_min_gib"),
         ("headroom", "headroom_gib"),
     ):
         mem.add_row(label, f"{memory[key]:.3f}")
     console.print(mem)
+    console.print(
+        f"* the KV of one sequence of max_model_len tokens, at least {MIN_KV_GIB} GiB: below that vLLM cannot "
+        "allocate enough KV blocks to start, however short the sequences"
+    )
     colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
     console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
 
