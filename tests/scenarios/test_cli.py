@@ -479,3 +479,19 @@ def test_plan_says_the_host_the_price_the_stack_limits_and_the_kv_floor(tmp_path
     unpriced = " ".join(_run("plan", str(ckpt), "--region", "eu-west-3").stdout.split())
     assert "no price for eu-west-3" in unpriced and "a default stack refuses it: no price known" in unpriced
     assert "PLAN OK for the engine; a stack with the default limits refuses it" in unpriced
+
+
+def test_the_text_summary_counts_deletions_shows_components_and_ends_with_the_verdict() -> None:
+    from modeldrop.cli.run_summary import deletion_lines
+
+    served = [f"s3://b/modeldrop-served/d1/f{i}.safetensors" for i in range(8)]
+    lines = deletion_lines(["endpoint/e1", "endpoint-config/e1", "model/e1", *served])
+    assert lines == ["endpoint: e1", "endpoint-config: e1", "model: e1", "8 files under s3://b/modeldrop-served/d1/"]
+    done = _run("run-local", "--adapter", "--adapter-mode", "shared", "--adapters", "2")
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    out = done.stdout.strip().splitlines()
+    assert out[-1].startswith("SUCCESS deployment") and out[-2].startswith("leftover resources: none")
+    assert sum(line.startswith("component ") for line in out) == 3 and any(line.startswith("torn down") for line in out)
+    assert not any("modeldrop-served/" in line and ".safetensors" in line for line in out)  # counted, not listed
+    verbose = _run("run-local", "--verbose").stdout
+    assert ".safetensors" in verbose.split("deleted at exit", 1)[1]

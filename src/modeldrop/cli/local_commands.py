@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from modeldrop.cli._shared import (
     EnvOpt,
@@ -26,17 +25,16 @@ from modeldrop.cli._shared import (
     engine_options,
     err,
     fail,
-    fields,
     instance_choice,
     json_mode,
     request_fields,
 )
-from modeldrop.cli.eval_commands import eval_table
+from modeldrop.cli.run_summary import summary
 from modeldrop.cli.states import StatePrinter
 from modeldrop.local.faults import FAULTS
 
 if TYPE_CHECKING:
-    from modeldrop.contracts.record import DeploymentRecord
+    pass
 
 
 @app.command("run-local")
@@ -97,6 +95,9 @@ def run_local_cmd(
     max_truncated: MaxTruncatedOpt = None,
     max_errors: MaxErrorsOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="list every deleted resource and file (the summary counts them)")
+    ] = False,
     named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
@@ -170,7 +171,7 @@ def run_local_cmd(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        _summary(result)
+        summary(result, verbose)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
 
 
@@ -184,89 +185,3 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
         raise typer.Exit(code)
     err.print("interrupted: the run was stopped and no local endpoint process is left running", markup=False)
     raise typer.Exit(code)
-
-
-def _plan_rows(result: Any) -> list[tuple[str, str]]:
-    """What was deployed where, with which env and memory plan (from the output, else the record)."""
-    from modeldrop.contracts.record import DeploymentRecord
-
-    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
-    out = result.output or {}
-    built = rec.step_dict("build_env")
-    env = out.get("env") or built.get("env") or {}
-    rows: list[tuple[str, str]] = [
-        ("deployment", str(result.deployment_id)),
-        ("endpoint", str(rec.endpoint_name or "-")),
-        ("instance", str(out.get("instance_type") or rec.instance_type or "-") + _times(rec)),
-        ("image", str(out.get("image") or rec.image_uri or "-")),
-        ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
-    ]
-    if memory := out.get("memory") or built.get("memory") or {}:
-        rows.append(
-            (
-                "memory plan",
-                f"{memory.get('verdict')}: weights {memory.get('weights_gib')} GiB, "
-                f"KV {memory.get('kv_cache_gib')} GiB, headroom {memory.get('headroom_gib')} GiB "
-                f"on {memory.get('instance_type')}",
-            )
-        )
-    return rows
-
-
-def _times(rec: DeploymentRecord) -> str:
-    count = rec.instance_count
-    return f" x {count} (the memory plan is per instance)" if count > 1 else ""
-
-
-def _outcome_rows(result: Any) -> list[tuple[str, str]]:
-    """The attempts that fell back, the eval, and what teardown deleted."""
-    from modeldrop.contracts.record import DeploymentRecord
-
-    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
-    rows = [
-        (
-            f"attempt {attempt.get('attempt')}",
-            f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
-        )
-        for attempt in rec.step("attempts") or []
-    ]
-    if ev := result.eval or {}:
-        rows.append(("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}"))
-        rows.append(("eval report", str(ev.get("report_markdown_uri"))))
-    if teardown := rec.step_dict("teardown"):
-        rows.append(("deleted", "\n".join(teardown.get("deleted", [])) or "nothing was created"))
-    # The s3:// report URIs above end with the emulated account: these copies stay.
-    labels = {"validation": "validation report", "eval": "eval report (json)", "eval_markdown": "eval report (md)"}
-    rows += [(f"{labels[kind]}, kept", path) for kind, path in result.local_reports.items()]
-    return rows
-
-
-def _summary(result: Any) -> None:
-    fields(_plan_rows(result) + _outcome_rows(result))
-    if result.eval_report:
-        from modeldrop.evaluation.smoke_eval import EvalReport
-
-        eval_table(EvalReport.model_validate(result.eval_report))
-    failure = result.record.step_dict("failure") if result.record else {}
-    if failure.get("diagnosis"):
-        console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
-        for line in failure.get("log_excerpt", [])[-3:]:
-            console.print(f"  [dim]{line}[/]")
-    _verdict_lines(result)
-
-
-def _verdict_lines(result: Any) -> None:
-    console.print(f"[dim]note: {result.note}[/]")
-    if result.status == "succeeded":
-        console.print(
-            f"[bold green]SUCCESS[/] deployment {result.deployment_id} reached InService and passed its smoke eval "
-            f"({result.seconds}s)"
-        )
-        console.print(
-            "  deleted at exit (the emulated account ends with the run): " + ", ".join(result.deleted_at_exit)
-        )
-    else:
-        console.print("[bold red]FAILED[/] " + escape(f"{result.error}: {result.cause}"))
-    left = result.leftover_resources
-    # Read back from the emulated account after the run, not assumed.
-    console.print("  leftover resources: " + (", ".join(left) if left else "none (checked: nothing is left)"))

@@ -1,0 +1,128 @@
+"""run-local's text summary, read at 80 columns: what was deployed, the eval, one line per kind of
+deletion (every name with --verbose, and in --json), the shared-mode components, and the verdict
+last. Values are never cut: a URI or a command longer than the line is printed whole."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rich.markup import escape
+
+from modeldrop.cli._shared import console, fields
+from modeldrop.cli.eval_commands import eval_table
+from modeldrop.contracts.record import DeploymentRecord
+
+_KINDS = ("inference-component", "endpoint", "endpoint-config", "model")
+
+
+def deletion_lines(deleted: list[str]) -> list[str]:
+    """One line per kind: the SageMaker resources by name, the files by the folder that held them."""
+    if not deleted:
+        return ["nothing was created"]
+    lines = []
+    for kind in _KINDS:
+        names = [d.split("/", 1)[1] for d in deleted if d.startswith(f"{kind}/")]
+        if names:
+            lines.append(f"{kind}: {', '.join(names)}" if len(names) < 3 else f"{kind} x{len(names)}: {names[0]}, ...")
+    files = [d for d in deleted if d.startswith("s3://")]
+    folders = Counter(_folder(f) for f in files)
+    lines += [f"{n} file{'s' if n > 1 else ''} under {folder}" for folder, n in folders.items()]
+    other = [d for d in deleted if not d.startswith(("s3://", *(f"{k}/" for k in _KINDS)))]
+    lines += other
+    return lines
+
+
+def _folder(uri: str) -> str:
+    """s3://bucket/modeldrop-served/<id>/a/b -> s3://bucket/modeldrop-served/<id>/ (the copy's folder)."""
+    parts = uri.split("/")
+    return "/".join(parts[:5]) + "/" if len(parts) > 5 else uri.rsplit("/", 1)[0] + "/"
+
+
+def _plan_rows(result: Any) -> list[tuple[str, str]]:
+    """What was deployed where, with which env and memory plan (from the output, else the record)."""
+    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
+    out = result.output or {}
+    built = rec.step_dict("build_env")
+    env = out.get("env") or built.get("env") or {}
+    times = f" x {rec.instance_count} (the memory plan is per instance)" if rec.instance_count > 1 else ""
+    rows: list[tuple[str, str]] = [
+        ("deployment", str(result.deployment_id)),
+        ("endpoint", str(rec.endpoint_name or "-")),
+        ("instance", str(out.get("instance_type") or rec.instance_type or "-") + times),
+        ("image", str(out.get("image") or rec.image_uri or "-")),
+        ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
+    ]
+    if memory := out.get("memory") or built.get("memory") or {}:
+        rows.append(
+            (
+                "memory plan",
+                f"{memory.get('verdict')}: weights {memory.get('weights_gib')} GiB, "
+                f"KV {memory.get('kv_cache_gib')} GiB,\nheadroom {memory.get('headroom_gib')} GiB "
+                f"on {memory.get('instance_type')}",
+            )
+        )
+    return rows
+
+
+def _outcome_rows(result: Any, verbose: bool) -> list[tuple[str, str]]:
+    """The attempts that fell back, the eval, and what was deleted."""
+    rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
+    rows = [
+        (
+            f"attempt {attempt.get('attempt')}",
+            f"{attempt.get('instance_type')}: {attempt.get('error')} after {attempt.get('minutes')} min",
+        )
+        for attempt in rec.step("attempts") or []
+    ]
+    if ev := result.eval or {}:
+        rows.append(("eval", f"{'passed' if ev.get('passed') else 'FAILED'}: {ev.get('summary')}"))
+        rows.append(("eval report", str(ev.get("report_markdown_uri"))))
+    # A success is torn down by run-local at exit (the emulated account ends with the run); a failure by
+    # the state machine's own teardown.
+    deleted = result.deleted_at_exit or rec.step_dict("teardown").get("deleted", [])
+    if deleted or rec.step_dict("teardown"):
+        label = "deleted at exit" if result.deleted_at_exit else "deleted"
+        rows.append((label, "\n".join(deleted if verbose else deletion_lines(deleted))))
+    # The s3:// report URIs above end with the emulated account: these copies stay.
+    labels = {"validation": "validation report", "eval": "eval report (json)", "eval_markdown": "eval report (md)"}
+    rows += [(f"{labels[kind]}, kept", path) for kind, path in result.local_reports.items()]
+    return rows
+
+
+def _component_rows(components: dict[str, Any]) -> list[tuple[str, str]]:
+    """adapter_mode shared: the endpoint's components, one adapter torn down, then each one invoked."""
+    rows = [
+        ("component", f"{c['name']}: {c['status']}, {c.get('copies', '-')} copies")
+        for c in components.get("components", [])
+    ]
+    if torn := components.get("torn_down"):
+        rows.append(("torn down", f"adapter {torn['adapter']}: {', '.join(torn['deleted'])}"))
+    rows += [(f"then {name}", answer) for name, answer in (components.get("invoked_after") or {}).items()]
+    return rows
+
+
+def summary(result: Any, verbose: bool = False) -> None:
+    fields(_plan_rows(result) + _outcome_rows(result, verbose))
+    if result.components:
+        fields(_component_rows(result.components))
+    if result.eval_report:
+        from modeldrop.evaluation.smoke_eval import EvalReport
+
+        eval_table(EvalReport.model_validate(result.eval_report))
+    failure = result.record.step_dict("failure") if result.record else {}
+    if failure.get("diagnosis"):
+        console.print(f"[yellow]diagnosis from the endpoint's logs[/]: {failure['diagnosis']}; fix: {failure['hint']}")
+        for line in failure.get("log_excerpt", [])[-3:]:
+            console.print(f"  [dim]{escape(line)}[/]", soft_wrap=True)
+    console.print(f"[dim]note: {result.note}[/]")
+    left = result.leftover_resources
+    # Read back from the emulated account after the run, not assumed.
+    console.print("leftover resources: " + (", ".join(left) if left else "none (checked: nothing is left)"))
+    if result.status == "succeeded":
+        console.print(
+            f"[bold green]SUCCESS[/] deployment {result.deployment_id} reached InService and passed its smoke "
+            f"eval ({result.seconds}s)"
+        )
+    else:
+        console.print("[bold red]FAILED[/] " + escape(f"{result.error}: {result.cause}"))
