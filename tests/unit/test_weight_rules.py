@@ -72,3 +72,12 @@ def test_dense_and_moe_layers_side_by_side_are_two_kinds_not_a_fault() -> None:
     config, shapes = ARCHS["deepseek_v3"]["config"], _shapes("deepseek_v3")
     assert config["first_k_dense_replace"] == 1 and any(".layers.0.mlp.gate_proj" in n for n in shapes)
     assert weight_findings(config, shapes) == []
+
+
+def test_a_list_nested_inside_a_layer_is_not_counted_as_layers() -> None:
+    """model.layers.0.block.3: the stack is `model.layers` (one layer), `block` a list inside it."""
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 1}
+    shapes = {f"model.layers.0.block.{t}.weight": (8, 4096) for t in range(4)}
+    assert not [f for f in weight_findings(config, shapes) if f.code == "WEIGHTS_UNEXPECTED"]
+    shapes["model.layers.1.block.0.weight"] = (8, 4096)
+    assert "WEIGHTS_UNEXPECTED" in {f.code for f in weight_findings(config, shapes)}

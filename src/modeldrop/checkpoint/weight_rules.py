@@ -25,7 +25,8 @@ from modeldrop.checkpoint.model_dims import MAX_LAYERS, text_section
 from modeldrop.contracts.models import Finding
 
 # A decoder stack's layers: `<prefix>.<layers|h|blocks|layer>.<i>.<rest>`.
-_LAYER = re.compile(r"^(?P<prefix>(?:.*\.)?(?:layers|h|blocks|block|layer))\.(?P<index>\d{1,5})\.(?P<rest>.+)$")
+# The first layer list of a name is its stack (lazy): a list nested inside a layer (block.N in layers.M) is not.
+_LAYER = re.compile(r"^(?P<prefix>(?:.*?\.)?(?:layers|h|blocks|block|layer))\.(?P<index>\d{1,5})\.(?P<rest>.+)$")
 _EXPERT = re.compile(r"(?P<head>(?:^|.*\.)experts)\.(?P<index>\d{1,5})\.(?P<rest>.+)$")
 _TOWERS = ("vision", "visual", "audio", "image", "vit", "mm_projector", "multi_modal", "speech", "encoder")
 _EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight")
