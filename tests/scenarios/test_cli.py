@@ -495,3 +495,10 @@ def test_the_text_summary_counts_deletions_shows_components_and_ends_with_the_ve
     assert not any("modeldrop-served/" in line and ".safetensors" in line for line in out)  # counted, not listed
     verbose = _run("run-local", "--verbose").stdout
     assert ".safetensors" in verbose.split("deleted at exit", 1)[1]
+
+
+def test_deploy_of_a_local_directory_points_to_upload(tmp_path: Path) -> None:
+    done = _run("deploy", str(tmp_path), "--stack", "s", "--region", "us-east-1", "--json")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["error"] == "RequestInvalid" and f"modeldrop upload {tmp_path} s3://" in answer["hint"]

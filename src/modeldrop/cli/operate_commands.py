@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -119,6 +120,16 @@ def deploy_cmd(
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
     json_mode(as_json)
+    local = next((a for a in artifacts if not a.startswith("s3://")), None)
+    if local is not None:
+        fail(
+            f"deploy takes what is in S3, and {local!r} is not an s3:// URI",
+            f"a local checkpoint goes up first: modeldrop upload {local} s3://BUCKET/runs/NAME/model/ (its marker "
+            "starts the deployment)"
+            if Path(local).exists()
+            else "give s3://bucket/key.tar.gz or s3://bucket/prefix/",
+            error="RequestInvalid",
+        )
     from pydantic import ValidationError
 
     from modeldrop.contracts.errors import describe_validation
