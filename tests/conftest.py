@@ -25,7 +25,7 @@ def make_stack() -> Iterator[Callable[..., Any]]:
 
     from modeldrop.contracts import clock
     from modeldrop.local.hosting import LocalHosting
-    from modeldrop.local.stack import build_stack
+    from modeldrop.local.stack_build import build_stack
 
     clock.reset()
     built: list[Any] = []

@@ -13,7 +13,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
@@ -23,8 +23,31 @@ from modeldrop.local.iam_enforcement import acting_as
 
 if TYPE_CHECKING:
     from modeldrop.local.hosted import HostedEndpoint
-    from modeldrop.local.hosting import LocalHosting
     from modeldrop.local.sagemaker_components import Component
+
+
+class EndpointHosting(Protocol):
+    """What a component's host borrows from the endpoint hosting (modeldrop.local.hosting.LocalHosting):
+    its processes, logs and clock, so that a base component runs exactly as an endpoint's model does."""
+
+    endpoints: dict[str, HostedEndpoint]
+    faults: frozenset[str]
+    region: str
+
+    def _advance(self, hosted: HostedEndpoint) -> None: ...
+
+    def _create_log_stream(self, hosted: HostedEndpoint) -> None: ...
+
+    def _flush_logs(self, hosted: HostedEndpoint) -> None: ...
+
+    def _log(self, hosted: HostedEndpoint, line: str) -> None: ...
+
+    def _materialize(self, name: str, container: dict[str, Any]) -> Path: ...
+
+    def _start(self, hosted: HostedEndpoint) -> None: ...
+
+    def _stop(self, hosted: HostedEndpoint) -> None: ...
+
 
 ADAPTER_FAILED = "Failed to load the adapter into inference component {base}: {detail}"
 
@@ -45,7 +68,7 @@ class Route:
 
 
 class ComponentHost:
-    def __init__(self, hosting: LocalHosting) -> None:
+    def __init__(self, hosting: EndpointHosting) -> None:
         self.hosting = hosting
         self.bases: dict[str, HostedComponent] = {}  # base component name -> its engine process
         self.adapters: dict[str, Component] = {}  # adapter component name -> the component

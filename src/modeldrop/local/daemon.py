@@ -76,7 +76,7 @@ def serve(port: int | None = None) -> int:
     from modeldrop.contracts import clock
     from modeldrop.local.hosting import LocalHosting
     from modeldrop.local.run import hermetic_aws
-    from modeldrop.local.stack import build_stack
+    from modeldrop.local.stack_build import build_stack
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -123,6 +123,7 @@ def local_quota_code(instance_type: str) -> str:
 def set_hosting(hosting: Hosting | None) -> None:
     global _hosting
     _hosting = hosting
+    sagemaker_components.set_component_host(getattr(hosting, "components", None))
 
 
 def install() -> None:

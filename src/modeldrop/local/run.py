@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -35,11 +35,9 @@ from modeldrop.local.run_faults import (
     stop_running,
     trust_only_bedrock,
 )
+from modeldrop.local.run_inputs import upload_config
 from modeldrop.local.run_shared import shared_check
 from modeldrop.local.stack import TIMED_OUT
-
-if TYPE_CHECKING:
-    from boto3.s3.transfer import TransferConfig
 
 
 class RunResult(BaseModel):
@@ -139,7 +137,7 @@ def _run_local(
     from moto import mock_aws
 
     from modeldrop.contracts import clock
-    from modeldrop.local.stack import build_stack
+    from modeldrop.local.stack_build import build_stack
 
     if deploy_engine is None and engine in ("vllm", "sglang"):
         deploy_engine = engine
@@ -310,19 +308,6 @@ def _deploy(
         local_reports=kept,
         components=shared,
     )
-
-
-def upload_config() -> TransferConfig:
-    """How run-local uploads into the emulated S3, which runs in this process.
-
-    Two parts in flight, and no more than two read ahead of them: more threads only hold more 8 MB
-    parts, and s3transfer's default read-ahead of ten parts held 136 MB on a busy machine.
-    """
-    from boto3.s3.transfer import TransferConfig
-
-    config = TransferConfig(max_concurrency=2)
-    config.max_in_memory_upload_chunks = 2  # s3transfer's knob, which boto3's constructor does not take
-    return config
 
 
 def _teardown_at_exit(stack: Any, deployment_id: str) -> list[str]:

@@ -156,7 +156,7 @@ def deny_start_execution(stack: Any) -> None:
 
 def trust_only_bedrock(stack: Any) -> None:
     """The untrusted-role fault: the source lab's role, which SageMaker could not assume."""
-    from modeldrop.local.stack import trust_policy
+    from modeldrop.local.stack_build import trust_policy
 
     name = stack.parameters["SageMakerExecutionRoleArn"].rsplit("/", 1)[-1]
     policy = json.dumps(trust_policy("bedrock.amazonaws.com"))

@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from boto3.s3.transfer import TransferConfig
 
 
 def writes_served_copy(params: Any) -> bool:
@@ -74,7 +77,6 @@ def upload_prefix(
     directory = artifact if artifact is not None and artifact.is_dir() else write_checkpoint(workdir / "sample")
     if "kill-mid-copy" in faults:  # an object the Map copies as parallel parts
         directory = with_large_file(directory, workdir)
-    from modeldrop.local.run import upload_config
 
     upload_directory(stack.client("s3"), directory, stack.bucket, key, marker=with_marker, config=upload_config())
     return directory
@@ -123,3 +125,16 @@ def kill_copy_after_parts(stack: Any, parts: int) -> None:
                 kill_current()
 
     after_call("s3", "UploadPartCopy", count)
+
+
+def upload_config() -> TransferConfig:
+    """How run-local uploads into the emulated S3, which runs in this process.
+
+    Two parts in flight, and no more than two read ahead of them: more threads only hold more 8 MB
+    parts, and s3transfer's default read-ahead of ten parts held 136 MB on a busy machine.
+    """
+    from boto3.s3.transfer import TransferConfig
+
+    config = TransferConfig(max_concurrency=2)
+    config.max_in_memory_upload_chunks = 2  # s3transfer's knob, which boto3's constructor does not take
+    return config

@@ -102,10 +102,17 @@ def find(backend: Any, name: str) -> Component | None:
     return next((c for n, c in components_of(backend).items() if n.lower() == name.lower()), None)
 
 
-def _hosting() -> ComponentHosting | None:
-    from modeldrop.local import moto_shims
+_host: ComponentHosting | None = None
 
-    return getattr(moto_shims._hosting, "components", None)
+
+def set_component_host(host: ComponentHosting | None) -> None:
+    """What runs the components (the local hosting's; None: they go InService at once)."""
+    global _host
+    _host = host
+
+
+def _hosting() -> ComponentHosting | None:
+    return _host
 
 
 def _refresh(backend: Any, component: Component) -> None:

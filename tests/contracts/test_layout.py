@@ -1,0 +1,83 @@
+"""The code's shape: no import circles, no module over the size a reader holds at once, no function
+of complexity D or worse (radon's grades: D from 21 decision points)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "modeldrop"
+MAX_LINES = 450
+MAX_COMPLEXITY = 20  # radon's C ends at 20
+
+
+def _imports() -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in SRC.rglob("*.py"):
+        module = ".".join(path.relative_to(SRC.parent).with_suffix("").parts).removesuffix(".__init__")
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("modeldrop"):
+                deps |= {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            elif isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("modeldrop")}
+        graph[module] = deps
+    # A package's own __init__ importing its modules is how packages work, not a circle.
+    return {m: {d for d in deps if d in graph and d != m and not m.startswith(d + ".")} for m, deps in graph.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    found: list[list[str]] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = stack[stack.index(v) :]
+            del stack[stack.index(v) :]
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert _circles(_imports()) == []
+
+
+def test_the_circle_finder_finds_one() -> None:
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": set()}) == [["a", "b", "c"]]
+
+
+def test_no_module_is_over_the_limit() -> None:
+    over = {
+        str(p.relative_to(ROOT)): n
+        for p in [*SRC.rglob("*.py"), *(ROOT / "functions").rglob("*.py")]
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert over == {}
+
+
+def test_no_function_of_complexity_d_or_worse() -> None:
+    from radon.complexity import cc_visit
+
+    worse = {
+        f"{p.relative_to(ROOT)}:{block.lineno} {block.name}": block.complexity
+        for p in [*SRC.rglob("*.py"), *(ROOT / "functions").rglob("*.py")]
+        for block in cc_visit(p.read_text())
+        if block.complexity > MAX_COMPLEXITY
+    }
+    assert worse == {}
