@@ -160,7 +160,7 @@ def test_an_error_without_a_cause_ends_as_itself(stack: Any, archive: bytes) -> 
 
 
 def test_the_committed_definition_passes_the_strict_checks() -> None:
-    from modeldrop.local.moto_shims import definition_problems
+    from modeldrop.local.stepfunctions_shims import definition_problems
 
     assert definition_problems((ROOT / "statemachine" / "deployment.asl.json").read_text()) == []
 
