@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from header_mutator import cases
 
-from modeldrop.checkpoint import safetensors_header
+from modeldrop.checkpoint import header_json
 from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
 
 safetensors = pytest.importorskip("safetensors")
@@ -79,7 +79,7 @@ def test_the_regression_corpus_agrees_with_the_reference() -> None:
 def test_mutated_headers_agree_with_the_reference(parser: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Both fast parsers: msgspec (the dependency) and the standard library's (its fallback)."""
     if parser == "stdlib":
-        monkeypatch.setattr(safetensors_header, "_msgspec_decode", None)
+        monkeypatch.setattr(header_json, "_msgspec_decode", None)
     tally = judge(cases(seed=20261201, count=MUTATED_CASES))
     print(dict(tally))
     # The mutator must reach both sides of the line, or the test proves little.
