@@ -318,7 +318,7 @@ def test_a_reservation_left_by_an_ended_deployment_is_released_by_the_reaper(sta
 def test_teardown_all_stops_running_executions_first(stack: Any, archive: bytes) -> None:
     """`teardown --all` while a deployment is on its way: its execution is stopped before the sweep, so
     nothing it would create afterwards outlives the command."""
-    from modeldrop.operate.deployments import teardown_all
+    from modeldrop.operate.stack_teardown import teardown_all
 
     info = _info(stack)
     swept: list[Any] = []

@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 from modeldrop.checkpoint.archive_rules import archive_refused
+from modeldrop.checkpoint.tar_pax import parse_pax, show
 from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
 from modeldrop.contracts.text import printable
 
@@ -29,7 +30,6 @@ MAX_RECORDS = 4 * MAX_MEMBERS  # long-name and PAX records count too
 MAX_DECLARED_BYTES = 2 * 1024**4  # 2 TiB: past any real checkpoint, short of a hostile header
 MAX_LONG_NAME = 64 * 1024
 MAX_PAX_BYTES = 64 * 1024  # a path of PATH_MAX, a link path and xattrs fit many times over
-MAX_PAX_RECORDS = 256  # bsdtar's richest headers (times, ids, xattrs) hold a few dozen
 MAX_PAX_TOTAL = 8 * 1024 * 1024  # all PAX and long-name records of one archive: 2 KiB a member at the cap
 PATH_MAX = 4096  # bytes, with its NUL: past it extraction fails with ENAMETOOLONG ("File name too long")
 NAME_MAX = 255
@@ -53,9 +53,6 @@ _NUMERIC = (
 _BASE256_BOUNDS = {"uid": 2**32, "gid": 2**32, "mtime": 2**63, "size": 2**63}
 _OCTAL = re.compile(rb" *[0-7]+[ \x00]*|\x00*")
 # A record's start as GNU tar reads it: blanks, the length (tarfile takes at most 20 digits), blanks.
-_PAX_RECORD = re.compile(rb"(?P<lead>[ \t]*)(?P<length>[0-9]{1,20})(?P<gap>[ \t]*)")
-_PAX_TIME = re.compile(rb"(-?[0-9]{1,19})(\.[0-9]*)?")
-_DECIMAL = re.compile(rb"[0-9]{1,20}")
 _FILE_TYPES = (b"0", b"\x00", b"7")  # regular, old regular, contiguous (read as regular by all)
 # PAX keys a global header may set: none of them changes a path or a member's bytes.
 _GLOBAL_KEYS = frozenset(
@@ -76,10 +73,6 @@ class TarMember:
     raw: bytes
     is_dir: bool
     size: int
-
-
-def show(raw: bytes) -> str:
-    return printable(raw.decode("utf-8", "surrogateescape"))
 
 
 def truncated(where: str) -> CheckpointUnreadable:
@@ -160,80 +153,6 @@ def _not_tar(block: bytes = b"") -> CheckpointUnreadable:
         "not a tar archive (the first header is not a valid tar header)",
         "package the model directory with tar -czf model.tar.gz -C DIR .",
     )
-
-
-def parse_pax(data: bytes, at: int) -> dict[bytes, bytes]:
-    """The records of one PAX header, read as GNU tar 1.34's decode_record reads them (xheader.c):
-    `<length><blanks><keyword>=<value>\n`, records ending at a NUL or at the end. Where GNU tar and
-    tarfile would read a record differently (blanks or tabs around the length, which GNU skips and
-    tarfile makes part of the keyword or refuses; a NUL in a keyword), it is refused with its own
-    code; what GNU tar reports as an error (a value out of range) is refused as malformed."""
-    records: dict[bytes, bytes] = {}
-    pos = count = 0
-    while pos < len(data) and data[pos] != 0:  # both readers stop quietly at a NUL where a record starts
-        count += 1
-        if count > MAX_PAX_RECORDS:
-            raise archive_refused("TAR_LONG_RECORD", f"the PAX header at byte {at} has over {MAX_PAX_RECORDS} records")
-        match = _PAX_RECORD.match(data, pos)
-        if match is None:
-            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a malformed record")
-        if not match["gap"]:
-            raise archive_refused(
-                "TAR_PAX_INVALID", f"the PAX header at byte {at} has a record with no blank after its length"
-            )
-        if match["lead"] or match["gap"] != b" ":
-            raise archive_refused(
-                "TAR_PAX_WHITESPACE",
-                f"a PAX record at byte {at} has blanks or tabs around its length (GNU tar skips them; tarfile reads "
-                "them into the keyword): the readers name different fields",
-            )
-        length = int(match["length"])
-        end = pos + length
-        eq = data.find(b"=", match.end(), end)
-        if length < 5 or end > len(data) or eq < 0 or data[end - 1] != 0x0A:
-            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a malformed record")
-        key, value = data[match.end() : eq], data[eq + 1 : end - 1]
-        if not key or b"\x00" in key:
-            raise archive_refused("TAR_PAX_INVALID", f"the PAX header at byte {at} has a record with no usable key")
-        _check_pax_value(key, value, records, at)
-        records[key] = value
-        pos = end
-    return records
-
-
-def _check_pax_value(key: bytes, value: bytes, records: dict[bytes, bytes], at: int) -> None:
-    if key in records and key in (b"path", b"size", b"linkpath"):
-        raise archive_refused("TAR_NAME_CONFLICT", f"the PAX header at byte {at} sets {show(key)} twice")
-    if key.startswith(b"GNU.sparse."):
-        raise archive_refused("TAR_SPARSE", f"the PAX header at byte {at} describes a sparse file")
-    if key in (b"path", b"linkpath") and b"\x00" in value:
-        raise archive_refused("TAR_NAME_NUL", f"the PAX {show(key)} {show(value[:200])} at byte {at} holds a NUL byte")
-    checker = _PAX_NUMBERS.get(key)
-    if checker is not None and not checker(value):
-        raise archive_refused(
-            "TAR_PAX_INVALID", f"the PAX {show(key)} {show(value[:40])} at byte {at} is not one GNU tar accepts"
-        )
-
-
-def _pax_time(value: bytes) -> bool:
-    """GNU tar's _decode_time: an optional '-', digits, an optional fraction; within a 64-bit time_t."""
-    match = _PAX_TIME.fullmatch(value)
-    return match is not None and -(2**63) <= int(match[1]) < 2**63
-
-
-def _pax_unsigned(bound: int) -> Callable[[bytes], bool]:
-    return lambda value: _DECIMAL.fullmatch(value) is not None and int(value) <= bound
-
-
-# What GNU tar's decoders accept for the numeric keys; past this it reports an error and exits 2.
-_PAX_NUMBERS: dict[bytes, Callable[[bytes], bool]] = {
-    b"size": _pax_unsigned(2**63 - 1),
-    b"uid": _pax_unsigned(2**32 - 1),
-    b"gid": _pax_unsigned(2**32 - 1),
-    b"mtime": _pax_time,
-    b"atime": _pax_time,
-    b"ctime": _pax_time,
-}
 
 
 def _check_name_length(name: bytes, at: int) -> None:

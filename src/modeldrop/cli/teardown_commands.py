@@ -93,7 +93,7 @@ def teardown_cmd(
 def _teardown_adapter(
     deployment: str, adapter: str, stack: str, region: str | None, profile: str | None, as_json: bool
 ) -> None:
-    from modeldrop.operate.deployments import teardown_adapter_now
+    from modeldrop.operate.stack_teardown import teardown_adapter_now
 
     with aws_errors():
         session, _info, registry = _connect(stack, region, profile)
@@ -106,7 +106,7 @@ def _teardown_adapter(
 
 
 def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool, as_json: bool) -> None:
-    from modeldrop.operate.deployments import live_endpoints, teardown_all
+    from modeldrop.operate.stack_teardown import live_endpoints, teardown_all
 
     with aws_errors():
         session, info, registry = _connect(stack, region, profile)

@@ -263,7 +263,7 @@ def run_checks(
 def check_live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str | None) -> Check:
     """Endpoints this stack manages that bill now: `sam delete` would remove the reaper and the alarms
     that watch them, and leave them running."""
-    from modeldrop.operate.deployments import live_endpoints
+    from modeldrop.operate.stack_teardown import live_endpoints
 
     name = "live endpoints"
     try:

@@ -9,11 +9,9 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
-from pydantic import BaseModel, Field
 
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.inference_components import Released, on_endpoint, release, release_all
-from modeldrop.aws.pages import all_items
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import (
     DEPLOYMENT_TAG,
@@ -35,31 +33,8 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
-BUSY_STATES = {"Creating", "Updating", "SystemUpdating", "RollingBack", "Deleting", "UpdateRollbackFailed"}
-ORPHAN_GRACE = timedelta(hours=1)
-
-
-class ReapResult(BaseModel):
-    expired: list[str] = Field(default_factory=list)
-    retry_next_run: list[str] = Field(default_factory=list)
-    orphans_deleted: list[str] = Field(default_factory=list)
-    # Managed endpoints still up past expiry + the grace: what the OverdueEndpoints alarm counts.
-    overdue: list[str] = Field(default_factory=list)
-    # Served copies of deployments that ended (or never registered): a Lambda that ran on after its
-    # execution stopped may have written one after the cleanup.
-    served_copies_deleted: list[str] = Field(default_factory=list)
-    # Past their expiry but holding other deployments' adapters: kept for them, retried every run.
-    kept: list[str] = Field(default_factory=list)
-    # Records of deployments whose endpoint was deleted outside modeldrop, closed.
-    reconciled: list[str] = Field(default_factory=list)
-    # Stack-ceiling reservations of deployments that ended without giving theirs back (a killed Lambda).
-    budget_released: list[str] = Field(default_factory=list)
-    errors: list[str] = Field(default_factory=list)
-
-
-def _managed(name: str, resource_prefix: str) -> bool:
-    # Only names under the stack's prefix can be ours (IAM allows nothing else): skip the rest unlisted.
-    return name.startswith(f"{resource_prefix}-")
+from modeldrop.pipeline.reap_model import BUSY_STATES, ORPHAN_GRACE, ReapResult, _dead, _ended_at, _managed
+from modeldrop.pipeline.reaper_orphans import _remove_orphans
 
 
 def expiry_of(tags: dict[str, str], created: Any, default_ttl: timedelta) -> tuple[datetime | None, str | None]:
@@ -313,14 +288,6 @@ def _bounded(
     return min(expires, own)
 
 
-def _ended_at(record: DeploymentRecord | None) -> datetime | None:
-    raw = (record.ended_at or record.updated_at) if record else None
-    try:
-        return clock.parse_iso(raw) if raw else None
-    except ValueError:
-        return None
-
-
 def _own_record(registry: Registry, deployment_id: str | None, endpoint_name: str) -> DeploymentRecord | None:
     """The deployment's record, if this endpoint is one it names (its endpoint, or an earlier attempt's
     stranded one): a copy with its tags changes nothing in it."""
@@ -334,29 +301,6 @@ def _own_record(registry: Registry, deployment_id: str | None, endpoint_name: st
 def _delete_served_copy(s3: S3Client | None, record: DeploymentRecord, deployment_id: str) -> None:
     if s3 is not None and record.artifact_uri:
         delete_served_for(s3, record.artifact_uri, deployment_id)
-
-
-def _dead(record: DeploymentRecord | None, now: datetime) -> bool:
-    """The record's deployment will never tear this endpoint down: it ended without it (failed,
-    aborted, torn down), or it is still 'in flight' past its own deploy deadline."""
-    if record is None:
-        return False
-    if record.released:
-        return True
-    if record.terminal:
-        return False
-    if record.step_dict("smoke_eval").get("passed"):
-        return False  # evaluated and healthy, only its bookkeeping failed: its TTL applies
-    deadline = _deadline_of(record)
-    return deadline is not None and now > deadline
-
-
-def _deadline_of(record: DeploymentRecord) -> datetime | None:
-    raw = record.step_dict("create_endpoint").get("deadline_at")
-    try:
-        return clock.parse_iso(raw) if raw else None
-    except ValueError:
-        return None
 
 
 def _expire(
@@ -403,68 +347,3 @@ def _expire(
     except StepContractViolated:
         return  # no record (e.g. created by hand with our tags), or it ended meanwhile: nothing to mark
     publish(events, bus, "Deployment Expired", {**lifecycle_detail(item, "expired"), "deleted": deleted})
-
-
-def _remove_orphans(
-    sm: SageMakerClient,
-    registry: Registry,
-    stack_tag: str,
-    resource_prefix: str,
-    live: set[str],
-    now: datetime,
-    result: ReapResult,
-) -> None:
-    kinds = (
-        (
-            "endpoint-config",
-            "list_endpoint_configs",
-            "EndpointConfigs",
-            "EndpointConfigName",
-            "EndpointConfigArn",
-            lambda n: sm.delete_endpoint_config(EndpointConfigName=n),
-        ),
-        ("model", "list_models", "Models", "ModelName", "ModelArn", lambda n: sm.delete_model(ModelName=n)),
-    )
-    in_use: set[str] | None = None  # configs and models behind live endpoints, described only if needed
-    for kind, lister, key, name_key, arn_key, delete in kinds:
-        for res in all_items(sm, lister, key, page_size=100):
-            name = res[name_key]
-            if name in live or not _managed(name, resource_prefix):
-                continue
-            if in_use is None:
-                in_use = _in_use(sm, live, resource_prefix)
-            if name in in_use:
-                continue
-            tags = list_tags(sm, res[arn_key])
-            if tags.get(MANAGED_BY_TAG) != stack_tag:
-                continue
-            deployment_id = tags.get(DEPLOYMENT_TAG)
-            item = registry.get(deployment_id) if deployment_id else None
-            created = res.get("CreationTime")
-            old_enough = isinstance(created, datetime) and now - created > ORPHAN_GRACE
-            if item is not None and not item.terminal and not _dead(item, now):
-                continue  # a deployment in flight owns it (one stuck past its deadline does not)
-            if item is None and not old_enough:
-                continue
-            try:
-                delete(name)
-                result.orphans_deleted.append(f"{kind}/{name}")
-            except ClientError as exc:
-                result.errors.append(f"{kind}/{name}: {exc}")
-
-
-def _in_use(sm: SageMakerClient, live: set[str], resource_prefix: str) -> set[str]:
-    """Names of the configs behind live endpoints and of their models (a fallback attempt's config
-    and model are named apart from the endpoint)."""
-    in_use: set[str] = set()
-    for name in live:
-        if not _managed(name, resource_prefix):
-            continue
-        try:
-            config = sm.describe_endpoint(EndpointName=name)["EndpointConfigName"]
-            in_use.add(config)
-            variants = sm.describe_endpoint_config(EndpointConfigName=config).get("ProductionVariants", [])
-            in_use.update(str(v["ModelName"]) for v in variants if v.get("ModelName"))
-        except ClientError:
-            continue
-    return in_use
