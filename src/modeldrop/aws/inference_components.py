@@ -161,34 +161,56 @@ class Released:
     waiting: list[str] = field(default_factory=list)  # own components still Deleting when the time ran out
 
 
+def _owners(sm: SageMakerClient, descs: list[dict[str, Any]]) -> dict[str, str | None]:
+    """Each component still there -> the deployment its tag names (a Deleting one may be gone)."""
+    owners: dict[str, str | None] = {}
+    for desc in descs:
+        try:
+            tags = list_tags(sm, str(desc["InferenceComponentArn"]))
+        except ClientError as exc:
+            if not _is_missing(exc):
+                raise
+            continue
+        owners[str(desc["InferenceComponentName"])] = tags.get(DEPLOYMENT_TAG)
+    return owners
+
+
+def _base_of(desc: dict[str, Any]) -> str | None:
+    base = desc.get("Specification", {}).get("BaseInferenceComponentName")
+    return str(base) if base else None
+
+
+def _delete_one(sm: SageMakerClient, name: str, out: Released) -> None:
+    label = f"inference-component/{name}"
+    try:
+        sm.delete_inference_component(InferenceComponentName=name)
+        out.deleted.append(label)
+    except ClientError as exc:
+        if _is_missing(exc):
+            return
+        _raise_domain(exc, f"deleting {label}")
+        out.failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+
+
 def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = None) -> Released:
     """Delete the OWNER's components on ENDPOINT (ONLY: that one component): adapters first, a base
     once no adapter uses it. Never another deployment's: a base of ours that another deployment's
     adapters use stays, and is reported as blocked."""
     out = Released()
     descs = [d for d in (describe(sm, str(c["InferenceComponentName"])) for c in on_endpoint(sm, endpoint)) if d]
-    owners: dict[str, str | None] = {}
-    for desc in descs:
-        try:
-            owners[str(desc["InferenceComponentName"])] = list_tags(sm, str(desc["InferenceComponentArn"])).get(
-                DEPLOYMENT_TAG
-            )
-        except ClientError as exc:
-            if not _is_missing(exc):
-                raise
+    owners = _owners(sm, descs)
     users: dict[str, list[str]] = {}  # base -> the adapters on it
     for desc in descs:
-        base = desc.get("Specification", {}).get("BaseInferenceComponentName")
-        if base and str(desc["InferenceComponentName"]) in owners:  # still there (a Deleting one may be gone)
-            users.setdefault(str(base), []).append(str(desc["InferenceComponentName"]))
+        base = _base_of(desc)
+        if base and str(desc["InferenceComponentName"]) in owners:
+            users.setdefault(base, []).append(str(desc["InferenceComponentName"]))
     # Adapters first (their bases are refused while they exist).
-    for desc in sorted(descs, key=lambda d: not d.get("Specification", {}).get("BaseInferenceComponentName")):
+    for desc in sorted(descs, key=lambda d: _base_of(d) is None):
         name = str(desc["InferenceComponentName"])
-        label = f"inference-component/{name}"
         if (only is not None and name != only) or name not in owners:
             continue
         if owners[name] != owner:
-            out.not_ours.append(label)
+            out.not_ours.append(f"inference-component/{name}")
             continue
         out.owned.add(name)
         if desc.get("InferenceComponentStatus") == "Deleting":
@@ -196,16 +218,9 @@ def release(sm: SageMakerClient, endpoint: str, owner: str, only: str | None = N
         if name in users:
             theirs = sorted(u for u in users[name] if owners.get(u) != owner)
             if theirs and only is None:
-                out.blocked.append(f"{label}: the base of another deployment's {', '.join(theirs)}")
+                out.blocked.append(f"inference-component/{name}: the base of another deployment's {', '.join(theirs)}")
             continue
-        try:
-            sm.delete_inference_component(InferenceComponentName=name)
-            out.deleted.append(label)
-        except ClientError as exc:
-            if _is_missing(exc):
-                continue
-            _raise_domain(exc, f"deleting {label}")
-            out.failed.append(f"{label}: {exc.response.get('Error', {}).get('Message', exc)}")
+        _delete_one(sm, name, out)
     return out
 
 

@@ -105,6 +105,28 @@ def _named(rtype: ResourceType, params: Mapping[str, Any]) -> bool:
     return bool(rtype.variables) and all(params.get(v) for v in rtype.variables)
 
 
+def _request_type(request: AuthRequest, specs: dict[str, ActionSpec]) -> ResourceType | None:
+    """The resource type REQUEST is on, after its action and condition keys are held to the SAR."""
+    spec = specs.get(request.action)
+    if spec is None:
+        raise NotInReference(f"{request.action} is not in the generated SAR table: run tools/gen_iam_table.py")
+    rtype = _resource_type(request.action, spec, request.resource)
+    allowed = (*spec.condition_keys, *(rtype.condition_keys if rtype else ()))
+    for key in request.context:
+        if not _key_allowed(key, allowed):
+            raise NotInReference(f"{key} is not a condition key of {request.action} in the SAR")
+    return rtype
+
+
+def _owed(types: Sequence[ResourceType], params: Mapping[str, Any], own_action: bool) -> list[ResourceType]:
+    # Several required types are alternatives (states: execution or express), not all owed.
+    sole = [t for t in types if t.required] if sum(t.required for t in types) == 1 else []
+    # A type named by the call's parameters is owed by the call's own action (not by AddTags,
+    # which tagging on create adds and which covers every taggable type).
+    named = [t for t in types if _named(t, params)] if own_action else []
+    return [*sole, *named]
+
+
 def check(service: str, operation: str, params: Mapping[str, Any], requests: Sequence[AuthRequest]) -> None:
     """Raise NotInReference when REQUESTS are not what the SAR says this call (with PARAMS) is
     authorized by: a resource type is owed when the SAR marks it required, or when the call names it
@@ -116,24 +138,10 @@ def check(service: str, operation: str, params: Mapping[str, Any], requests: Seq
         raise NotInReference(f"{service}:{operation} is authorized by {own} in the SAR, not {requests[0].action}")
     seen: dict[str, set[str]] = {}
     for r in requests:
-        spec = specs.get(r.action)
-        if spec is None:
-            raise NotInReference(f"{r.action} is not in the generated SAR table: run tools/gen_iam_table.py")
-        rtype = _resource_type(r.action, spec, r.resource)
-        allowed = (*spec.condition_keys, *(rtype.condition_keys if rtype else ()))
-        for key in r.context:
-            if not _key_allowed(key, allowed):
-                raise NotInReference(f"{key} is not a condition key of {r.action} in the SAR")
+        rtype = _request_type(r, specs)
         if rtype:
             seen.setdefault(r.action, set()).add(rtype.kind)
     for action, kinds in seen.items():
-        types = specs[action].resources
-        # Several required types are alternatives (states: execution or express), not all owed.
-        sole = [t for t in types if t.required] if sum(t.required for t in types) == 1 else []
-        # A type named by the call's parameters is owed by the call's own action (not by AddTags,
-        # which tagging on create adds and which covers every taggable type).
-        named = [t for t in types if _named(t, params)] if action in accepted else []
-        owed = [*sole, *named]
-        missing = [t.kind for t in owed if t.kind not in kinds]
+        missing = [t.kind for t in _owed(specs[action].resources, params, action in accepted) if t.kind not in kinds]
         if missing:
             raise NotInReference(f"{service}:{operation} must be authorized on {', '.join(missing)} for {action}")

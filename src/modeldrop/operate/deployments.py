@@ -366,17 +366,23 @@ def teardown(
         )
     result: dict[str, Any] = {"deleted": done.deleted, "already_gone": done.already_gone}
     if item is not None:
-        item = registry.record(
-            item.deployment_id,
-            "torn_down",
-            result,
-            status="torn_down" if item.status in TRANSITIONS["torn_down"] else None,
-            ended_at=clock.iso(clock.utcnow()),
-        )
-        if info.event_bus:
-            publish(events, info.event_bus, "Deployment Torn Down", {**lifecycle_detail(item, "torn_down"), **result})
-        result["record"] = item.to_json()
+        result["record"] = _record_torn_down(registry, events, info, item, result).to_json()
     return result
+
+
+def _record_torn_down(
+    registry: Registry, events: EventBridgeClient, info: StackInfo, item: DeploymentRecord, result: dict[str, Any]
+) -> DeploymentRecord:
+    item = registry.record(
+        item.deployment_id,
+        "torn_down",
+        result,
+        status="torn_down" if item.status in TRANSITIONS["torn_down"] else None,
+        ended_at=clock.iso(clock.utcnow()),
+    )
+    if info.event_bus:
+        publish(events, info.event_bus, "Deployment Torn Down", {**lifecycle_detail(item, "torn_down"), **result})
+    return item
 
 
 def _tagged_owner(sm: SageMakerClient, desc: DescribeEndpointOutputTypeDef | None) -> str:

@@ -200,8 +200,7 @@ def _reap_endpoint(
     if tags.get(MANAGED_BY_TAG) != stack_tag:
         return
     expires, problem = expiry_of(tags, ep.get("CreationTime"), default_ttl)
-    if problem:
-        result.errors.append(f"{name}: {problem}")
+    result.errors += [f"{name}: {problem}"] if problem else []
     deployment_id = tags.get(DEPLOYMENT_TAG)
     record = _own_record(registry, deployment_id, name)
     expires = _bounded(expires, record, ep.get("CreationTime"), max_ttl)
@@ -219,12 +218,17 @@ def _reap_endpoint(
         _expire(sm, registry, events, bus, desc, deployment_id if record else None, result, dead)
         if record and name in result.expired:
             _delete_served_copy(s3, record, str(deployment_id))
+    _note_overdue(name, expires, _ended_at(record) if dead else None, now, overdue_after, result)
+
+
+def _note_overdue(
+    name: str, expires: datetime | None, ended: datetime | None, now: datetime, after: timedelta, result: ReapResult
+) -> None:
+    """Overdue: still up past its expiry, or past its own deployment's end, by two reaper periods --
+    a delete that keeps failing included, whatever the endpoint's TTL says."""
     if name in result.expired or any(k.startswith(f"{name}:") for k in result.kept):
         return
-    # Overdue: still up past its expiry, or past its own deployment's end, by two reaper periods --
-    # a delete that keeps failing included, whatever the endpoint's TTL says.
-    ended = _ended_at(record) if dead else None
-    if any(moment is not None and moment + overdue_after < now for moment in (expires, ended)):
+    if any(moment is not None and moment + after < now for moment in (expires, ended)):
         result.overdue.append(name)
 
 

@@ -159,13 +159,9 @@ def teardown_pass(
     progress = TeardownProgress(done=False, deadline_at=deadline, wait_seconds=TEARDOWN_RECHECK_SECONDS)
     part = attempt_name(resource_name, attempt)
     held = [Held(endpoint_name or resource_name, part, part)]
-    if final and sagemaker and registry is not None:
-        held += [h for h in stranded_of(registry.get(deployment_id)) if h.endpoint != held[0].endpoint]
-    released = (
-        [_release(sm, deployment_id, resources, progress, strand=not final) for resources in held]
-        if (sagemaker)
-        else []
-    )
+    if final and sagemaker:
+        held += _stranded_too(registry, deployment_id, held[0].endpoint)
+    released = [_release(sm, deployment_id, h, progress, strand=not final) for h in held] if sagemaker else []
     if all(released) and not progress.left_behind:
         if final and s3 is not None:
             progress.deleted += delete_served_for(s3, artifact_uri, deployment_id)
@@ -177,6 +173,13 @@ def teardown_pass(
     if registry is not None and final:
         _record_teardown(registry, deployment_id, progress, now, owner)
     return progress
+
+
+def _stranded_too(registry: Registry | None, deployment_id: str, endpoint: str) -> list[Held]:
+    """Earlier attempts' stranded endpoints, which the final teardown deletes as well."""
+    if registry is None:
+        return []
+    return [h for h in stranded_of(registry.get(deployment_id)) if h.endpoint != endpoint]
 
 
 def _release(sm: SageMakerClient, deployment_id: str, held: Held, progress: TeardownProgress, strand: bool) -> bool:
