@@ -120,14 +120,12 @@ def deploy_cmd(
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
     json_mode(as_json)
-    local = next((a for a in artifacts if not a.startswith("s3://")), None)
+    local = next((a for a in artifacts if not a.startswith("s3://") and Path(a).exists()), None)
     if local is not None:
         fail(
-            f"deploy takes what is in S3, and {local!r} is not an s3:// URI",
+            f"deploy takes what is in S3, and {local!r} is a local path",
             f"a local checkpoint goes up first: modeldrop upload {local} s3://BUCKET/runs/NAME/model/ (its marker "
-            "starts the deployment)"
-            if Path(local).exists()
-            else "give s3://bucket/key.tar.gz or s3://bucket/prefix/",
+            "starts the deployment)",
             error="RequestInvalid",
         )
     from pydantic import ValidationError
