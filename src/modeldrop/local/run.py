@@ -21,19 +21,13 @@ from modeldrop.contracts.errors import cause_message
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts, run_inputs
 from modeldrop.local.engines import ENGINE_NOTES
-from modeldrop.local.hosting import FUNCTION_FAULTS, LocalHosting
+from modeldrop.local.hosting import LocalHosting
 from modeldrop.local.run_faults import (
     ABORT_FAULTS,
-    MID_STEP_ABORTS,
-    deny_start_execution,
-    first_type,
+    SHARED_FAULTS,
+    arm_faults,
     hold_secrets,
-    occupy_quota,
-    overwrite,
     reap_until_clean,
-    stop_during,
-    stop_running,
-    trust_only_bedrock,
 )
 from modeldrop.local.run_inputs import upload_config
 from modeldrop.local.run_shared import shared_check
@@ -151,29 +145,11 @@ def _run_local(
         ):
             stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
             faults = hosting.faults  # --fault takes several, separated by commas
-            for name in faults & set(FUNCTION_FAULTS):
-                function, error = FUNCTION_FAULTS[name]
-                stack.inject[function] = [error]
-            if "reupload" in faults:
-                stack.after["ValidateFunction"] = lambda event: overwrite(stack, event["artifact_uri"])
-            if "abort" in faults:
-                stack.after["CreateEndpointFunction"] = lambda event: stop_running(stack)
-            for name in faults & set(MID_STEP_ABORTS):
-                stop_during(stack, *MID_STEP_ABORTS[name])
-            if "quota-busy" in faults:
-                occupy_quota(stack, first_type(stack, request))
-            if "untrusted-role" in faults:
-                trust_only_bedrock(stack)
-            if "starter-error" in faults:
-                deny_start_execution(stack)
-            if "huge-archive" in faults:
-                run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES)
-            if faults & {"adapter-load", "abort-mid-attach", "slow-component-delete"}:  # shared, 2 adapters
+            arm_faults(stack, faults, request)
+            if faults & SHARED_FAULTS:  # shared, with a second adapter component
                 adapter, adapters = True, max(adapters, 2)
                 request = {**(request or {}), "adapter_mode": "shared"}
-            if "kill-mid-copy" in faults:
-                prefix = True
-                run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS)
+            prefix = prefix or "kill-mid-copy" in faults
             hold_secrets(stack, (request or {}).get("secrets") or {})
             cpu = engine == "vllm" and artifact is None  # the real engine on a CPU: a model it can serve
             if cpu:
@@ -189,14 +165,7 @@ def _run_local(
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
                     request = {**(request or {}), **generated}
                 result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
-                result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
-                if "slow-component-delete" in faults:
-                    result.reaper_runs = reap_until_clean(stack)
-                    result.leftover_resources = stack.leftover_resources()
-                result.lambda_timeouts = [i.function for i in stack.invocations if i.error == TIMED_OUT]
-                if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
-                    result.redeploy = _redeploy(stack, str(result.record.artifact_uri), on_state)
-                    result.leftover_resources = stack.leftover_resources()
+                _after_deploy(stack, result, faults, on_state)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
             except BaseException:
                 with interrupts.deferred():
@@ -218,18 +187,32 @@ def _run_local(
     return result
 
 
-def _deploy(
+def _after_deploy(
+    stack: Any, result: RunResult, faults: frozenset[str], on_state: Callable[[StateRun], None] | None
+) -> None:
+    """What follows a run: its invocations, the reaper's runs (slow-component-delete), the Lambdas
+    that ran past their timeout, and after an abort fault the same artifact deployed again."""
+    result.invocations = dict(sorted(Counter(i.function for i in stack.invocations).items()))
+    if "slow-component-delete" in faults:
+        result.reaper_runs = reap_until_clean(stack)
+        result.leftover_resources = stack.leftover_resources()
+    result.lambda_timeouts = [i.function for i in stack.invocations if i.error == TIMED_OUT]
+    if faults & ABORT_FAULTS and result.record is not None and result.record.artifact_uri:
+        result.redeploy = _redeploy(stack, str(result.record.artifact_uri), on_state)
+        result.leftover_resources = stack.leftover_resources()
+
+
+def _upload(
     stack: Any,
     artifact: Path | None,
     workdir: Path,
-    on_state: Callable[[StateRun], None] | None,
-    request: dict[str, Any] | None = None,
-    key: str | None = None,
-    prefix: bool = False,
-    faults: frozenset[str] | set[str] = frozenset(),
-) -> RunResult:
-    from modeldrop.contracts.models import deployment_id_of
-
+    request: dict[str, Any] | None,
+    key: str | None,
+    prefix: bool,
+    faults: frozenset[str] | set[str],
+) -> tuple[str, Path]:
+    """Put the artifact into the emulated bucket (a prefix with its marker, or an archive) under
+    direct/ when the run starts the execution itself; returns its key and what was uploaded."""
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     if prefix:
         key = f"{'direct/' if request else ''}local/{stamp}/model/"
@@ -242,6 +225,22 @@ def _deploy(
         stack.client("s3").upload_file(
             str(packed), stack.bucket, key, Callback=progress.counter(packed.stat().st_size), Config=upload_config()
         )
+    return key, packed
+
+
+def _deploy(
+    stack: Any,
+    artifact: Path | None,
+    workdir: Path,
+    on_state: Callable[[StateRun], None] | None,
+    request: dict[str, Any] | None = None,
+    key: str | None = None,
+    prefix: bool = False,
+    faults: frozenset[str] | set[str] = frozenset(),
+) -> RunResult:
+    from modeldrop.contracts.models import deployment_id_of
+
+    key, packed = _upload(stack, artifact, workdir, request, key, prefix, faults)
     sfn = stack.client("stepfunctions")
     if request:  # under direct/ the starter ignores the upload: start it as a pipeline would
         uri = f"s3://{stack.bucket}/{key}"
@@ -250,9 +249,8 @@ def _deploy(
         start = (
             {"artifact_uri": request["adapter_uri"], "base": uri} if "adapter_uri" in request else {"artifact_uri": uri}
         )
-        sfn.start_execution(
-            stateMachineArn=stack.state_machine_arn, name=f"local-{stamp}", input=json.dumps({**start, **fields})
-        )
+        name = f"local-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({**start, **fields}))
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
     if not executions:
         failed = stack.failed_events("StarterFunction")

@@ -79,6 +79,36 @@ def reap_until_clean(stack: Any, runs: int = 8) -> list[dict[str, Any]]:
     return done
 
 
+# The faults that need a shared deployment with a second adapter component.
+SHARED_FAULTS = frozenset({"adapter-load", "abort-mid-attach", "slow-component-delete"})
+
+
+def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | None) -> None:
+    """Set the emulated account up for FAULTS before the run starts (the endpoint's own faults are
+    the hosting's)."""
+    from modeldrop.local import run_inputs
+    from modeldrop.local.hosting import FUNCTION_FAULTS
+
+    for name in faults & set(FUNCTION_FAULTS):
+        function, error = FUNCTION_FAULTS[name]
+        stack.inject[function] = [error]
+    if "reupload" in faults:
+        stack.after["ValidateFunction"] = lambda event: overwrite(stack, event["artifact_uri"])
+    if "abort" in faults:
+        stack.after["CreateEndpointFunction"] = lambda event: stop_running(stack)
+    for name in faults & set(MID_STEP_ABORTS):
+        stop_during(stack, *MID_STEP_ABORTS[name])
+    simple = {
+        "quota-busy": lambda: occupy_quota(stack, first_type(stack, request)),
+        "untrusted-role": lambda: trust_only_bedrock(stack),
+        "starter-error": lambda: deny_start_execution(stack),
+        "huge-archive": lambda: run_inputs.report_size(stack, run_inputs.HUGE_ARCHIVE_BYTES),
+        "kill-mid-copy": lambda: run_inputs.kill_copy_after_parts(stack, run_inputs.KILL_AFTER_PARTS),
+    }
+    for name in sorted(faults & set(simple)):
+        simple[name]()
+
+
 QUOTA_HOLD_SECONDS = 600
 OTHER_TEAM = "other-team-endpoint"
 
