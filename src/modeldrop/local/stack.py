@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, ClassVar
 
 import boto3
 import yaml
@@ -129,49 +129,53 @@ class EmulatedStack:
     def _resolve(self, value: Any) -> Any:
         if isinstance(value, dict) and len(value) == 1:
             ((key, arg),) = value.items()
-            if key == "Ref":
-                if arg == "AWS::StackName":
-                    return STACK_NAME
-                if arg == "AWS::Region":
-                    return REGION
-                if arg == "AWS::NoValue":
-                    return _NO_VALUE
-                if arg in self.parameters:
-                    return self.parameters[arg]
-                return self.resources.get(arg, f"unresolved:{arg}")
-            if key == "Fn::GetAtt":
-                logical, attr = arg
-                if logical in self.functions:
-                    return self.functions[logical].arn
-                return self.resources.get(f"{logical}.{attr}", f"unresolved:{logical}.{attr}")
-            if key == "Fn::If":
-                name, then, otherwise = arg
-                return self._resolve(then if self.condition(name) else otherwise)
-            if key == "Fn::Equals":
-                left, right = (self._resolve(a) for a in arg)
-                return str(left) == str(right)
-            if key == "Fn::Not":
-                return not self._resolve(arg[0])
-            if key == "Condition":
-                return self.condition(arg)
-            if key == "Fn::Sub":
-                text = arg if isinstance(arg, str) else arg[0]
-                for k, v in {
-                    "AWS::StackName": STACK_NAME,
-                    "AWS::Region": REGION,
-                    "AWS::Partition": "aws",
-                    "AWS::AccountId": "123456789012",
-                    **self.parameters,
-                    **self.resources,
-                }.items():
-                    text = text.replace("${" + k + "}", str(v))
-                return text
+            intrinsic = self._INTRINSICS.get(key)
+            if intrinsic is not None:
+                return intrinsic(self, arg)
         if isinstance(value, dict):
             items = {k: self._resolve(v) for k, v in value.items()}
             return {k: v for k, v in items.items() if v is not _NO_VALUE}
         if isinstance(value, list):
             return [v for v in (self._resolve(item) for item in value) if v is not _NO_VALUE]
         return value
+
+    def _ref(self, arg: str) -> Any:
+        pseudo = {"AWS::StackName": STACK_NAME, "AWS::Region": REGION, "AWS::NoValue": _NO_VALUE}
+        if arg in pseudo:
+            return pseudo[arg]
+        if arg in self.parameters:
+            return self.parameters[arg]
+        return self.resources.get(arg, f"unresolved:{arg}")
+
+    def _get_att(self, arg: list[str]) -> Any:
+        logical, attr = arg
+        if logical in self.functions:
+            return self.functions[logical].arn
+        return self.resources.get(f"{logical}.{attr}", f"unresolved:{logical}.{attr}")
+
+    def _sub(self, arg: Any) -> str:
+        text = arg if isinstance(arg, str) else arg[0]
+        names = {
+            "AWS::StackName": STACK_NAME,
+            "AWS::Region": REGION,
+            "AWS::Partition": "aws",
+            "AWS::AccountId": "123456789012",
+            **self.parameters,
+            **self.resources,
+        }
+        for k, v in names.items():
+            text = text.replace("${" + k + "}", str(v))
+        return str(text)
+
+    _INTRINSICS: ClassVar[dict[str, Callable[[EmulatedStack, Any], Any]]] = {
+        "Ref": _ref,
+        "Fn::GetAtt": _get_att,
+        "Fn::If": lambda self, arg: self._resolve(arg[1] if self.condition(arg[0]) else arg[2]),
+        "Fn::Equals": lambda self, arg: str(self._resolve(arg[0])) == str(self._resolve(arg[1])),
+        "Fn::Not": lambda self, arg: not self._resolve(arg[0]),
+        "Condition": lambda self, arg: self.condition(arg),
+        "Fn::Sub": _sub,
+    }
 
     # ---- in-process Lambda dispatch --------------------------------------------------------
     def _module(self, spec: FunctionSpec) -> ModuleType:
