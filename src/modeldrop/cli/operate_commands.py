@@ -318,26 +318,40 @@ def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[s
     cost_usd = data["cost_usd"]
     cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
     rows.append(("cost", cost))
-    if failure := data["failure"] or {}:
-        rows.append(("error", f"{failure.get('error')} (class {failure.get('failure_class')})"))
-        rows.append(("FailureReason", str(record.failure_reason or "-")))
-        if failure.get("diagnosis"):
-            rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
-    for share in data.get("adapter_components") or []:
-        cost_share = share["cost_share_usd"]
-        rows.append(
-            (
-                f"adapter {share['adapter']}",
-                f"{'serving' if share['serving'] else 'torn down'} as {share['component']}"
-                + (f"; its share ${cost_share:.2f}" if cost_share is not None else ""),
-            )
-        )
+    rows += _failure_rows(record, data["failure"] or {})
+    rows += _adapter_rows(data.get("adapter_components") or [])
     for other in data.get("attached_deployments") or []:
         rows.append((f"attached {other['deployment_id']}", ", ".join(other["adapters"]) or "-"))
     if evaluation := record.step_dict("smoke_eval"):
         rows.append(("eval", str(evaluation.get("summary"))))
         rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
     return rows + [(label.replace("_", " "), url) for label, url in data["links"].items()]
+
+
+def _failure_rows(record: DeploymentRecord, failure: dict[str, Any]) -> list[tuple[str, str]]:
+    if not failure:
+        return []
+    rows = [
+        ("error", f"{failure.get('error')} (class {failure.get('failure_class')})"),
+        ("FailureReason", str(record.failure_reason or "-")),
+    ]
+    if failure.get("diagnosis"):
+        rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
+    return rows
+
+
+def _adapter_rows(shares: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    rows = []
+    for share in shares:
+        cost_share = share["cost_share_usd"]
+        state = f"{'serving' if share['serving'] else 'torn down'} as {share['component']}"
+        rows.append(
+            (
+                f"adapter {share['adapter']}",
+                state + (f"; its share ${cost_share:.2f}" if cost_share is not None else ""),
+            )
+        )
+    return rows
 
 
 def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
