@@ -105,30 +105,14 @@ def run_local_cmd(
     request: dict[str, Any] = instance_choice(instance_type)
     request.update(request_fields({**locals(), **(named_settings or {})}))
     from modeldrop.local import interrupts
-    from modeldrop.local.engines import LOCAL_ENGINES, EngineUnavailable
+    from modeldrop.local.engines import EngineUnavailable
     from modeldrop.local.run import run_local
 
-    unknown = [f for f in fault.split(",") if f.strip() not in FAULTS]
-    if unknown:
-        fail(f"unknown --fault {unknown[0]!r}; choose one or several (comma-separated) of {', '.join(FAULTS)}")
-    if engine not in LOCAL_ENGINES:
-        fail(f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}")
-    if deploy_engine not in (None, "vllm", "sglang", "lmi"):
-        fail(f"unknown --deploy-engine {deploy_engine!r}; choose vllm, sglang or lmi")
-    if engine in ("vllm", "sglang") and deploy_engine not in (None, engine):
-        fail(f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}")
-    if artifact is not None and not artifact.exists():
-        fail(f"{artifact}: no such file or directory")
+    problem = _input_problem(fault, engine, deploy_engine, artifact, adapter, adapter_mode, adapters, prefix, key)
+    if problem:
+        fail(problem)
     if adapter_mode is not None:
-        if not adapter:
-            fail("--adapter-mode needs --adapter")
         request["adapter_mode"] = adapter_mode
-    if adapters > 1 and adapter_mode != "shared":
-        fail("--adapters N serves several adapters on one base: it needs --adapter --adapter-mode shared")
-    if prefix and artifact is not None and not artifact.is_dir():
-        fail(f"--prefix deploys a checkpoint directory, not {artifact}")
-    if key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900):
-        fail(f"--key {key!r} must be a relative S3 key ending in model.tar.gz (the S3 rule watches those)")
     banner = [
         "[bold]modeldrop run-local[/]: the real state machine and handlers over an in-process AWS emulator, "
         f"endpoints served by local {engine} processes",
@@ -173,6 +157,53 @@ def run_local_cmd(
     else:
         summary(result, verbose)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _input_problem(
+    fault: str,
+    engine: str,
+    deploy_engine: str | None,
+    artifact: Path | None,
+    adapter: bool,
+    adapter_mode: str | None,
+    adapters: int,
+    prefix: bool,
+    key: str | None,
+) -> str | None:
+    """What is wrong with run-local's options, before anything starts (None: nothing)."""
+    from modeldrop.local.engines import LOCAL_ENGINES
+
+    unknown = next((f for f in fault.split(",") if f.strip() not in FAULTS), None)
+    checks = [
+        (
+            unknown is not None,
+            f"unknown --fault {unknown!r}; choose one or several (comma-separated) of {', '.join(FAULTS)}",
+        ),
+        (engine not in LOCAL_ENGINES, f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}"),
+        (
+            deploy_engine not in (None, "vllm", "sglang", "lmi"),
+            f"unknown --deploy-engine {deploy_engine!r}; choose vllm, sglang or lmi",
+        ),
+        (
+            engine in ("vllm", "sglang") and deploy_engine not in (None, engine),
+            f"--engine {engine} serves only a {engine} deployment, not --deploy-engine {deploy_engine}",
+        ),
+        (artifact is not None and not artifact.exists(), f"{artifact}: no such file or directory"),
+        (adapter_mode is not None and not adapter, "--adapter-mode needs --adapter"),
+        (
+            adapters > 1 and adapter_mode != "shared",
+            "--adapters N serves several adapters on one base: it needs --adapter --adapter-mode shared",
+        ),
+        (
+            prefix and artifact is not None and not artifact.is_dir(),
+            f"--prefix deploys a checkpoint directory, not {artifact}",
+        ),
+        (
+            key is not None and (not key.endswith("model.tar.gz") or key.startswith("/") or len(key.encode()) > 900),
+            f"--key {key!r} must be a relative S3 key ending in model.tar.gz (the S3 rule watches those)",
+        ),
+    ]
+    return next((message for failed, message in checks if failed), None)
 
 
 def _interrupted(exc: KeyboardInterrupt) -> None:
