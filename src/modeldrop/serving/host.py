@@ -18,6 +18,7 @@ from importlib import resources
 from typing import Any
 
 from modeldrop.contracts.errors import PlanRefused
+from modeldrop.contracts.step_payloads import Engine, ImageChoice
 
 _CUDA_TAG = re.compile(r"(?:^|[-_.])cu(?P<major>\d{2})(?P<minor>\d)(?:$|[-_.])")
 
@@ -140,3 +141,15 @@ def check_gpu_arch(engine: str, archs: list[str], gpu: str | None, instance_type
         f"the {engine} image is built for {', '.join(archs)} GPUs; {instance_type} has an {gpu} ({arch})",
         "use an instance type with one of those GPUs, or another engine (vllm, lmi) for this one",
     )
+
+
+def host_for(image: ImageChoice, engine: Engine, instance_type: str) -> HostChoice:
+    """HostIncompatible when no host of INSTANCE_TYPE runs IMAGE: a driver too old for its CUDA with no
+    AMI to fix it, or a GPU its kernels were not built for (checked for the engine's own DLC images)."""
+    if not image.warnings:  # an AWS DLC of this engine, not a BYOC image
+        from modeldrop.serving.image import gpu_archs
+        from modeldrop.serving.memory_plan import instance
+
+        spec = instance(instance_type)
+        check_gpu_arch(engine, gpu_archs(engine), str(spec["gpu"]) if spec else None, instance_type)
+    return choose_host(image.image_uri, instance_type)

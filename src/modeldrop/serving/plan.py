@@ -13,15 +13,14 @@ from modeldrop.contracts.step_payloads import Candidate, Engine, EnginePlan, Ima
 from modeldrop.serving.engine_env import KEYS, MODEL_PATH, build_env, planned_keys
 from modeldrop.serving.engine_options import engine_version, first_problem
 from modeldrop.serving.engine_settings import apply_settings, weights_scale
-from modeldrop.serving.host import HostChoice, check_gpu_arch, choose_host
-from modeldrop.serving.image import gpu_archs, resolve_image
+from modeldrop.serving.host import host_for
+from modeldrop.serving.image import resolve_image
 from modeldrop.serving.instance_choice import candidates
 from modeldrop.serving.lora_plan import lora_env, lora_gib, widest
 from modeldrop.serving.memory_plan import (
     MemoryPlan,
     ModelShape,
     hourly_price,
-    instance,
     largest_fitting_model_len,
     largest_fitting_seqs,
     plan_memory,
@@ -213,21 +212,8 @@ def plan_serving(
     warnings: list[str] = list(named.warnings)
     plan, memory = _memory(shape, instance_type, region, seqs, model_len, fraction, named.tensor_parallel)
     _judge_memory(plan, memory, instance_type, force, warnings)
-    meanings: dict[str, object] = {
-        "model_path": MODEL_PATH,
-        "max_model_len": model_len,
-        "max_num_seqs": seqs,
-        "gpu_memory_utilization": fraction,
-    }
-    if engine != "lmi" or named.tensor_parallel:  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
-        meanings["tensor_parallel_degree"] = plan.tensor_parallel if plan else (named.tensor_parallel or 1)
-    mm_key = KEYS[engine].get("limit_mm_per_prompt")
-    if "image" in modalities and mm_key and mm_key not in passthrough:
-        # As the source project serves Gemma-4 multimodal: one image per prompt bounds the encoder's
-        # memory; vLLM's default budgets for more. SGLang has no such key.
-        meanings["limit_mm_per_prompt"] = {"image": 1}
-    meanings.update(named.meanings)
-
+    tensor_parallel = plan.tensor_parallel if plan else (named.tensor_parallel or 1)
+    meanings = _meanings(engine, model_len, seqs, fraction, tensor_parallel, named, modalities, passthrough)
     env = build_env(engine, meanings, passthrough)
     download, startup = startup_timeouts(shape.weights_gib)
     if engine == "lmi":
@@ -249,13 +235,32 @@ def plan_serving(
     )
 
 
-def host_for(image: ImageChoice, engine: Engine, instance_type: str) -> HostChoice:
-    """HostIncompatible when no host of INSTANCE_TYPE runs IMAGE: a driver too old for its CUDA with no
-    AMI to fix it, or a GPU its kernels were not built for (checked for the engine's own DLC images)."""
-    if not image.warnings:  # an AWS DLC of this engine, not a BYOC image
-        spec = instance(instance_type)
-        check_gpu_arch(engine, gpu_archs(engine), str(spec["gpu"]) if spec else None, instance_type)
-    return choose_host(image.image_uri, instance_type)
+def _meanings(
+    engine: Engine,
+    model_len: int,
+    seqs: int,
+    fraction: float,
+    tensor_parallel: int,
+    named: Any,
+    modalities: Sequence[str],
+    passthrough: Mapping[str, str],
+) -> dict[str, object]:
+    """What the env must say, by meaning: the engine's own keys are build_env's."""
+    meanings: dict[str, object] = {
+        "model_path": MODEL_PATH,
+        "max_model_len": model_len,
+        "max_num_seqs": seqs,
+        "gpu_memory_utilization": fraction,
+    }
+    if engine != "lmi" or named.tensor_parallel:  # LMI gets OPTION_TENSOR_PARALLEL_DEGREE=max by default
+        meanings["tensor_parallel_degree"] = tensor_parallel
+    mm_key = KEYS[engine].get("limit_mm_per_prompt")
+    if "image" in modalities and mm_key and mm_key not in passthrough:
+        # As the source project serves Gemma-4 multimodal: one image per prompt bounds the encoder's
+        # memory; vLLM's default budgets for more. SGLang has no such key.
+        meanings["limit_mm_per_prompt"] = {"image": 1}
+    meanings.update(named.meanings)
+    return meanings
 
 
 def _downloads_from_hub(settings: EngineSettings | None) -> bool:
