@@ -279,22 +279,10 @@ class TarReader:
             self._finish()
             at = self.offset
             block = self._read(BLOCK)
-            if len(block) < BLOCK:
-                if block and at == 0:
-                    raise _not_tar(block)
+            if len(block) < BLOCK or block == _ZERO:
+                _check_end(block, at, pending=pax is not None or long_name is not None)
                 if block:
-                    raise truncated("inside a header")
-                if at == 0:
-                    raise CheckpointUnreadable("archive is empty")
-                if pax is not None or long_name is not None:
-                    raise archive_refused("TAR_PAX_INVALID", "the archive ends after a name record, with no member")
-                return
-            if block == _ZERO:
-                if at == 0:
-                    raise CheckpointUnreadable("archive is empty")
-                if pax is not None or long_name is not None:
-                    raise archive_refused("TAR_PAX_INVALID", "the archive ends after a name record, with no member")
-                self._trailing()
+                    self._trailing()
                 return
             header = parse_header(block, at)
             records += 1
@@ -366,6 +354,17 @@ class TarReader:
         while chunk := self._read(_SKIP_STEP):
             if chunk.count(0) != len(chunk):
                 raise archive_refused("TAR_TRAILING_DATA", "the archive has data after its end-of-archive block")
+
+
+def _check_end(block: bytes, at: int, pending: bool) -> None:
+    """The archive ends at AT (BLOCK is short, or its zero end-of-archive block): refused when that
+    is inside a header, when nothing came before it, or when a name record (PENDING) has no member."""
+    if 0 < len(block) < BLOCK:
+        raise _not_tar(block) if at == 0 else truncated("inside a header")
+    if at == 0:
+        raise CheckpointUnreadable("archive is empty")
+    if pending:
+        raise archive_refused("TAR_PAX_INVALID", "the archive ends after a name record, with no member")
 
 
 def _check_global(records: dict[bytes, bytes], at: int) -> None:
