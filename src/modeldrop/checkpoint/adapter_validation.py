@@ -88,17 +88,11 @@ def validate_adapter(
         code = scan.header_error_codes.get(rel, "HEADER_INVALID")
         findings.append(finding(code, "error", f"{rel}: {err}", "re-save the adapter with PEFT's save_pretrained"))
     findings += _base_findings(base_report)
-    base_config = (load_json(base, "config.json", []) or {}) if base is not None else {}
     tensors = _tensors(scan, ADAPTER_WEIGHTS)
     summary = AdapterSummary()
     if config and ADAPTER_WEIGHTS in scan.headers:
-        rules, summary = judge(config, tensors, _tensors(base) if base is not None else {}, base_config)
-        findings += rules if base is not None else [f for f in rules if not f.code.startswith(_NEEDS_BASE)]
-        if base is not None:
-            text = base_config.get("text_config") if isinstance(base_config.get("text_config"), dict) else base_config
-            vocab = text.get("vocab_size") if isinstance(text, dict) else None
-            findings += tokenizer_findings(scan, base, vocab if isinstance(vocab, int) else None)
-            findings += base_name_findings(config, base_config, base.source)
+        rules, summary = _judged(scan, base, config, tensors)
+        findings += rules
     summary.base = base_report.source if base_report is not None else None
     dtypes: dict[str, int] = {}
     for t in tensors.values():
@@ -121,6 +115,22 @@ def validate_adapter(
         requests=scan.requests + (base.requests if base is not None else 0),
         adapter=summary,
     )
+
+
+def _judged(
+    scan: ArtifactScan, base: ArtifactScan | None, config: dict[str, Any], tensors: dict[str, TensorInfo]
+) -> tuple[list[Finding], AdapterSummary]:
+    """The adapter's rules against its base (only those about the adapter itself without one), and
+    with a base its tokenizer and the base's name."""
+    base_config = (load_json(base, "config.json", []) or {}) if base is not None else {}
+    rules, summary = judge(config, tensors, _tensors(base) if base is not None else {}, base_config)
+    if base is None:
+        return [f for f in rules if not f.code.startswith(_NEEDS_BASE)], summary
+    text = base_config.get("text_config") if isinstance(base_config.get("text_config"), dict) else base_config
+    vocab = text.get("vocab_size") if isinstance(text, dict) else None
+    rules += tokenizer_findings(scan, base, vocab if isinstance(vocab, int) else None)
+    rules += base_name_findings(config, base_config, base.source)
+    return rules, summary
 
 
 def _base_findings(base_report: ValidationReport | None) -> list[Finding]:
