@@ -54,17 +54,7 @@ def config_findings(config: dict[str, Any]) -> Iterable[Finding]:
     if isinstance(dropout, bool) or not isinstance(dropout, int | float) or not 0 <= dropout < 1:
         yield _invalid(f"lora_dropout is {dropout!r}: PEFT takes a number in [0, 1)")
     for key in ("rank_pattern", "alpha_pattern"):
-        value = config.get(key)
-        if value is None or value == {}:
-            continue
-        if not isinstance(value, dict) or not all(
-            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) for k, v in value.items()
-        ):
-            yield _invalid(f"{key} is {str(value)[:80]}: PEFT takes a mapping of module patterns to numbers")
-            continue
-        for pattern in value:
-            if (problem := pattern_problem(pattern)) is not None:
-                yield _invalid(f"{key} holds {problem}: {pattern[:80]!r}")
+        yield from _pattern_map(key, config.get(key))
     init = config.get("init_lora_weights", True)
     if not isinstance(init, bool) and not (
         isinstance(init, str) and (init in INIT_METHODS or init.startswith("pissa_niter_"))
@@ -85,6 +75,20 @@ def config_findings(config: dict[str, Any]) -> Iterable[Finding]:
             "by vLLM, SGLang or LMI",
             hint="target modules (target_modules), or merge the adapter into the base and deploy the checkpoint",
         )
+
+
+def _pattern_map(key: str, value: Any) -> Iterable[Finding]:
+    """rank_pattern / alpha_pattern: module patterns (each a regex PEFT compiles) to numbers."""
+    if value is None or value == {}:
+        return
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) for k, v in value.items()
+    ):
+        yield _invalid(f"{key} is {str(value)[:80]}: PEFT takes a mapping of module patterns to numbers")
+        return
+    for pattern in value:
+        if (problem := pattern_problem(pattern)) is not None:
+            yield _invalid(f"{key} holds {problem}: {pattern[:80]!r}")
 
 
 def _targets_config(config: dict[str, Any]) -> Iterable[Finding]:
