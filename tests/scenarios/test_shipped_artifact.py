@@ -255,7 +255,7 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
     # fallbacks, in the runtime.
     probe_code = (
         "from isal import igzip; import modeldrop.checkpoint.artifact_scan;"
-        "from modeldrop.checkpoint import safetensors_header as h; assert h._msgspec_decode is not None"
+        "from modeldrop.checkpoint import header_json as h; assert h._msgspec_decode is not None"
     )
     probe = subprocess.run(
         [functions.python, "-s", "-c", probe_code],
