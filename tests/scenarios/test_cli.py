@@ -477,7 +477,9 @@ def test_plan_says_the_host_the_price_the_stack_limits_and_the_kv_floor(tmp_path
     assert "stack limits within the default stack's" in text and "$1.22/h" in text
     assert "at least 0.5 GiB: below that vLLM cannot allocate enough KV blocks" in text and "PLAN OK" in text
     unpriced = " ".join(_run("plan", str(ckpt), "--region", "eu-west-3").stdout.split())
-    assert "no price for eu-west-3" in unpriced and "a default stack refuses it: no price known" in unpriced
+    assert "no price for eu-west-3" in unpriced and (
+        "a default stack refuses it: no price is known for ml.g6.2xlarge in eu-west-3" in unpriced
+    )
     assert "PLAN OK for the engine; a stack with the default limits refuses it" in unpriced
 
 

@@ -267,7 +267,8 @@ def judging_target(image: str | None, engine: str | None) -> Any:
 
 
 def _plan_summary(report: Any) -> None:
-    fields(_plan_rows(report))
+    limits = _limits_text(report)
+    fields(_plan_rows(report, limits))
     _memory_table(report.memory)
     _candidates_table(report.candidates)
     for f in report.findings:
@@ -279,13 +280,13 @@ def _plan_summary(report: Any) -> None:
         console.print(f"[bold red]REFUSED[/] {report.refused['error']}: {report.refused['message']}")
         if report.refused.get("hint"):
             console.print(f"  fix: {report.refused['hint']}")
-    elif _limits_text(report).startswith("a default stack refuses"):
+    elif limits.startswith(REFUSED_BY_DEFAULTS):
         console.print("[bold yellow]PLAN OK[/] for the engine; a stack with the default limits refuses it (above)")
     else:
         console.print("[bold green]PLAN OK[/]")
 
 
-def _plan_rows(report: Any) -> list[tuple[str, str]]:
+def _plan_rows(report: Any, limits: str) -> list[tuple[str, str]]:
     price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
     if report.instance_count > 1:
         price += f" each, ${report.hourly_cost:.2f}/h for all" if report.hourly_cost else ""
@@ -298,7 +299,7 @@ def _plan_rows(report: Any) -> list[tuple[str, str]]:
     rows += [
         ("instance", report.instance_type + times + price),
         ("host", _host_text(report)),
-        ("stack limits", _limits_text(report)),
+        ("stack limits", limits),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
     ]
     return rows + [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
@@ -311,29 +312,22 @@ def _host_text(report: Any) -> str:
     return f"{ami}, NVIDIA driver {driver or 'unknown'}" + (f"\n{host['note']}" if host.get("note") else "")
 
 
+REFUSED_BY_DEFAULTS = "a default stack refuses it:"
+
+
 def _limits_text(report: Any) -> str:
     """The default stack's limits this plan meets or passes (a deployed stack's own may differ)."""
     from modeldrop.pipeline.limits import StackLimits
 
     limits = StackLimits.model_validate({})
-    cost = report.hourly_cost
-    problems = []
-    if not limits.allows_type(report.instance_type):
-        problems.append(
-            f"{report.instance_type} is not in AllowedInstanceTypes ({', '.join(limits.allowed_instance_types)})"
-        )
-    if report.instance_count > limits.max_instance_count:
-        problems.append(f"{report.instance_count} instances pass MaxInstanceCount ({limits.max_instance_count})")
-    if cost is None:
-        problems.append("no price known: MaxHourlyPrice cannot bound it")
-    elif cost > limits.max_hourly_price:
-        problems.append(f"${cost:.2f}/h passes MaxHourlyPrice (${limits.max_hourly_price:g}/h)")
+    problems = limits.capacity_problems([report.instance_type], report.instance_count, report.region)
     if not problems:
         return (
             f"within the default stack's (AllowedInstanceTypes {', '.join(limits.allowed_instance_types)}; "
             f"MaxHourlyPrice ${limits.max_hourly_price:g}/h; MaxInstanceCount {limits.max_instance_count})"
         )
-    return "a default stack refuses it: " + "; ".join(problems) + " (sam deploy --parameter-overrides to raise)"
+    passed = "; ".join(f"{what} ({name})" for name, what in problems)
+    return f"{REFUSED_BY_DEFAULTS} {passed} (sam deploy --parameter-overrides to raise)"
 
 
 def _memory_table(memory: dict[str, Any]) -> None:

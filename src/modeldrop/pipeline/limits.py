@@ -59,11 +59,10 @@ class StackLimits(BaseModel):
                 f"(sam deploy --parameter-overrides {name}=...)",
             )
 
-    def _problems(
-        self, request: DeploymentRequest, types: list[str], region: str, ttl_hours: float
-    ) -> list[tuple[str, str]]:
+    def capacity_problems(self, types: list[str], count: int, region: str) -> list[tuple[str, str]]:
+        """(parameter, what passes it) for COUNT instances of each of TYPES in REGION: the allowed types,
+        the hourly price ceiling (an unpriced type cannot be bounded) and the instance count."""
         problems: list[tuple[str, str]] = []
-        count = request.instance_count
         for instance_type in types:
             if not self.allows_type(instance_type):
                 allowed = ", ".join(self.allowed_instance_types)
@@ -86,6 +85,12 @@ class StackLimits(BaseModel):
                 )
         if count > self.max_instance_count:
             problems.append(("MaxInstanceCount", f"instance_count {count} is over {self.max_instance_count}"))
+        return problems
+
+    def _problems(
+        self, request: DeploymentRequest, types: list[str], region: str, ttl_hours: float
+    ) -> list[tuple[str, str]]:
+        problems = self.capacity_problems(types, request.instance_count, region)
         if ttl_hours > self.max_ttl_hours:
             problems.append(("MaxTtlHours", f"ttl_hours {ttl_hours:g} is over {self.max_ttl_hours:g}"))
         if request.force_plan and not self.allow_force_plan:
