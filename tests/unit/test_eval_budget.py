@@ -7,7 +7,7 @@ from typing import Any
 
 from modeldrop.contracts import clock
 from modeldrop.contracts.models import EvalThresholds
-from modeldrop.evaluation.runner import CASE_SECONDS, EvalTarget, run_eval
+from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, case_seconds, run_eval
 from modeldrop.evaluation.smoke_eval import default_eval_set
 
 
@@ -18,7 +18,7 @@ class _Unreachable:
 
 def test_cases_are_not_sent_when_less_than_one_case_is_left() -> None:
     cases = default_eval_set()
-    with clock.budget(lambda: CASE_SECONDS - 1):
+    with clock.budget(lambda: case_seconds(RetryPolicy()) - 1):
         report = run_eval(_Unreachable(), EvalTarget("ep", 4096), cases, EvalThresholds(), 512)  # type: ignore[arg-type]
     assert not report.passed
     assert [c.outcome for c in report.cases] == ["error"] * len(cases)

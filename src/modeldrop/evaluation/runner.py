@@ -82,7 +82,14 @@ class RetryPolicy:
 
     def backoff(self, attempt: int) -> float:
         # Full jitter, as the AWS SDKs do.
-        return random.uniform(0, min(self.cap_seconds, self.base_seconds * 2**attempt))
+        return random.uniform(0, self.ceiling(attempt))
+
+    def ceiling(self, attempt: int) -> float:
+        return min(self.cap_seconds, self.base_seconds * 2**attempt)
+
+    def longest_wait(self) -> float:
+        """The most this policy sleeps over one call's attempts (a retry follows attempts 1 .. n-1)."""
+        return sum(self.ceiling(attempt) for attempt in range(1, self.attempts))
 
 
 class _CallFailed(Exception):
@@ -231,9 +238,9 @@ def run_eval(
     results: list[CaseResult] = []
     for case in cases:
         time_left = clock.time_left()
-        if time_left is not None and time_left < CASE_SECONDS:
+        if time_left is not None and time_left < case_seconds(retry):
             # A case started now could outlive the Lambda: it is not sent, and says why.
-            results.append(_not_sent(case, target, time_left))
+            results.append(_not_sent(case, target, time_left, case_seconds(retry)))
             continue
         budget = budget_for(case.message_dicts(), case.max_tokens, case.reference, ceiling, target.max_model_len)
         if budget.refused or budget.max_tokens is None:
@@ -259,12 +266,18 @@ def run_eval(
     )
 
 
-# The longest one case can take: the runtime client's read timeout, its retries' backoff, and what
-# the Lambda needs after the last case (reports, the record).
-CASE_SECONDS = 70 + 16 + 30
+# What the Lambda needs after the last case: the reports and the record.
+AFTER_CASES_SECONDS = 30.0
 
 
-def _not_sent(case: EvalCase, target: EvalTarget, time_left: float) -> CaseResult:
+def case_seconds(retry: RetryPolicy) -> float:
+    """The longest one case can take: the runtime client's read timeout, RETRY's sleeps, and what
+    the Lambda needs after the last case."""
+    read_timeout = runtime_client_config().read_timeout  # type: ignore[attr-defined]  # set from kwargs at runtime
+    return float(read_timeout) + retry.longest_wait() + AFTER_CASES_SECONDS
+
+
+def _not_sent(case: EvalCase, target: EvalTarget, time_left: float, needed: float) -> CaseResult:
     return CaseResult(
         id=case.id,
         outcome="error",
@@ -272,7 +285,7 @@ def _not_sent(case: EvalCase, target: EvalTarget, time_left: float) -> CaseResul
         max_tokens_source="not sent",
         attempts=0,
         detail=f"not sent: the eval's Lambda had {time_left:.0f} s left, less than one case may take "
-        f"({CASE_SECONDS} s) on {target.endpoint_name}; a smaller eval set (or fewer adapters) fits its timeout",
+        f"({needed:.0f} s) on {target.endpoint_name}; a smaller eval set (or fewer adapters) fits its timeout",
     )
 
 
