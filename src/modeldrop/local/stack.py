@@ -30,7 +30,7 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import moto_shims
 from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.iam_enforcement import Principal, acting_as
+from modeldrop.local.iam_enforcement import ACCOUNT, Principal, acting_as
 from modeldrop.local.runtime_endpoint import LocalRuntime
 
 REGION = "us-east-1"
@@ -159,7 +159,7 @@ class EmulatedStack:
             "AWS::StackName": STACK_NAME,
             "AWS::Region": REGION,
             "AWS::Partition": "aws",
-            "AWS::AccountId": "123456789012",
+            "AWS::AccountId": ACCOUNT,
             **self.parameters,
             **self.resources,
         }

@@ -18,13 +18,13 @@ from modeldrop.aws import clients
 from modeldrop.aws.execution_role import SAGEMAKER
 from modeldrop.local import iam_enforcement, moto_shims
 from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.iam_enforcement import Principal
+from modeldrop.local.iam_enforcement import ACCOUNT, Principal
 from modeldrop.local.iam_policy import statements_of
 from modeldrop.local.runtime_endpoint import LocalRuntime
 from modeldrop.local.stack import REGION, STACK_NAME, EmulatedStack, FunctionSpec, load_template, project_root
 
 LOCAL_PARAMETERS = {
-    "SageMakerExecutionRoleArn": "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker",
+    "SageMakerExecutionRoleArn": f"arn:aws:iam::{ACCOUNT}:role/modeldrop-local-sagemaker",
     "PollIntervalSeconds": "30",
 }
 
@@ -38,7 +38,6 @@ LOCAL_ENV = {
     "POWERTOOLS_METRICS_DISABLED": "true",
     "POWERTOOLS_LOG_LEVEL": "CRITICAL",
 }
-ACCOUNT = "123456789012"
 
 
 def _number_problem(spec: dict[str, Any], value: str) -> str | None:
