@@ -235,3 +235,29 @@ def test_a_component_startup_timeout_outside_sagemakers_bounds_is_refused() -> N
     _check_startup({"ModelDataDownloadTimeoutInSeconds": 3600, "ContainerStartupHealthCheckTimeoutInSeconds": 60})
     with pytest.raises(ValidationError, match="between 60 and 3600"):
         _check_startup({"ContainerStartupHealthCheckTimeoutInSeconds": 7200})
+
+
+def test_a_checksum_that_does_not_match_the_body_is_refused_and_a_checksummed_upload_needs_its_parts(
+    stack: Any,
+) -> None:
+    """moto stores a body whatever its x-amz-checksum-crc32 says, and completes an upload created for
+    CRC-32 from parts named without theirs; S3 answers BadDigest and InvalidRequest."""
+    s3 = stack.client("s3")
+    with pytest.raises(ClientError, match="BadDigest"):
+        s3.put_object(Bucket=stack.bucket, Key="direct/c/a", Body=b"abc", ChecksumCRC32="AAAAAA==")
+    s3.put_object(Bucket=stack.bucket, Key="direct/c/a", Body=b"abc", ChecksumCRC32="NSRBwg==")
+    upload = s3.create_multipart_upload(Bucket=stack.bucket, Key="direct/c/m", ChecksumAlgorithm="CRC32")["UploadId"]
+    with pytest.raises(ClientError, match="BadDigest"):
+        s3.upload_part(
+            Bucket=stack.bucket, Key="direct/c/m", UploadId=upload, PartNumber=1, Body=b"x", ChecksumCRC32="AAAAAA=="
+        )
+    part = s3.upload_part(Bucket=stack.bucket, Key="direct/c/m", UploadId=upload, PartNumber=1, Body=b"x")
+    named = {"PartNumber": 1, "ETag": part["ETag"]}
+    with pytest.raises(ClientError, match="must include the checksum for each part"):
+        s3.complete_multipart_upload(
+            Bucket=stack.bucket, Key="direct/c/m", UploadId=upload, MultipartUpload={"Parts": [named]}
+        )
+    parts = [{**named, "ChecksumCRC32": part["ChecksumCRC32"]}]
+    s3.complete_multipart_upload(
+        Bucket=stack.bucket, Key="direct/c/m", UploadId=upload, MultipartUpload={"Parts": parts}
+    )

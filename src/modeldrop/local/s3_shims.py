@@ -6,6 +6,9 @@
   PreconditionFailed when the source's ETag differs (how a copy is pinned to the listed object).
 - ListMultipartUploads reports every upload as initiated on 2010-11-10: report when it was (the
   reaper judges an orphan upload by its age).
+- PutObject and UploadPart accept an x-amz-checksum-<crc32|sha1|sha256> header that does not match
+  the body, and CompleteMultipartUpload of an upload created for a checksum accepts parts without
+  theirs: S3 answers BadDigest, and InvalidRequest naming the part, instead.
 - moto judges GetObject/PutObject by the bucket policy while ignoring the conditions it does not
   know (a Bool on aws:SecureTransport denies every request); local.iam_enforcement evaluates bucket
   policies with their conditions instead, for every S3 call a function makes.
@@ -29,6 +32,7 @@ def install() -> None:
     _patch_s3_copy_preconditions()
     _patch_s3_upload_times()
     _patch_s3_bucket_policy()
+    _patch_s3_checksum_digests()
     _installed = True
 
 
@@ -120,3 +124,55 @@ def _patch_s3_bucket_policy() -> None:
         return PermissionResult.NEUTRAL  # judged by local.iam_enforcement, conditions included
 
     FakeBucket.get_permission = get_permission
+
+
+# The checksums verified exactly here (moto's helper falls back to CRC32 for CRC32C without its library).
+_VERIFIED = ("CRC32", "SHA1", "SHA256")
+
+
+def _patch_s3_checksum_digests() -> None:
+    from xml.dom import minidom
+
+    from moto.s3.exceptions import S3ClientError
+    from moto.s3.responses import S3Response
+    from moto.s3.utils import compute_checksum
+
+    class BadDigest(S3ClientError):
+        def __init__(self, algorithm: str) -> None:
+            super().__init__("BadDigest", f"The {algorithm} you specified did not match the calculated checksum.")
+
+    class ChecksumRequired(S3ClientError):
+        def __init__(self, algorithm: str, part: int) -> None:
+            super().__init__(
+                "InvalidRequest",
+                f"The upload was created using a {algorithm.lower()} checksum. The complete request must include "
+                f"the checksum for each part. It was missing for part {part} in the request.",
+            )
+
+    def verified(original: Any) -> Any:
+        def call(self: Any) -> Any:
+            chunked = "aws-chunked" in str(self.headers.get("content-encoding", ""))
+            for algorithm in _VERIFIED if not chunked else ():
+                given = self.headers.get(f"x-amz-checksum-{algorithm.lower()}")
+                body = self.body if isinstance(self.body, bytes) else bytes(self.body or b"")
+                if given and compute_checksum(body, algorithm).decode() != given:
+                    raise BadDigest(algorithm)
+            return original(self)
+
+        return call
+
+    original_body = S3Response._complete_multipart_body
+
+    def complete_body(self: Any, body: bytes) -> Any:
+        upload = self.backend.get_bucket(self.bucket_name).multiparts.get(self._get_param("uploadId"))
+        algorithm = str((upload.metadata.get("x-amz-checksum-algorithm") if upload else None) or "").upper()
+        if algorithm:
+            for part in minidom.parseString(body).getElementsByTagName("Part"):
+                number = int(part.getElementsByTagName("PartNumber")[0].firstChild.wholeText)  # type: ignore[union-attr]
+                if not part.getElementsByTagName(f"Checksum{algorithm}"):
+                    raise ChecksumRequired(algorithm, number)
+        return original_body(self, body)
+
+    S3Response.put_object = verified(S3Response.put_object)
+    S3Response.upload_part = verified(S3Response.upload_part)
+    S3Response._complete_multipart_body = complete_body
