@@ -504,3 +504,15 @@ def test_deploy_of_a_local_directory_points_to_upload(tmp_path: Path) -> None:
     assert done.returncode == 2 and "Traceback" not in done.stderr
     answer = json.loads(done.stdout)
     assert answer["error"] == "RequestInvalid" and f"modeldrop upload {tmp_path} s3://" in answer["hint"]
+
+
+def test_local_down_signals_only_the_local_stack_a_state_file_names(tmp_path: Path) -> None:
+    """A state file naming some other process of ours (here: this test) is stale, never obeyed."""
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"pid": os.getpid()}))
+    env = {"MODELDROP_LOCAL_STATE": str(state)}
+    done = _run("local", "down", "--json", env=env)
+    assert json.loads(done.stdout) == {"stopped": False} and not state.exists()
+    state.write_text("not json")
+    done = _run("local", "down", "--json", env=env)
+    assert done.returncode == 2 and "not a local stack's state" in json.loads(done.stdout)["message"]

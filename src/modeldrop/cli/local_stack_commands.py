@@ -29,13 +29,29 @@ def _running() -> dict[str, Any] | None:
     path = state_path()
     if not path.is_file():
         return None
-    state: dict[str, Any] = json.loads(path.read_text())
+    if path.stat().st_uid != os.getuid():
+        fail(
+            f"{path} belongs to another user: not a local stack of yours",
+            "set MODELDROP_LOCAL_STATE to a path of yours",
+        )
     try:
-        os.kill(int(state["pid"]), 0)
-    except (ProcessLookupError, PermissionError):
-        path.unlink(missing_ok=True)  # its process is gone: the file is stale
+        state: dict[str, Any] = json.loads(path.read_text())
+        pid = int(state["pid"])
+    except (ValueError, KeyError, TypeError):
+        fail(f"{path} is not a local stack's state", "remove it, then modeldrop local up")
+    if not _is_daemon(pid):
+        path.unlink(missing_ok=True)  # its process is gone (or the pid is another's now): the file is stale
         return None
     return state
+
+
+def _is_daemon(pid: int) -> bool:
+    """PID is alive and runs the local stack (a signal never goes to a pid the file merely names)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return b"modeldrop.local.daemon" in fh.read() and _alive(pid)
+    except OSError:
+        return False
 
 
 def _print_env(state: dict[str, Any], as_json: bool) -> None:
