@@ -125,3 +125,26 @@ def test_a_reaper_that_never_ran_and_a_missing_stack_fail(account: Any) -> None:
 def test_doctor_help_exists() -> None:
     result = CliRunner().invoke(app, ["doctor", "--help"])
     assert result.exit_code == 0 and "sagemaker.amazonaws.com" in result.output and "quota" in result.output
+
+
+def test_the_emulator_simulates_the_roles_policies_for_the_bucket_check(account: Any) -> None:
+    """moto has no SimulatePrincipalPolicy (doctor could only warn); the emulator judges the role's
+    policies with its own evaluator, so a role that cannot list the bucket fails the check."""
+    from modeldrop.operate.doctor import check_role_reads_bucket
+
+    iam = account("iam")
+    arn = iam.create_role(RoleName="half-reader", AssumeRolePolicyDocument=_trust("sagemaker.amazonaws.com"))["Role"][
+        "Arn"
+    ]
+    objects = {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{BUCKET}/*"}
+    iam.put_role_policy(
+        RoleName="half-reader",
+        PolicyName="p",
+        PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [objects]}),
+    )
+    half = check_role_reads_bucket(iam, arn, BUCKET)
+    assert half.status == "fail" and "s3:ListBucket" in half.detail and "s3:GetObject" not in half.detail
+    listing = {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{BUCKET}"}
+    policy = {"Version": "2012-10-17", "Statement": [objects, listing]}
+    iam.put_role_policy(RoleName="half-reader", PolicyName="p", PolicyDocument=json.dumps(policy))
+    assert check_role_reads_bucket(iam, arn, BUCKET).status == "ok"

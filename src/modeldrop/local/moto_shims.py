@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
-from modeldrop.local import file_backed_s3, s3_shims, sagemaker_components, stepfunctions_shims
+from modeldrop.local import file_backed_s3, iam_simulator, s3_shims, sagemaker_components, stepfunctions_shims
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -138,6 +138,7 @@ def install() -> None:
         _patch_events()
         _patch_service_quotas()
         stepfunctions_shims.install()
+        iam_simulator.install()
         s3_shims.install()
         sagemaker_components.install()
         clock.use_virtual_sleep()

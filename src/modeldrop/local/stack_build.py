@@ -85,6 +85,28 @@ def trust_policy(service: str) -> dict[str, Any]:
     }
 
 
+def sagemaker_role_policy(bucket: str) -> dict[str, Any]:
+    """What the deploy guide asks of SageMakerExecutionRoleArn: read the artifact bucket, pull the
+    image, write the endpoint's logs."""
+    return {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"},
+            {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": f"arn:aws:s3:::{bucket}"},
+            {
+                "Effect": "Allow",
+                "Action": ["ecr:GetAuthorizationToken", "ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer"],
+                "Resource": "*",
+            },
+            {
+                "Effect": "Allow",
+                "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:CreateLogGroup"],
+                "Resource": "*",
+            },
+        ],
+    }
+
+
 def _storage(stack: EmulatedStack, resources: dict[str, Any]) -> str:
     """The artifact bucket, the deployments table, the event bus and the queues; returns the bucket."""
     s3 = boto3.client("s3", region_name=REGION)
@@ -213,6 +235,11 @@ def build_stack(
         RoleName=f"{STACK_NAME}-fn", AssumeRolePolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": []})
     )["Role"]["Arn"]
     iam.create_role(RoleName="modeldrop-local-sagemaker", AssumeRolePolicyDocument=json.dumps(trust_policy(SAGEMAKER)))
+    iam.put_role_policy(
+        RoleName="modeldrop-local-sagemaker",
+        PolicyName="serve",
+        PolicyDocument=json.dumps(sagemaker_role_policy(bucket)),
+    )
     function_ids = _functions(stack, template, role)
     _state_machine(stack, template["Resources"], role)
     _wire(stack, template, function_ids)

@@ -12,7 +12,6 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
-from botocore.parsers import ResponseParserError
 from pydantic import BaseModel
 
 from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
@@ -94,8 +93,7 @@ def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -
             ActionNames=["s3:GetObject", "s3:ListBucket"],
             ResourceArns=[f"arn:aws:s3:::{bucket}/*", f"arn:aws:s3:::{bucket}"],
         )["EvaluationResults"]
-    except (ClientError, BotoCoreError, ResponseParserError, NotImplementedError) as exc:
-        # ResponseParserError: an endpoint that does not implement the simulator (moto's server).
+    except (ClientError, BotoCoreError, NotImplementedError) as exc:
         return Check(
             name="role reads the artifact bucket",
             status="warn",
