@@ -25,34 +25,37 @@ if TYPE_CHECKING:
 def copy_batch(
     s3: S3Client, registry: Registry, deployment_id: str, owner: str, artifact: Artifact, items: list[CopyItem]
 ) -> CopyBatchResult:
-    """Copy ITEMS (one Map iteration's batch) of the prefix ARTIFACT, one after the other."""
-    return CopyBatchResult(results=[copy_shard(s3, registry, deployment_id, owner, artifact, item) for item in items])
-
-
-def copy_shard(
-    s3: S3Client, registry: Registry, deployment_id: str, owner: str, artifact: Artifact, item: CopyItem
-) -> CopyResult:
-    """Copy ITEM of the prefix ARTIFACT as it was listed at registration (a changed object is refused)."""
+    """Copy ITEMS (one Map iteration's batch) of the prefix ARTIFACT as it was listed at registration,
+    one after the other: the deployment must still be live before each (a stopped execution's
+    iteration stops there) and after the last (ended while it copied: the copy goes again)."""
     registry.live(deployment_id, owner)
     target = served_location(artifact, deployment_id)
+    results = []
     with released_if_ended(registry, deployment_id, lambda: delete_served(s3, target.bucket, deployment_id)):
-        try:
-            parts = copy_pinned(
-                s3, artifact.bucket, artifact.key + item.key, item.etag, served_key(target, item.key), item.size
-            )
-        except ClientError as exc:
-            code = exc.response.get("Error", {}).get("Code")
-            if code in ("PreconditionFailed", "412"):
-                raise CheckpointUnreadable(
-                    f"{artifact}{item.key} changed while it was being deployed",
-                    "upload the prefix completely, then start again",
-                ) from None
-            if code in ("NoSuchKey", "404"):
-                raise CheckpointUnreadable(
-                    f"{artifact}{item.key} was deleted while it was being deployed",
-                    "upload the prefix completely, then start again",
-                ) from None
-            raise
-        # Ended while it copied (a stopped execution's Map iteration runs on): the copy goes again.
+        for number, item in enumerate(items):
+            if number:
+                registry.live(deployment_id, owner)
+            results.append(CopyResult(key=item.key, parts=_copy_one(s3, artifact, target, item)))
         registry.live(deployment_id, owner)
-    return CopyResult(key=item.key, parts=parts)
+    return CopyBatchResult(results=results)
+
+
+def _copy_one(s3: S3Client, artifact: Artifact, target: Artifact, item: CopyItem) -> int:
+    """ITEM copied server-side, pinned by its listed ETag (a changed or deleted object is refused)."""
+    try:
+        return copy_pinned(
+            s3, artifact.bucket, artifact.key + item.key, item.etag, served_key(target, item.key), item.size
+        )
+    except ClientError as exc:
+        code = exc.response.get("Error", {}).get("Code")
+        if code in ("PreconditionFailed", "412"):
+            raise CheckpointUnreadable(
+                f"{artifact}{item.key} changed while it was being deployed",
+                "upload the prefix completely, then start again",
+            ) from None
+        if code in ("NoSuchKey", "404"):
+            raise CheckpointUnreadable(
+                f"{artifact}{item.key} was deleted while it was being deployed",
+                "upload the prefix completely, then start again",
+            ) from None
+        raise
