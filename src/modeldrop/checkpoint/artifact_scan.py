@@ -18,10 +18,9 @@ from botocore.exceptions import ClientError
 from modeldrop.checkpoint.archive_rules import archive_refused, check_prefix_keys
 from modeldrop.checkpoint.safetensors_header import read_header_length
 from modeldrop.checkpoint.scan_result import (
-    READ_FILES,
     ArtifactScan,
     add_header,
-    check_read_size,
+    is_read,
     scan_member,
 )
 from modeldrop.checkpoint.tar_scan import extract_archive, scan_archive_file, scan_tar_stream
@@ -127,8 +126,7 @@ def scan_s3_prefix(s3: S3Client, uri: S3Uri, skip: str | None = None) -> Artifac
                 return raw
 
             add_header(scan, rel, size, header)
-        elif rel in READ_FILES:
-            check_read_size(rel, size)
+        elif is_read(rel, size):
             scan.requests += 1
             scan.small_files[rel] = s3.get_object(Bucket=uri.bucket, Key=key)["Body"].read()
     if not scan.files:

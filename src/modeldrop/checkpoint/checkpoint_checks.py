@@ -17,6 +17,7 @@ from modeldrop.checkpoint.architecture_rules import (
     rule_for,
 )
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings
+from modeldrop.checkpoint.chat_contract import ChatContract, chat_contract
 from modeldrop.checkpoint.layout_rules import Layout, index_mismatches
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible
@@ -65,6 +66,7 @@ class _Checkpoint:
     layout: Layout
     tokenizer_config: dict[str, Any] | None
     findings: list[Finding] = field(default_factory=list)
+    chat: ChatContract | None = None  # set by _chat_contract when the checkpoint has a tokenizer
 
     def text_field(self, key: str) -> Any:
         return _text_field(self.config, key)
@@ -212,6 +214,13 @@ def _weights_against_config(c: _Checkpoint) -> Iterable[Finding]:
     return weight_findings(c.config, shapes, skip)
 
 
+def _chat_contract(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.has_tokenizer or ("tokenizer_config.json" in c.scan.small_files and c.tokenizer_config is None):
+        return []  # TOKENIZER_MISSING, or a tokenizer_config.json refused by its own finding
+    c.chat, findings = chat_contract(c.config, c.tokenizer_config, c.scan.small_files)
+    return findings
+
+
 # What a deployable checkpoint has beside its weights: (present?, code, severity, message, hint).
 PRESENCE: tuple[tuple[Callable[[_Checkpoint], bool], str, str, str, str], ...] = (
     (
@@ -285,6 +294,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _kv_shared_tensors,
     _weights_against_config,
     _companions,
+    _chat_contract,
     _remote_code,
     _base,
 )

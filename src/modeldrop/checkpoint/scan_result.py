@@ -17,9 +17,31 @@ from modeldrop.checkpoint.safetensors_header import HeaderError, SafetensorsHead
 from modeldrop.contracts.errors import CheckpointUnreadable
 from modeldrop.contracts.text import printable
 
-# The only files validation reads, at the artifact's root.
-READ_FILES = frozenset(("config.json", "model.safetensors.index.json", "tokenizer_config.json", "adapter_config.json"))
+# The only files validation reads, at the artifact's root (the chat contract's among them).
+READ_FILES = frozenset(
+    (
+        "config.json",
+        "model.safetensors.index.json",
+        "tokenizer_config.json",
+        "adapter_config.json",
+        "generation_config.json",
+        "chat_template.jinja",
+        "chat_template.json",
+        "special_tokens_map.json",
+    )
+)
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024
+# Read when at most this size (Gemma's tokenizer.json is 33 MB): the chat contract looks tokens up
+# in them; a larger one is left unread and the vocabulary is not judged.
+OPTIONAL_READS = {"tokenizer.json": 64 * 1024 * 1024, "tokenizer.model": MAX_READ_FILE_BYTES}
+
+
+def is_read(rel: str, size: int) -> bool:
+    """Whether validation reads REL whole (a required read past its size is refused)."""
+    if rel in READ_FILES:
+        check_read_size(rel, size)
+        return True
+    return size <= OPTIONAL_READS.get(rel, -1)
 
 
 @dataclass
@@ -70,8 +92,7 @@ def scan_member(scan: ArtifactScan, rel: str, size: int, stream: Readable) -> No
             return raw
 
         add_header(scan, rel, size, header)
-    elif rel in READ_FILES:
-        check_read_size(rel, size)
+    elif is_read(rel, size):
         data = read_exact(stream, size)
         if len(data) != size:
             raise CheckpointUnreadable(f"{rel}: file is truncated ({len(data)} of {size} bytes)")

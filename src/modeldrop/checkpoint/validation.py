@@ -100,6 +100,7 @@ def validate_scan(
         # Names in messages come from the artifact: escaped here, once, for every reader of the report.
         findings=[f.model_copy(update={"message": printable(f.message)}) for f in c.findings],
         base=c.comparison,
+        chat_contract=c.chat,
         requests=scan.requests + (base.requests if base is not None else 0),
     )
 

@@ -6,6 +6,7 @@ from pydantic import BaseModel, Field
 
 from modeldrop.checkpoint.adapter_rules import AdapterSummary
 from modeldrop.checkpoint.base_compare import BaseComparison
+from modeldrop.checkpoint.chat_contract import ChatContract
 from modeldrop.contracts.models import Finding, ValidationSummary
 
 
@@ -51,6 +52,8 @@ class ValidationReport(BaseModel):
     modalities: list[str] = Field(default_factory=list)
     # A LoRA adapter's own facts (its config, ranks, size), judged against the base named.
     adapter: AdapterSummary | None = None
+    # What the model's chat behaviour rests on (EOS ids, template, end-of-turn token), when it has a tokenizer.
+    chat_contract: ChatContract | None = None
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
         """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""

@@ -93,6 +93,18 @@ def tiny_gemma4_tensors(
     return tensors
 
 
+SAMPLE_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+SAMPLE_TOKENIZER = {
+    "version": "1.0",
+    "added_tokens": [{"id": i, "content": t, "special": True} for i, t in enumerate(SAMPLE_SPECIALS)],
+    "model": {
+        "type": "WordLevel",
+        "vocab": {t: i for i, t in enumerate([*SAMPLE_SPECIALS, *(f"w{n}" for n in range(250))])},
+        "unk_token": "<unk>",
+    },
+}
+
+
 def write_checkpoint(
     directory: Path,
     *,
@@ -116,9 +128,10 @@ def write_checkpoint(
         json.dumps({"metadata": {"total_size": 0}, "weight_map": weight_map}, indent=2)
     )
     (directory / "config.json").write_text(json.dumps(config, indent=2))
-    (directory / "generation_config.json").write_text(json.dumps({"do_sample": False}))
-    (directory / "tokenizer.json").write_text(json.dumps({"version": "1.0", "model": {"type": "BPE", "vocab": {}}}))
-    tok_cfg: dict[str, Any] = {"model_max_length": 4096}
+    # A chat contract that holds: the tokenizer's <eos> and the template's <end_of_turn> are both stop ids.
+    (directory / "generation_config.json").write_text(json.dumps({"do_sample": False, "eos_token_id": [1, 5]}))
+    (directory / "tokenizer.json").write_text(json.dumps(SAMPLE_TOKENIZER))
+    tok_cfg: dict[str, Any] = {"model_max_length": 4096, "bos_token": "<bos>", "eos_token": "<eos>"}
     (directory / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
     if chat_template:
         (directory / "chat_template.jinja").write_text(
