@@ -136,7 +136,7 @@ def test_lambda_layer_requirements_match_the_package_and_exclude_cli_dependencie
     lines = (ROOT / "src" / "requirements.txt").read_text().splitlines()
     layer = {line.strip() for line in lines if line.strip() and not line.startswith("#")}
     names = {line.split(">")[0].split("=")[0].split("[")[0].strip() for line in layer}
-    assert names == {"pydantic", "aws-lambda-powertools", "isal", "msgspec"}
+    assert names == {"pydantic", "aws-lambda-powertools", "isal", "msgspec", "jinja2"}
     # What the dev venv runs in-process is what the layer ships (boto3 is the runtime's own).
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert set(project["dependencies"]) - {d for d in project["dependencies"] if d.startswith("boto3")} == layer
@@ -273,6 +273,19 @@ def test_the_inference_ami_table_is_botocores() -> None:
 
     assert gen_host_table.committed_amis() == gen_host_table.amis()
     assert "al2023-ami-sagemaker-inference-gpu-4-1" in gen_host_table.amis()
+
+
+def test_the_instance_tables_gpu_facts_are_ec2s() -> None:
+    """GPU name, count and memory, vCPUs and RAM per type are DescribeInstanceTypes' answer (moto serves
+    AWS's recorded one), and every GPU has an architecture the image checks can judge."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import gen_instance_table
+
+    document = gen_instance_table.committed()
+    facts = gen_instance_table.ec2_facts(list(document["instances"]))
+    assert gen_instance_table.differences(document, facts) == []
+    arch = json.loads((ROOT / "src/modeldrop/serving/data/host_drivers.json").read_text())["gpu_arch"]
+    assert {spec["gpu"] for spec in facts.values()} <= set(arch)
 
 
 def _finding_codes() -> set[str]:

@@ -17,4 +17,4 @@ def test_g7e_is_in_the_catalog_on_the_only_ami_whose_driver_runs_blackwell() -> 
 
     chosen = choose_host("763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.26.0-gpu-py312-cu130-x", "ml.g7e.2xlarge")
     assert chosen.inference_ami_version == "al2023-ami-sagemaker-inference-gpu-4-1"
-    assert gpu_arch("RTX PRO 6000") == "sm_120" and hourly_price("ml.g7e.2xlarge", "us-east-1") is None
+    assert gpu_arch("RTX PRO Server 6000") == "sm_120" and hourly_price("ml.g7e.2xlarge", "us-east-1") is None
