@@ -184,3 +184,28 @@ def test_eval_command_against_an_endpoint(endpoint: Any, tmp_path: Path, monkeyp
     assert missing.exit_code == 2 and "does not exist" in missing.output and "Traceback" not in missing.output
     bad = runner.invoke(app, ["eval", name, "--eval-set", str(tmp_path / "nope.jsonl")])
     assert bad.exit_code == 2 and "no such file" in bad.output
+
+
+def test_compare_promotes_a_twin_and_blocks_a_candidate_that_truncates(
+    endpoint: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from modeldrop.cli import app
+
+    champion, runtime = endpoint()
+    twin, _ = endpoint()
+    cut, _ = endpoint(fault="truncate")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", runtime.meta.endpoint_url)
+    runner = CliRunner()
+    # Latency on a loaded test machine is noise here: the gate's latency rules have their unit tests.
+    slack = ["--latency-slack", "60"]
+    ok = runner.invoke(app, ["compare", champion, twin, "--json", "--region", "us-east-1", *slack])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["promote"] is True
+    blocked = runner.invoke(app, ["compare", champion, cut, "--json", "--region", "us-east-1", *slack])
+    assert blocked.exit_code == 1, blocked.output
+    gate = json.loads(blocked.output)
+    assert not gate["promote"] and gate["by_kind"]["truncated"] == len(gate["cases"]) > 0
+    text = runner.invoke(app, ["compare", champion, cut, "--region", "us-east-1", *slack])
+    assert text.exit_code == 1 and "PromotionBlocked" in text.output and "Traceback" not in text.output
+    same = runner.invoke(app, ["compare", champion, champion, "--region", "us-east-1"])
+    assert same.exit_code == 2 and "same endpoint" in same.output

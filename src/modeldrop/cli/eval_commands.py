@@ -94,3 +94,69 @@ def eval_cmd(
         verdict = "[bold green]PASSED[/]" if report.passed else "[bold red]FAILED[/]"
         console.print(f"{verdict} {report.summary}")
     raise typer.Exit(0 if report.passed else 1)
+
+
+@app.command("compare")
+def compare_cmd(
+    champion: Annotated[str, typer.Argument(help="the endpoint serving now")],
+    candidate: Annotated[str, typer.Argument(help="the endpoint of the version that would replace it")],
+    eval_set: Annotated[
+        str | None, typer.Option(help="JSONL eval set: a local file or s3:// URI (default: the built-in set)")
+    ] = None,
+    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="invoke with response streaming")] = True,
+    schema: Annotated[str, typer.Option(help="chat (OpenAI) | lmi (inputs/parameters)")] = "chat",
+    max_regressed_cases: Annotated[int, typer.Option(min=0, help="cases that may regress")] = 0,
+    max_length_ratio: Annotated[float, typer.Option(min=1, help="answer length factor either way")] = 3.0,
+    max_ttft_ratio: Annotated[float, typer.Option(min=1, help="time-to-first-token factor")] = 2.0,
+    min_tokens_per_s_ratio: Annotated[float, typer.Option(min=0.01, max=1, help="generation rate fraction")] = 0.5,
+    latency_slack: Annotated[float, typer.Option(min=0, help="seconds of latency difference that are noise")] = 0.25,
+    region: Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")] = None,
+    profile: Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the gate report as JSON")] = False,
+) -> None:
+    """Champion/challenger: run the eval set against both endpoints and compare case by case
+    (outcome, truncation, empty or refused answers, JSON validity, length, TTFT, tokens/s).
+    Exit 0 promotable, 1 PromotionBlocked, 2 bad input."""
+    json_mode(as_json)
+    from modeldrop.contracts.models import EvalThresholds
+    from modeldrop.evaluation.gate import GateThresholds, compare
+    from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config
+    from modeldrop.evaluation.smoke_eval import load_eval_set
+
+    if schema not in ("chat", "lmi"):
+        fail(f"unknown --schema {schema!r}; choose chat or lmi")
+    if champion == candidate:
+        fail("the champion and the candidate are the same endpoint")
+    thresholds = GateThresholds(
+        max_regressed_cases=max_regressed_cases,
+        max_length_ratio=max_length_ratio,
+        max_ttft_ratio=max_ttft_ratio,
+        min_tokens_per_s_ratio=min_tokens_per_s_ratio,
+        latency_slack_s=latency_slack,
+    )
+    with aws_errors():
+        session = session_for(region, profile)
+        cases = load_eval_set(eval_set, session.client("s3") if eval_set else None)
+        sm = session.client("sagemaker")
+        runtime = session.client("sagemaker-runtime", config=runtime_client_config())
+        # Cases that may fail on both are still compared: the gate is about change, not the smoke verdict.
+        lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
+        reports = [
+            evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema)  # type: ignore[arg-type]
+            for name in (champion, candidate)
+        ]
+    gate = compare(reports[0], reports[1], thresholds)
+    if as_json:
+        print(gate.model_dump_json(indent=2))
+    else:
+        table = Table(title=f"{candidate} against {champion}")
+        for col in ("case", "champion", "candidate", "chars", "TTFT s", "regressions"):
+            table.add_column(col)
+        for d in gate.cases:
+            cells = [d.id, d.champion, d.candidate, f"{_num(d.answer_chars[0])} -> {_num(d.answer_chars[1])}"]
+            cells += [f"{_num(d.ttft_s[0])} -> {_num(d.ttft_s[1])}", "; ".join(d.regressions) or "-"]
+            table.add_row(*cells)
+        console.print(table)
+        verdict = "[bold green]PROMOTABLE[/]" if gate.promote else "[bold red]PromotionBlocked[/]"
+        console.print(f"{verdict} {gate.summary}")
+    raise typer.Exit(0 if gate.promote else 1)

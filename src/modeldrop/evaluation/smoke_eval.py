@@ -78,6 +78,9 @@ class CaseResult(BaseModel):
     detail: str = ""
     recommended_max_tokens: int | None = None
     answer_preview: str = ""
+    # Of the whole answer (the preview is cut): what a champion/challenger gate compares.
+    answer_chars: int | None = None
+    answer_is_json: bool | None = None
 
 
 class Timing(BaseModel):
@@ -162,6 +165,14 @@ def recommended_max_tokens(used: int) -> int:
     return int(math.ceil(2 * max(used, 1) / 64) * 64)
 
 
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
 def judge(case: EvalCase, max_tokens: int, source: str, completion: Completion, timing: Timing) -> CaseResult:
     """Verdict on a completed answer (the call itself succeeded)."""
     tokens = completion.completion_tokens
@@ -180,6 +191,8 @@ def judge(case: EvalCase, max_tokens: int, source: str, completion: Completion, 
         tokens_per_s=rate,
         attempts=timing.attempts,
         answer_preview=completion.text[:200],
+        answer_chars=len(completion.text),
+        answer_is_json=_is_json(completion.text),
     )
     if completion.finish_reason == "length":
         used = tokens or max_tokens
