@@ -200,6 +200,21 @@ def test_validate_refuses_a_broken_contract_with_the_finding_and_its_fix(tmp_pat
     assert result.exit_code == 1 and "CHAT_EOS_MISMATCH" in result.stdout and "add 1 to eos_token_id" in result.stdout
 
 
+def test_validate_against_the_serving_version_names_the_drift(tmp_path: Path) -> None:
+    serving = write_checkpoint(tmp_path / "serving")
+    candidate = write_checkpoint(tmp_path / "candidate")
+    same = CliRunner().invoke(app, ["validate", str(candidate), "--serving", str(serving), "--json"])
+    assert same.exit_code == 0 and "CHAT_CONTRACT_DRIFT" not in same.stdout
+    (candidate / "chat_template.jinja").write_text(
+        CHATML.replace("<|im_start|>", "<start_of_turn>").replace("<|im_end|>", "<end_of_turn>")
+    )
+    (candidate / "generation_config.json").write_text(json.dumps({"eos_token_id": [1]}))
+    changed = CliRunner().invoke(app, ["validate", str(candidate), "--serving", str(serving), "--json"])
+    drift = [f for f in json.loads(changed.stdout)["findings"] if f["code"] == "CHAT_CONTRACT_DRIFT"]
+    assert changed.exit_code == 0 and len(drift) == 1 and drift[0]["severity"] == "warning"
+    assert "chat template:" in drift[0]["message"] and "eos_token_id (stop ids): [1, 5] -> [1]" in drift[0]["message"]
+
+
 VLLM_PYTHON = os.environ.get("MODELDROP_VLLM_PYTHON")
 REFERENCE = """
 import json, sys

@@ -263,3 +263,19 @@ def drift(serving: ChatContract, candidate: ChatContract) -> list[str]:
             shown = (old, new) if "sha256" not in key else (str(old)[:12], str(new)[:12])
             changes.append(f"{label}: {shown[0]} -> {shown[1]}")
     return changes
+
+
+def drift_finding(serving: ChatContract | None, candidate: ChatContract | None) -> Finding | None:
+    """A warning naming what changed in the chat contract since the serving version, or None."""
+    if serving is None or candidate is None:
+        return None
+    changes = drift(serving, candidate)
+    if not changes:
+        return None
+    return _finding(
+        "CHAT_CONTRACT_DRIFT",
+        "warning",
+        "the chat contract changed since the serving version: " + "; ".join(changes),
+        "expected if the fine-tune changed its template or tokenizer; otherwise save the tokenizer and "
+        "generation config the serving version was trained with",
+    )

@@ -34,6 +34,13 @@ from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
 
+def _contract_line(contract: Any) -> str | None:
+    if contract is None:
+        return None
+    eos = f"eos {contract.tokenizer_eos} ({contract.tokenizer_eos_id})" if contract.tokenizer_eos else "no eos"
+    return f"{eos}, stops on {contract.stop_ids or '-'}, end of turn {contract.end_of_turn or '-'}"
+
+
 @app.command("validate")
 def validate_cmd(
     source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
@@ -44,16 +51,24 @@ def validate_cmd(
         str | None, typer.Option(help="judge for this serving image's engine and version (default: the stack's)")
     ] = None,
     engine: Annotated[str | None, typer.Option(help="judge for this engine's default image: vllm, sglang, lmi")] = None,
+    serving: Annotated[
+        str | None,
+        typer.Option(help="the version serving now: report what changed in its chat contract (template, EOS)"),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
+    from modeldrop.checkpoint.chat_contract import drift_finding
     from modeldrop.checkpoint.validation import validate_source
 
     target = judging_target(image, engine)
     try:
         with aws_errors(domain_errors=False), byte_progress("validating"):
             report = validate_source(source, base, target=target)
+            if serving is not None:
+                drift = drift_finding(validate_source(serving).chat_contract, report.chat_contract)
+                report.findings += [drift] if drift else []
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     codes = {f.code for f in report.findings}
@@ -79,6 +94,7 @@ def validate_cmd(
             ("weights", f"{report.weights_gib:.3f} GiB"),
             ("dtypes", ", ".join(report.dtypes)),
             ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
+            ("chat contract", _contract_line(report.chat_contract)),
             ("judged for", report.judged_for),
         ):
             table.add_row(label, escape(printable("-" if value is None else str(value))))
