@@ -125,8 +125,6 @@ def compare_cmd(
 
     if schema not in ("chat", "lmi"):
         fail(f"unknown --schema {schema!r}; choose chat or lmi")
-    if champion == candidate:
-        fail("the champion and the candidate are the same endpoint")
     thresholds = GateThresholds(
         max_regressed_cases=max_regressed_cases,
         max_length_ratio=max_length_ratio,
