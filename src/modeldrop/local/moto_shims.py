@@ -35,7 +35,14 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
-from modeldrop.local import file_backed_s3, iam_simulator, s3_shims, sagemaker_components, stepfunctions_shims
+from modeldrop.local import (
+    endpoint_updates,
+    file_backed_s3,
+    iam_simulator,
+    s3_shims,
+    sagemaker_components,
+    stepfunctions_shims,
+)
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -141,6 +148,7 @@ def install() -> None:
         iam_simulator.install()
         s3_shims.install()
         sagemaker_components.install()
+        endpoint_updates.install(lambda: _hosting)
         clock.use_virtual_sleep()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
@@ -279,9 +287,7 @@ def _patch_sagemaker() -> None:
             return original_describe(self, endpoint_name)
         endpoint = self.endpoints.get(endpoint_name)
         if endpoint is not None and _hosting is not None:
-            status, reason = _hosting.status(endpoint_name)
-            endpoint.endpoint_status = status
-            endpoint.failure_reason = reason
+            endpoint_updates.refresh(_hosting, self, endpoint)
         return original_describe(self, endpoint_name)
 
     def delete_endpoint(self: Any, endpoint_name: str) -> None:
@@ -298,6 +304,7 @@ def _patch_sagemaker() -> None:
             deleting[endpoint_name] = 0
             endpoint.endpoint_status = "Deleting"
             endpoint.failure_reason = None
+            endpoint_updates.forget(_hosting, endpoint_name)
             _hosting.on_delete(endpoint_name)
 
     def list_endpoints(self: Any, *a: Any, **kw: Any) -> Any:

@@ -1,0 +1,238 @@
+"""UpdateEndpoint in the emulator (moto 5.2.5 has none), blue/green as SageMaker's deployment
+guardrails run it, and as strict as the API reference.
+
+- The endpoint must exist and be InService ("Cannot update in-progress endpoint"), the new config
+  must exist, an endpoint for inference components takes no blue/green policy, and DeploymentConfig
+  is held to its shape: one of BlueGreenUpdatePolicy / RollingUpdatePolicy; a traffic routing Type of
+  ALL_AT_ONCE, CANARY (with CanarySize) or LINEAR (with LinearStepSize); WaitIntervalInSeconds and
+  TerminationWaitInSeconds in [0, 3600]; MaximumExecutionTimeoutInSeconds in [600, 14400]; 1 to 10
+  AutoRollbackConfiguration alarms.
+- Updating: the new config's fleet (green) starts beside the serving one (blue, which keeps
+  answering). Once green is InService the traffic shifts and the bake runs (the wait interval and
+  the termination wait, virtual time); an alarm of AutoRollbackConfiguration in ALARM during it
+  rolls back (RollingBack, then InService on the old config). Past the bake blue stops and the
+  endpoint names the new config.
+- Faults: `alarm-during-bake` sets the first rollback alarm to ALARM once the bake starts;
+  `silent-rollback` ends the update InService on the old config with no reason given (what
+  terraform-provider-aws#48997 reports), so only reading the config back tells.
+"""
+
+# Monkeypatching moto is this module's purpose.
+# mypy: disable-error-code="method-assign,attr-defined"
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from modeldrop.contracts import clock
+from modeldrop.local.hosted import HostedEndpoint
+
+GREEN = "@green"
+# The bake also ends after this many DescribeEndpoint calls during it: a caller in another process
+# (the CLI against `modeldrop local up`) waits in real time, which the emulator's clock does not see.
+BAKE_POLLS = 3
+
+
+@dataclass
+class PendingUpdate:
+    config: str
+    alarms: list[str]
+    bake_seconds: int
+    fault: str
+    green: HostedEndpoint
+    bake_started: datetime | None = None
+    rolling_back: bool = False
+    polls_in_bake: int = 0
+
+
+def _problem(config: dict[str, Any]) -> str | None:
+    blue_green, rolling = config.get("BlueGreenUpdatePolicy"), config.get("RollingUpdatePolicy")
+    if blue_green and rolling:
+        return "DeploymentConfig takes one of BlueGreenUpdatePolicy and RollingUpdatePolicy, not both."
+    if blue_green:
+        routing = blue_green.get("TrafficRoutingConfiguration") or {}
+        kind = routing.get("Type")
+        if kind not in ("ALL_AT_ONCE", "CANARY", "LINEAR"):
+            return f"TrafficRoutingConfiguration.Type {kind!r} is not one of ALL_AT_ONCE, CANARY, LINEAR."
+        needed = {"CANARY": "CanarySize", "LINEAR": "LinearStepSize"}.get(kind)
+        if needed and not routing.get(needed):
+            return f"TrafficRoutingConfiguration of type {kind} needs {needed}."
+        for size in (routing.get("CanarySize"), routing.get("LinearStepSize")):
+            if size and (size.get("Type") not in ("INSTANCE_COUNT", "CAPACITY_PERCENT") or int(size["Value"]) < 1):
+                return "A CapacitySize needs Type INSTANCE_COUNT or CAPACITY_PERCENT and a Value of at least 1."
+        for key, low, high in (
+            ("WaitIntervalInSeconds", 0, 3600),
+            ("TerminationWaitInSeconds", 0, 3600),
+            ("MaximumExecutionTimeoutInSeconds", 600, 14400),
+        ):
+            source = routing if key == "WaitIntervalInSeconds" else blue_green
+            if key in source and not low <= int(source[key]) <= high:
+                return f"{key} must be between {low} and {high}."
+    alarms = (config.get("AutoRollbackConfiguration") or {}).get("Alarms")
+    if alarms is not None and not 1 <= len(alarms) <= 10:
+        return "AutoRollbackConfiguration.Alarms takes 1 to 10 alarms."
+    return None
+
+
+def _alarm_backend(backend: Any) -> Any:
+    from moto.cloudwatch.models import cloudwatch_backends
+
+    return cloudwatch_backends[backend.account_id][backend.region_name]
+
+
+def _in_alarm(backend: Any, names: list[str]) -> list[str]:
+    alarms = _alarm_backend(backend).alarms
+    return [n for n in names if n in alarms and alarms[n].state_value == "ALARM"]
+
+
+def _set_alarm(backend: Any, name: str, state: str, reason: str) -> None:
+    cloudwatch = _alarm_backend(backend)
+    if name in cloudwatch.alarms:
+        cloudwatch.set_alarm_state(name, reason, None, state)
+
+
+def pending(hosting: Any, name: str) -> bool:
+    return name in getattr(hosting, "updates", {})
+
+
+def refresh(hosting: Any, backend: Any, endpoint: Any) -> None:
+    """The endpoint's status as the hosting has it now (an update moved on first)."""
+    if pending(hosting, endpoint.endpoint_name):
+        advance(hosting, backend, endpoint)
+        return
+    endpoint.endpoint_status, endpoint.failure_reason = hosting.status(endpoint.endpoint_name)
+
+
+def advance(hosting: Any, backend: Any, endpoint: Any) -> None:
+    """Move an Updating endpoint on: green starting, the bake, the rollback or the switch."""
+    name = endpoint.endpoint_name
+    update: PendingUpdate = hosting.updates[name]
+    green = update.green
+    if update.rolling_back:
+        _finish(hosting, backend, endpoint, switch=False)
+        return
+    if green.status == "Creating":
+        with green.lock:
+            hosting._advance(green)
+    if green.status == "Failed":
+        _finish(hosting, backend, endpoint, switch=False, reason=f"the new fleet failed: {green.failure_reason}")
+        return
+    if green.status != "InService":
+        return
+    if update.bake_started is None:
+        update.bake_started = clock.utcnow()
+        if update.fault == "alarm-during-bake" and update.alarms:
+            _set_alarm(
+                backend, update.alarms[0], "ALARM", "modeldrop emulator: errors on the new fleet during the bake"
+            )
+    if _in_alarm(backend, update.alarms):
+        update.rolling_back = True
+        endpoint.endpoint_status = "RollingBack"
+        return
+    update.polls_in_bake += 1
+    baked = (clock.utcnow() - update.bake_started).total_seconds() >= update.bake_seconds
+    if not baked and update.polls_in_bake <= BAKE_POLLS:
+        return
+    _finish(hosting, backend, endpoint, switch=update.fault != "silent-rollback")
+
+
+def _finish(hosting: Any, backend: Any, endpoint: Any, switch: bool, reason: str | None = None) -> None:
+    name = endpoint.endpoint_name
+    update: PendingUpdate = hosting.updates.pop(name)
+    hosting.endpoints.pop(name + GREEN, None)
+    if switch:
+        blue = hosting.endpoints.get(name)
+        hosting.endpoints[name] = update.green
+        if blue is not None:
+            hosting._stop(blue)
+        endpoint.endpoint_config_name = update.config
+        endpoint.production_variants = endpoint._process_production_variants(
+            backend.endpoint_configs[update.config].production_variants
+        )
+    else:
+        hosting._stop(update.green)  # an alarm that fired stays in ALARM: its metric is CloudWatch's
+    endpoint.endpoint_status = "InService"
+    endpoint.failure_reason = reason
+    endpoint.last_modified_time = clock.utcnow()
+
+
+def _start_green(hosting: Any, backend: Any, name: str, config_name: str) -> HostedEndpoint:
+    config = backend.endpoint_configs[config_name]
+    variant = config.production_variants[0]
+    model = backend._models[variant["ModelName"]]
+    container = model.primary_container or {}
+    green = HostedEndpoint(
+        name=name,
+        instance_type=variant.get("InstanceType", "ml.g6.2xlarge"),
+        startup_timeout=int(variant.get("ContainerStartupHealthCheckTimeoutInSeconds") or 480),
+        created_virtual=clock.utcnow(),
+        created_real=time.monotonic(),
+        fault=hosting.planned.popleft() if hosting.planned else "none",
+        env=dict(container.get("Environment") or {}),
+    )
+    hosting.endpoints[name + GREEN] = green
+    try:
+        green.model_dir = hosting._materialize(f"{name}-{config_name}", container)
+        hosting._start(green)
+    except Exception as exc:  # whatever stops the new fleet is the update's failure
+        green.status, green.failure_reason = "Failed", f"the container did not start: {exc}"
+    return green
+
+
+def install(get_hosting: Any) -> None:
+    from moto.core.responses import ActionResult
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+    from moto.sagemaker.utils import arn_formatter
+
+    from modeldrop.local.sagemaker_components import is_component_endpoint
+
+    def update_endpoint(self: Any) -> Any:
+        backend = self.sagemaker_backend
+        name = str(self._get_param("EndpointName") or "")
+        config_name = str(self._get_param("EndpointConfigName") or "")
+        deployment: dict[str, Any] = self._get_param("DeploymentConfig") or {}
+        endpoint_arn = arn_formatter("endpoint", name, backend.account_id, backend.region_name)
+        if name not in backend.endpoints:
+            raise ValidationError(message=f'Could not find endpoint "{endpoint_arn}".')
+        if backend.describe_endpoint(name)["EndpointStatus"] != "InService":
+            raise ValidationError(message=f'Cannot update in-progress endpoint "{endpoint_arn}".')
+        if config_name not in backend.endpoint_configs:
+            config_arn = arn_formatter("endpoint-config", config_name, backend.account_id, backend.region_name)
+            raise ValidationError(message=f'Could not find endpoint configuration "{config_arn}".')
+        problem = _problem(deployment)
+        if problem:
+            raise ValidationError(message=problem)
+        if deployment.get("BlueGreenUpdatePolicy") and is_component_endpoint(backend, name):
+            raise ValidationError(
+                message="BlueGreenUpdatePolicy is not supported for an endpoint with inference components."
+            )
+        hosting = get_hosting()
+        endpoint = backend.endpoints[name]
+        if hosting is None:  # no hosting to emulate: the switch is immediate
+            endpoint.endpoint_config_name = config_name
+            return ActionResult({"EndpointArn": endpoint_arn})
+        policy = deployment.get("BlueGreenUpdatePolicy") or {}
+        routing = policy.get("TrafficRoutingConfiguration") or {}
+        bake = int(routing.get("WaitIntervalInSeconds") or 0) + int(policy.get("TerminationWaitInSeconds") or 0)
+        alarms = [a["AlarmName"] for a in (deployment.get("AutoRollbackConfiguration") or {}).get("Alarms") or []]
+        fault = next((f for f in ("alarm-during-bake", "silent-rollback") if f in hosting.faults), "none")
+        if not hasattr(hosting, "updates"):
+            hosting.updates = {}
+        green = _start_green(hosting, backend, name, config_name)
+        hosting.updates[name] = PendingUpdate(config_name, alarms, bake, fault, green)
+        hosting.faults = hosting.faults - {fault}  # one update plays the fault
+        endpoint.endpoint_status = "Updating"
+        return ActionResult({"EndpointArn": endpoint_arn})
+
+    SageMakerResponse.update_endpoint = update_endpoint
+
+
+def forget(hosting: Any, name: str) -> None:
+    """A deleted endpoint's update: its new fleet stops with it."""
+    update = getattr(hosting, "updates", {}).pop(name, None)
+    if update is not None:
+        hosting.endpoints.pop(name + GREEN, None)
+        hosting._stop(update.green)
