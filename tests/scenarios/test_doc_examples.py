@@ -120,6 +120,8 @@ def test_every_example_runs_as_written(local_stack: Any, tmp_path: Path) -> None
         for placeholder, value in fill.items():
             command = command.replace(placeholder, value)
         command = command.replace("<ArtifactBucketName>", state["bucket"]).replace("--stack modeldrop", "")
+        if "<latest-deployment-id>" in command:
+            command = command.replace("<latest-deployment-id>", seen["latest"])
         if "<deployment-id>" in command or "<endpoint-name>" in command:
             command = command.replace("<deployment-id>", seen["deployment_id"])
             command = command.replace("<endpoint-name>", seen["endpoint_name"])
@@ -130,7 +132,8 @@ def test_every_example_runs_as_written(local_stack: Any, tmp_path: Path) -> None
         assert done.returncode == expected, (page, command, done.stdout[-2000:], done.stderr[-2000:])
         assert "Traceback" not in done.stderr, (page, command, done.stderr[-2000:])
         ran += 1
-        if command.startswith("modeldrop upload") and not seen:
+        if command.startswith("modeldrop upload"):
             listed = json.loads(_run("modeldrop list --json", env, work).stdout)
-            seen = {"deployment_id": listed[0]["deployment_id"], "endpoint_name": listed[0]["endpoint_name"]}
+            newest = {"deployment_id": listed[0]["deployment_id"], "endpoint_name": listed[0]["endpoint_name"]}
+            seen = {**newest, **seen, "latest": newest["deployment_id"]}
     assert ran >= 15 and seen, (ran, seen)

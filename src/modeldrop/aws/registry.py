@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws import stack_budget
 from modeldrop.contracts import clock
+from modeldrop.contracts.channel import CHANNEL_PREFIX
 from modeldrop.contracts.errors import DeploymentEnded, RecordNotOwned, RegistryBusy, StepContractViolated
 from modeldrop.contracts.record import ENDED, TRANSITIONS, DeploymentRecord, StepName, step_key
 
@@ -298,5 +299,5 @@ def _not_in(name: str, options: list[str], tag: str, values: dict[str, Any]) -> 
 
 
 def is_claim(item: dict[str, Any]) -> bool:
-    """An item that is no deployment: an artifact claim, or the stack's budget."""
-    return str(item.get("deployment_id", "")).startswith((CLAIM_PREFIX, stack_budget.BUDGET_KEY))
+    """An item that is no deployment: an artifact claim, the stack's budget, or a channel."""
+    return str(item.get("deployment_id", "")).startswith((CLAIM_PREFIX, stack_budget.BUDGET_KEY, CHANNEL_PREFIX))

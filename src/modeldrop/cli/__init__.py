@@ -6,6 +6,7 @@ May import: anything in modeldrop.
 from __future__ import annotations
 
 from modeldrop.cli import (
+    channel_commands,
     checkpoint_commands,
     eval_commands,
     local_commands,
@@ -18,6 +19,7 @@ from modeldrop.cli._shared import app
 
 __all__ = [
     "app",
+    "channel_commands",
     "checkpoint_commands",
     "eval_commands",
     "local_commands",

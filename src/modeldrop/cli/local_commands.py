@@ -37,6 +37,21 @@ if TYPE_CHECKING:
     pass
 
 
+def _channel_problem(channel: str, other_inputs: bool) -> str | None:
+    import re
+
+    from modeldrop.contracts.channel import CHANNEL_PATTERN
+
+    if not re.match(CHANNEL_PATTERN, channel):
+        return f"channel name {channel!r}: 1-24 of a-z, 0-9 and single dashes (it is part of the endpoint's name)"
+    if other_inputs:
+        return (
+            "--channel deploys two generated checkpoints on the reference engine: no ARTIFACT, --adapter, "
+            "--prefix or --engine with it"
+        )
+    return None
+
+
 @app.command("run-local")
 @engine_options
 def run_local_cmd(
@@ -83,6 +98,13 @@ def run_local_cmd(
             help="with --adapter-mode shared: how many generated adapters share the base endpoint",
         ),
     ] = 1,
+    channel: Annotated[
+        str | None,
+        typer.Option(
+            help="a channel's day: the sample creates it, a second version is gated against it and promoted (or "
+            "blocked: --fault regression, alarm-during-bake, silent-rollback), the grace passes, the channel closes"
+        ),
+    ] = None,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -109,6 +131,8 @@ def run_local_cmd(
     from modeldrop.local.run import run_local
 
     problem = _input_problem(fault, engine, deploy_engine, artifact, adapter, adapter_mode, adapters, prefix, key)
+    if not problem and channel is not None:
+        problem = _channel_problem(channel, artifact is not None or adapter or prefix or engine != "reference")
     if problem:
         fail(problem)
     if adapter_mode is not None:
@@ -146,6 +170,7 @@ def run_local_cmd(
                 prefix=prefix,
                 adapter=adapter,
                 adapters=adapters,
+                channel=channel,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))

@@ -281,18 +281,23 @@ def _deployment_table(title: str, rows: list[Any], ids: int, names: int, seconda
 
 @app.command("status")
 def status_cmd(
-    deployment: Annotated[str, typer.Argument(help="deployment id or endpoint name")],
+    deployment: Annotated[str, typer.Argument(help="deployment id, endpoint name, or channel")],
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the execution."""
+    """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the
+    execution. A channel's name: its serving version, the kept ones and its history with each gate."""
     json_mode(as_json)
     from modeldrop.operate.deployments import attached_to, deployment_status, find_deployment
 
     with aws_errors():
         session, info, deployments = _connect(stack, region, profile)
+        if channel := _channel_named(deployments, deployment):  # a channel's name: the channel
+            from modeldrop.cli.channel_view import _show
+
+            return _show(channel, as_json)
         record = find_deployment(deployments, deployment, session.client("sagemaker"))
         others = attached_to(deployments, record.deployment_id) if record.endpoint_name else []
         data = deployment_status(info, record, session.client("sagemaker"))
@@ -304,6 +309,12 @@ def status_cmd(
     fields(_status_rows(record, data))
     if attempts := record.step("attempts") or []:
         console.print(_attempts_table(attempts))
+
+
+def _channel_named(registry: Registry, name: str) -> Any:
+    from modeldrop.aws.channel_store import ChannelStore
+
+    return ChannelStore(registry.table).get(name) if not name.startswith(("s3-", "local-")) else None
 
 
 def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[str, str]]:

@@ -106,6 +106,12 @@ def summary(result: Any, verbose: bool = False) -> None:
     fields(_plan_rows(result) + _outcome_rows(result, verbose))
     if result.components:
         fields(_component_rows(result.components))
+    for event in (result.channel or {}).get("history", []):
+        gate = (event.get("gate") or {}).get("summary")
+        line = f"channel {result.channel['name']}: {event['kind']} {event.get('deployment_id') or ''}"
+        console.print(escape(line + (f" ({event['reason'][:160]})" if event.get("reason") else "")), soft_wrap=True)
+        if gate:
+            console.print(escape(f"  gate: {gate}"), soft_wrap=True)
     if result.eval_report:
         from modeldrop.evaluation.smoke_eval import EvalReport
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -70,6 +70,8 @@ def teardown_cmd(
         _teardown_all(stack, region, profile, yes, as_json)
         return
     assert deployment is not None
+    if adapter is None and _close_channel(deployment, stack, region, profile, as_json):
+        return
     if adapter is not None:
         _teardown_adapter(deployment, adapter, stack, region, profile, as_json)
         return
@@ -88,6 +90,39 @@ def teardown_cmd(
 
         cost = DeploymentRecord.model_validate(record).cost_so_far() or 0
         console.print(f"{record['deployment_id']} torn down; final cost ${cost:.2f}")
+
+
+def _close_channel(name: str, stack: str, region: str | None, profile: str | None, as_json: bool) -> bool:
+    """NAME is a channel (or its endpoint): it is closed, and True."""
+    from modeldrop.cli.channel_commands import _context
+    from modeldrop.pipeline.promotion import close_channel
+
+    with aws_errors():
+        ctx = _context(stack, region, profile)
+        channel = next((c for c in ctx.channels.all() if name in (c.name, c.endpoint_name)), None)
+        if channel is None:
+            return False
+        deleted = close_channel(ctx, channel.name)
+    if as_json:
+        print(json.dumps({"channel": channel.name, "deleted": deleted}))
+    else:
+        console.print(f"channel {channel.name} closed; deleted: " + (", ".join(deleted) or "nothing"))
+    return True
+
+
+def _close_every_channel(stack: str, region: str | None, profile: str | None) -> list[dict[str, Any]]:
+    from modeldrop.cli.channel_commands import _context
+    from modeldrop.contracts.errors import ModeldropError
+    from modeldrop.pipeline.promotion import close_channel
+
+    ctx = _context(stack, region, profile)
+    results: list[dict[str, Any]] = []
+    for channel in ctx.channels.all():
+        try:
+            results.append({"endpoint": channel.endpoint_name, "deleted": close_channel(ctx, channel.name)})
+        except ModeldropError as exc:
+            results.append({"endpoint": channel.endpoint_name, "error": exc.message})
+    return results
 
 
 def _teardown_adapter(
@@ -114,7 +149,8 @@ def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool
         names = live_endpoints(sm, info.stack_tag, info.resource_prefix)
         if names and not yes and not as_json and console.is_terminal:
             typer.confirm(f"delete {len(names)} endpoint(s): {', '.join(names)}?", abort=True)
-        results = teardown_all(
+        results = _close_every_channel(stack, region, profile)  # their endpoints hold other deployments' configs
+        results += teardown_all(
             sm, registry, session.client("events"), info, s3=session.client("s3"), sfn=session.client("stepfunctions")
         )
     failed = [r for r in results if "error" in r]

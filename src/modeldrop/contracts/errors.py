@@ -180,6 +180,27 @@ class TeardownIncomplete(ModeldropError):
     default_hint = "delete the listed resources by hand or let the reaper retry"
 
 
+class PromotionBlocked(ModeldropError):
+    """The champion/challenger gate found the candidate worse than the version serving the channel."""
+
+    failure_class = "eval"
+    default_hint = "see the gate report's per-case deltas; fix the fine-tune, or raise the gate's thresholds"
+
+
+class PromotionFailed(ModeldropError):
+    """The channel's endpoint did not take the candidate: rolled back (an alarm) or silently kept the old config."""
+
+    failure_class = "endpoint"
+    default_hint = "the channel still serves its previous version; see the reason, then promote again"
+
+
+class ChannelInvalid(ModeldropError):
+    """A promotion or rollback the channel cannot take (no such channel, nothing to roll back to, ...)."""
+
+    failure_class = "request"
+    default_hint = "modeldrop channels lists each channel with its live and kept versions"
+
+
 DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     RequestInvalid,
     CheckpointUnreadable,

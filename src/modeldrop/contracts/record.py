@@ -38,6 +38,8 @@ StepName = Literal[
     "stranded",
     "adapters_removed",
     "reconciled",
+    "promoted",
+    "retired",
 ]
 
 # Nothing moves a record out of these: a Lambda still running after its execution ended cannot

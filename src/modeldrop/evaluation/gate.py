@@ -31,19 +31,19 @@ class GateThresholds(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_regressed_cases: Annotated[int, Field(ge=0, le=1000)] = Field(
-        0, description="cases that may regress (any kind) before promotion is blocked"
+        default=0, description="cases that may regress (any kind) before promotion is blocked"
     )
     max_length_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
-        3.0, description="an answer longer or shorter than the champion's by more than this factor regresses"
+        default=3.0, description="an answer longer or shorter than the champion's by more than this factor regresses"
     )
     max_ttft_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
-        2.0, description="time to first token over this multiple of the champion's (past the slack) regresses"
+        default=2.0, description="time to first token over this multiple of the champion's (past the slack) regresses"
     )
     min_tokens_per_s_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
-        0.5, description="a generation rate under this fraction of the champion's regresses"
+        default=0.5, description="a generation rate under this fraction of the champion's regresses"
     )
     latency_slack_s: Annotated[float, Field(ge=0, le=60)] = Field(
-        0.25, description="latency differences under this many seconds are noise"
+        default=0.25, description="latency differences under this many seconds are noise"
     )
 
 

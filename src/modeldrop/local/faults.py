@@ -50,6 +50,18 @@ FAULTS: dict[str, str] = {
         "the execution is stopped during its smoke eval: ExecutionEnded releases the components within its 60 s "
         "and leaves the endpoint to the reaper, whose scheduled runs delete it once they are gone"
     ),
+    "regression": (
+        "run-local --channel (demo when none is named): the second version truncates every answer, which its own "
+        "smoke eval tolerates; the champion/challenger gate blocks it (PromotionBlocked) and the first keeps serving"
+    ),
+    "alarm-during-bake": (
+        "run-local --channel: the channel's 5XX alarm fires during the blue/green bake; SageMaker rolls back and "
+        "the promotion fails (PromotionFailed) with the alarm named"
+    ),
+    "silent-rollback": (
+        "run-local --channel: the update ends InService on the old config with no reason given; reading the "
+        "config back makes it a failed promotion (PromotionFailed), never a success"
+    ),
     "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
     "failure queue",
 }

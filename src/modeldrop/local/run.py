@@ -22,6 +22,7 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local import interrupts, run_inputs
 from modeldrop.local.engines import ENGINE_NOTES
 from modeldrop.local.hosting import LocalHosting
+from modeldrop.local.run_channel import CHANNEL_FAULTS, channel_parameters, run_channel
 from modeldrop.local.run_faults import (
     ABORT_FAULTS,
     SHARED_FAULTS,
@@ -62,6 +63,8 @@ class RunResult(BaseModel):
     lambda_timeouts: list[str] = Field(default_factory=list)
     # After slow-component-delete: the scheduled reaper's runs that finished the teardown.
     reaper_runs: list[dict[str, Any]] = Field(default_factory=list)
+    # run-local --channel: the channel's steps, its history (with the gate's per-case deltas) and its close.
+    channel: dict[str, Any] | None = None
     note: str = ""
     engine: str = "reference"
     fault: str = "none"
@@ -102,6 +105,7 @@ def run_local(
     prefix: bool = False,
     adapter: bool = False,
     adapters: int = 1,
+    channel: str | None = None,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
@@ -112,8 +116,12 @@ def run_local(
     LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base); ADAPTERS of them
     in shared mode (adapter inference components on one endpoint). The shell's AWS settings are set
     aside for the run: nothing reaches a real account or another endpoint."""
+    if channel is None and {f.strip() for f in fault.split(",")} & CHANNEL_FAULTS:
+        channel = "demo"  # a channel's fault plays out on a channel
     with hermetic_aws():
-        return _run_local(artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters)
+        return _run_local(
+            artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters, channel
+        )
 
 
 def _run_local(
@@ -127,6 +135,7 @@ def _run_local(
     prefix: bool,
     adapter: bool,
     adapters: int,
+    channel: str | None = None,
 ) -> RunResult:
     from moto import mock_aws
 
@@ -143,8 +152,8 @@ def _run_local(
             tempfile.TemporaryDirectory(prefix="modeldrop-") as tmp,
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         ):
-            stack = build_stack(parameters={"DefaultEngine": deploy_engine} if deploy_engine else None, hosting=hosting)
             faults = hosting.faults  # --fault takes several, separated by commas
+            stack = build_stack(parameters=channel_parameters(deploy_engine, faults), hosting=hosting)
             arm_faults(stack, faults, request)
             if faults & SHARED_FAULTS:  # shared, with a second adapter component
                 adapter, adapters = True, max(adapters, 2)
@@ -164,7 +173,11 @@ def _run_local(
                 if adapter:
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
                     request = {**(request or {}), **generated}
-                result = _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
+                result = (
+                    _channel_day(stack, channel, Path(tmp), faults, on_state)
+                    if channel
+                    else _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
+                )
                 _after_deploy(stack, result, faults, on_state)
                 interrupts.raise_if_interrupted()  # a signal whose exception a finalizer swallowed
             except BaseException:
@@ -184,6 +197,14 @@ def _run_local(
             hosting.stop_all()
     result.engine, result.fault, result.note = engine, fault, ENGINE_NOTES[engine]
     result.seconds = round(time.monotonic() - started, 2)
+    return result
+
+
+def _channel_day(
+    stack: Any, channel: str, workdir: Path, faults: frozenset[str], on_state: Callable[[StateRun], None] | None
+) -> RunResult:
+    result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state)
+    result.channel, result.leftover_resources = summary, stack.leftover_resources()
     return result
 
 
@@ -237,6 +258,7 @@ def _deploy(
     key: str | None = None,
     prefix: bool = False,
     faults: frozenset[str] | set[str] = frozenset(),
+    keep: bool = False,
 ) -> RunResult:
     from modeldrop.contracts.models import deployment_id_of
 
@@ -285,7 +307,7 @@ def _deploy(
     # The emulator ends with this run: a live endpoint is deleted as `modeldrop teardown` does, so
     # that the leftover check below is a real one for a success too.
     shared = shared_check(stack, deployment_id) if desc["status"] == "SUCCEEDED" else None
-    cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" else []
+    cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" and not keep else []
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
     status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")

@@ -341,6 +341,8 @@ def teardown(
         if registry.get(id_or_endpoint) is not None or _managed_endpoint(sm, info, id_or_endpoint) is None:
             raise
         item = None
+    if item is not None:
+        _refuse_if_channel_holds(registry, item.deployment_id)
     name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
     if item is not None and item.terminal and desc is None:
@@ -368,6 +370,23 @@ def teardown(
     if item is not None:
         result["record"] = _record_torn_down(registry, events, info, item, result).to_json()
     return result
+
+
+def _refuse_if_channel_holds(registry: Registry, deployment_id: str) -> None:
+    """A deployment a channel serves or keeps: its config and model are the channel's now."""
+    from modeldrop.aws.channel_store import ChannelStore
+
+    for channel in ChannelStore(registry.table).all():
+        if channel.live and channel.live.deployment_id == deployment_id:
+            held = "serves"
+        elif any(v.deployment_id == deployment_id for v in channel.kept):
+            held = "is kept for a rollback by"
+        else:
+            continue
+        raise OperateError(
+            f"deployment {deployment_id} {held} channel {channel.name}",
+            f"`modeldrop teardown {channel.name}` closes the channel (its endpoint and every version it holds)",
+        )
 
 
 def _record_torn_down(

@@ -35,6 +35,8 @@ class ReapResult(BaseModel):
     reconciled: list[str] = Field(default_factory=list)
     # Stack-ceiling reservations of deployments that ended without giving theirs back (a killed Lambda).
     budget_released: list[str] = Field(default_factory=list)
+    # Versions a channel kept for a rollback whose grace ended: their configs, models and served copies.
+    retired: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
+from modeldrop.aws.channel_store import ChannelStore
 from modeldrop.aws.events_bus import lifecycle_detail, publish
 from modeldrop.aws.inference_components import Released, on_endpoint, release, release_all
 from modeldrop.aws.registry import Registry
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
+from modeldrop.pipeline.promotion import channel_held, retire_due
 from modeldrop.pipeline.reap_model import BUSY_STATES, ORPHAN_GRACE, ReapResult, _dead, _ended_at, _managed
 from modeldrop.pipeline.reaper_orphans import _remove_orphans
 
@@ -77,12 +79,15 @@ def reap(
     result = ReapResult()
     live: set[str] = set()
     deleting: set[str] = set()
+    # A channel's endpoint has no TTL, and what it keeps for a rollback is no orphan: as its record says.
+    channels = ChannelStore(registry.table)
+    channel_endpoints, channel_names, channel_deployments = channel_held(channels.all())
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]
         live.add(name)
         if ep.get("EndpointStatus") == "Deleting":
             deleting.add(name)
-        if not _managed(name, resource_prefix):
+        if not _managed(name, resource_prefix) or name in channel_endpoints:
             continue
         try:
             _reap_attached(sm, registry, stack_tag, ep, now, default_ttl, result, s3)
@@ -92,11 +97,15 @@ def reap(
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"{name}: {exc}")
     try:
-        _reconcile_records(sm, registry, live - deleting, now, result, s3)
+        _reconcile_records(sm, registry, live - deleting, now, result, s3, channel_deployments)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"records: {exc}")
     try:
-        _remove_orphans(sm, registry, stack_tag, resource_prefix, live, now, result)
+        result.retired = retire_due(sm, registry, channels, s3)
+    except (ClientError, ModeldropError) as exc:
+        result.errors.append(f"channels: {exc}")
+    try:
+        _remove_orphans(sm, registry, stack_tag, resource_prefix, live | channel_names, now, result)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"orphans: {exc}")
     if s3 is not None and bucket:
@@ -112,13 +121,20 @@ def reap(
 
 
 def _reconcile_records(
-    sm: SageMakerClient, registry: Registry, live: set[str], now: datetime, result: ReapResult, s3: S3Client | None
+    sm: SageMakerClient,
+    registry: Registry,
+    live: set[str],
+    now: datetime,
+    result: ReapResult,
+    s3: S3Client | None,
+    held: frozenset[str] | set[str] = frozenset(),
 ) -> None:
     """A deployment that succeeded but whose endpoint is gone (deleted outside modeldrop): its record
-    closes, so its artifact claim, its served copy and its share of the stack's ceiling go too."""
+    closes, so its artifact claim, its served copy and its share of the stack's ceiling go too. One a
+    channel serves or keeps (HELD) lost its own endpoint to the channel's on purpose."""
     for record in registry.deployments():
         name = record.endpoint_name
-        if record.status != "succeeded" or not name or name in live:
+        if record.status != "succeeded" or not name or name in live or record.deployment_id in held:
             continue
         try:
             if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Deleting":

@@ -1,0 +1,49 @@
+"""The CloudWatch alarms a channel's blue/green updates roll back on: invocation 5XX errors and
+model latency on the channel's endpoint (AutoRollbackConfiguration names them)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+
+# Average model latency (microseconds, as SageMaker reports it) past which the new fleet is rolled back.
+LATENCY_MICROSECONDS = 30_000_000
+
+
+def put_channel_alarms(cw: CloudWatchClient, endpoint: str) -> list[str]:
+    """Create (or overwrite) the channel's two alarms; returns their names."""
+    dimensions = [{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": "AllTraffic"}]
+    alarms = {
+        f"{endpoint}-5xx": ("Invocation5XXErrors", "Sum", 0.0, "the endpoint answered 5XX"),
+        f"{endpoint}-latency": ("ModelLatency", "Average", float(LATENCY_MICROSECONDS), "model latency over 30 s"),
+    }
+    for name, (metric, statistic, threshold, what) in alarms.items():
+        cw.put_metric_alarm(
+            AlarmName=name,
+            AlarmDescription=f"modeldrop channel rollback alarm: {what}",
+            Namespace="AWS/SageMaker",
+            MetricName=metric,
+            Dimensions=dimensions,
+            Statistic=statistic,
+            Period=60,
+            EvaluationPeriods=1,
+            Threshold=threshold,
+            ComparisonOperator="GreaterThanThreshold",
+            TreatMissingData="notBreaching",
+        )
+    return list(alarms)
+
+
+def alarms_in_alarm(cw: CloudWatchClient, names: list[str]) -> list[str]:
+    if not names:
+        return []
+    found = cw.describe_alarms(AlarmNames=names, StateValue="ALARM")["MetricAlarms"]
+    # Filtered here too: an implementation that ignores StateValue beside AlarmNames must not say ALARM.
+    return sorted(a["AlarmName"] for a in found if a.get("StateValue") == "ALARM")
+
+
+def delete_alarms(cw: CloudWatchClient, names: list[str]) -> None:
+    if names:
+        cw.delete_alarms(AlarmNames=names)

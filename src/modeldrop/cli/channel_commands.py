@@ -1,0 +1,141 @@
+"""Channels: `promote` a succeeded deployment onto a channel's stable endpoint (gated against the
+version serving it), `rollback` a channel to its last known-good version, `channels` to list them
+(`status CHANNEL` shows one)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode
+from modeldrop.cli.channel_view import _show
+from modeldrop.cli.operate_commands import ProfileOpt, RegionOpt, StackOpt, _connect
+from modeldrop.contracts.channel import CHANNEL_PATTERN
+from modeldrop.contracts.errors import PromotionBlocked, PromotionFailed
+
+if TYPE_CHECKING:
+    from modeldrop.pipeline.promotion import ChannelContext
+
+
+def _context(stack: str, region: str | None, profile: str | None) -> ChannelContext:
+    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.evaluation.runner import runtime_client_config
+    from modeldrop.pipeline.promotion import ChannelContext
+
+    session, info, registry = _connect(stack, region, profile)
+    return ChannelContext(
+        sm=session.client("sagemaker"),
+        runtime=session.client("sagemaker-runtime", config=runtime_client_config()),
+        cloudwatch=session.client("cloudwatch"),
+        registry=registry,
+        channels=ChannelStore(registry.table),
+        resource_prefix=info.resource_prefix,
+        stack_tag=info.stack_name,
+        s3=session.client("s3"),
+    )
+
+
+def _channel_name(name: str) -> str:
+    import re
+
+    if not re.match(CHANNEL_PATTERN, name):
+        fail(f"channel name {name!r}: 1-24 of a-z, 0-9 and single dashes (it is part of the endpoint's name)")
+    return name
+
+
+def _grace(text: str) -> Any:
+    from datetime import timedelta
+
+    from modeldrop.operate.deployments import parse_ttl
+
+    return timedelta(hours=parse_ttl(text))
+
+
+@app.command("promote")
+def promote_cmd(
+    deployment: Annotated[str, typer.Argument(help="a succeeded deployment's id")],
+    channel: Annotated[str, typer.Option(help="the channel (its endpoint is <prefix>-ch-<channel>)")],
+    eval_set: Annotated[str | None, typer.Option(help="JSONL eval set for the gate (default: the built-in)")] = None,
+    max_regressed_cases: Annotated[int, typer.Option(min=0, help="cases that may regress")] = 0,
+    latency_slack: Annotated[float, typer.Option(min=0, help="seconds of latency difference that are noise")] = 0.25,
+    grace: Annotated[str, typer.Option(help="how long the replaced version is kept for a rollback")] = "1h",
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Put a deployment behind a channel's stable endpoint: the first creates the channel; later ones
+    pass the champion/challenger gate, then a blue/green update with rollback on the channel's
+    alarms, read back. Exit 0 serving, 1 PromotionBlocked or PromotionFailed, 2 bad input."""
+    json_mode(as_json)
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.evaluation.smoke_eval import load_eval_set
+    from modeldrop.pipeline.promotion import promote
+
+    name = _channel_name(channel)
+    with aws_errors():
+        ctx = _context(stack, region, profile)
+        cases = load_eval_set(eval_set, ctx.s3 if eval_set else None)
+        thresholds = GateThresholds(max_regressed_cases=max_regressed_cases, latency_slack_s=latency_slack)
+        try:
+            record = promote(ctx, deployment, name, cases, thresholds, _grace(grace))
+        except (PromotionBlocked, PromotionFailed) as exc:  # the channel is fine: the candidate is not
+            fail(exc.message, exc.hint, error=type(exc).__name__, code=1)
+    _show(record, as_json)
+
+
+@app.command("rollback")
+def rollback_cmd(
+    channel: Annotated[str, typer.Argument(help="the channel to return to its last known-good version")],
+    grace: Annotated[str, typer.Option(help="how long the version rolled back from is kept")] = "1h",
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Return a channel to the version it served before, in one step, verified by reading it back."""
+    json_mode(as_json)
+    from modeldrop.pipeline.promotion import rollback
+
+    name = _channel_name(channel)
+    with aws_errors():
+        try:
+            record = rollback(_context(stack, region, profile), name, _grace(grace))
+        except PromotionFailed as exc:
+            fail(exc.message, exc.hint, error=type(exc).__name__, code=1)
+    _show(record, as_json)
+
+
+@app.command("channels")
+def channels_cmd(
+    stack: StackOpt = "modeldrop",
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Every channel: its endpoint, the version serving, the versions kept for a rollback."""
+    json_mode(as_json)
+    from modeldrop.aws.channel_store import ChannelStore
+
+    with aws_errors():
+        _session, _info, registry = _connect(stack, region, profile)
+        records = ChannelStore(registry.table).all()
+    if as_json:
+        print(json.dumps([r.model_dump(mode="json") for r in records]))
+        return
+    table = Table(title="channels")
+    for col in ("channel", "endpoint", "serving", "kept", "last event"):
+        table.add_column(col)
+    for r in records:
+        last = r.history[-1] if r.history else None
+        table.add_row(
+            r.name,
+            r.endpoint_name,
+            r.live.deployment_id if r.live else "-",
+            ", ".join(v.deployment_id for v in r.kept) or "-",
+            f"{last.kind} {last.at}" if last else "-",
+        )
+    console.print(table)

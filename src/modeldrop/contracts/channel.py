@@ -1,0 +1,61 @@
+"""A channel: one stable endpoint per model line, its live version, the versions kept for a
+rollback until their grace period ends, and the promotion history. Stored in the deployments
+table under `channel#NAME` (never listed as a deployment), written only with the revision read."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+CHANNEL_PREFIX = "channel#"
+CHANNEL_PATTERN = r"^[a-z0-9](-?[a-z0-9]){0,23}$"
+EventKind = Literal["created", "promoted", "blocked", "rolled_back", "promotion_failed", "retired"]
+
+
+class ChannelVersion(BaseModel):
+    deployment_id: str
+    endpoint_config: str
+    models: list[str] = Field(default_factory=list)
+    artifact_uri: str | None = None
+    served_at: str | None = None  # when it began serving the channel
+    retired_at: str | None = None  # when another version replaced it
+    remove_after: str | None = None  # its config and models are deleted after this (the grace period)
+
+
+class ChannelEvent(BaseModel):
+    at: str
+    kind: EventKind
+    deployment_id: str | None = None
+    previous: str | None = None  # the deployment serving before
+    reason: str = ""
+    seconds: float | None = None  # from the request to the version serving (or the refusal)
+    gate: dict[str, object] | None = None  # the champion/challenger report
+    drift: list[str] = Field(default_factory=list)  # what changed in the chat contract (template, EOS, ...)
+
+
+class ChannelRecord(BaseModel):
+    name: str
+    endpoint_name: str
+    alarms: list[str] = Field(default_factory=list)
+    live: ChannelVersion | None = None
+    kept: list[ChannelVersion] = Field(default_factory=list)  # superseded, newest first, within grace
+    history: list[ChannelEvent] = Field(default_factory=list)
+    revision: int = 0
+
+    def last_known_good(self) -> ChannelVersion | None:
+        """The version a rollback returns to: the newest kept one."""
+        return self.kept[0] if self.kept else None
+
+    def holds(self) -> set[str]:
+        """Every endpoint config and model the channel still needs (live and kept)."""
+        names: set[str] = set()
+        for version in ([self.live] if self.live else []) + self.kept:
+            names.add(version.endpoint_config)
+            names.update(version.models)
+        return names
+
+
+def channel_endpoint_name(resource_prefix: str, channel: str) -> str:
+    """The channel's stable endpoint name, under the stack's prefix (the only names its roles act on)."""
+    return f"{resource_prefix}-ch-{channel}"

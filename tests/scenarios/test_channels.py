@@ -1,0 +1,166 @@
+"""Channels on the emulator: a stable endpoint, a candidate promoted onto it only past the
+champion/challenger gate, by a blue/green UpdateEndpoint read back afterwards; blocked, rolled back
+by an alarm, or silently not applied, the champion keeps serving and the candidate is deleted; a
+rollback in one step; the superseded version removed by the reaper after its grace; nothing left."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import create_endpoint
+
+from modeldrop.contracts import clock
+from modeldrop.evaluation.gate import GateThresholds
+from modeldrop.evaluation.smoke_eval import load_eval_set
+from modeldrop.local.run import run_local
+
+
+def _kinds(result: Any) -> list[str]:
+    return [e["kind"] for e in result.channel["history"]]
+
+
+def test_a_second_version_is_promoted_onto_the_same_endpoint_and_the_first_goes_after_its_grace() -> None:
+    result = run_local(channel="demo")
+    assert result.status == "succeeded", (result.error, result.cause)
+    channel = result.channel
+    first, second = (s.get("deployment_id") for s in channel["steps"][:2])
+    assert channel["endpoint_name"] == "modeldrop-ch-demo" and channel["serving"] == second != first
+    assert _kinds(result) == ["created", "promoted", "retired"]
+    promoted = channel["history"][1]
+    assert promoted["previous"] == first and promoted["seconds"] > 0 and promoted["drift"] == []
+    gate = promoted["gate"]
+    assert gate["promote"] and gate["cases"] and all("answer_chars" in c for c in gate["cases"])
+    retired = channel["steps"][2]["reaper_retired"]
+    assert any(r.startswith("endpoint-config/") and first in r for r in retired)
+    assert any(r.startswith("model/") and first in r for r in retired)
+    assert result.leftover_resources == []
+
+
+@pytest.mark.parametrize(
+    ("fault", "error", "reason"),
+    [
+        ("regression", "PromotionBlocked", "truncated"),
+        ("alarm-during-bake", "PromotionFailed", "rolled back automatically: alarm modeldrop-ch-demo-5xx"),
+        ("silent-rollback", "PromotionFailed", "rolled back silently"),
+    ],
+)
+def test_a_candidate_that_is_not_promoted_leaves_the_champion_serving(fault: str, error: str, reason: str) -> None:
+    result = run_local(channel="demo", fault=fault)
+    assert result.status == "failed" and result.error == error, (result.error, result.cause)
+    channel = result.channel
+    first = channel["steps"][0]["deployment_id"]
+    assert channel["serving"] == first
+    refused = channel["history"][-1]
+    assert refused["kind"] in ("blocked", "promotion_failed") and reason in refused["reason"]
+    # The candidate's own endpoint, config and model went with the refusal.
+    assert f"endpoint/modeldrop-{refused['deployment_id']}" in refused["reason"]
+    assert result.leftover_resources == []
+
+
+def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: Path, make_stack: Any) -> None:
+    from modeldrop.contracts.errors import ChannelInvalid
+    from modeldrop.local.run import _deploy
+    from modeldrop.local.run_channel import channel_context
+    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.pipeline.promotion import close_channel, promote, rollback
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
+    first = _deploy(stack, None, tmp_path, None, keep=True)
+    second = _deploy(stack, write_checkpoint(tmp_path / "v2", shards=3), tmp_path, None,
+                     key="local/v2/model.tar.gz", request={"ttl_hours": 2}, keep=True)  # fmt: skip
+    assert first.status == second.status == "succeeded"
+    promote(ctx, str(first.deployment_id), "main", cases, gate)
+    with pytest.raises(ChannelInvalid, match="keeps no earlier version"):
+        rollback(ctx, "main")
+    channel = promote(ctx, str(second.deployment_id), "main", cases, gate)
+    sm = stack.client("sagemaker")
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == channel.live.endpoint_config
+    back = rollback(ctx, "main")
+    assert back.live is not None and back.live.deployment_id == first.deployment_id
+    assert [v.deployment_id for v in back.kept] == [second.deployment_id]
+    desc = sm.describe_endpoint(EndpointName="modeldrop-ch-main")
+    assert desc["EndpointStatus"] == "InService" and desc["EndpointConfigName"] == back.live.endpoint_config
+    assert [e.kind for e in back.history] == ["created", "promoted", "rolled_back"]
+    # The channel's endpoint has no TTL: the reaper leaves it, and what it keeps, well past any default.
+    clock.advance(30 * 3600)
+    reaped = stack.invoke_function("ReaperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+    assert "modeldrop-ch-main" not in reaped["expired"] and reaped["errors"] == []
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] == "InService"
+    assert any(second.deployment_id in r for r in reaped["retired"])  # its grace (1 h) ended
+    # A deployment the channel serves is not torn down by its id; a stale channel record is not saved.
+    from modeldrop.aws.channel_store import ChannelChanged
+    from modeldrop.operate.deployments import OperateError, _refuse_if_channel_holds
+
+    with pytest.raises(OperateError, match="serves channel main"):
+        _refuse_if_channel_holds(ctx.registry, str(first.deployment_id))
+    stale = ctx.channels.get("main")
+    assert stale is not None and ctx.channels.save(stale).revision == stale.revision + 1
+    with pytest.raises(ChannelChanged):
+        ctx.channels.save(stale)
+    close_channel(ctx, "main")
+    assert stack.leftover_resources() == []
+
+
+def _two_endpoints(make_stack: Any, archive: bytes) -> Any:
+    stack = make_stack()
+    for name in ("modeldrop-blue", "modeldrop-green"):
+        create_endpoint(stack, name, archive)
+    sm = stack.client("sagemaker")
+    for name in ("modeldrop-blue", "modeldrop-green"):
+        for _ in range(40):
+            if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Creating":
+                break
+    return stack, sm
+
+
+WAIT = {"WaitIntervalInSeconds": 0}
+ONE = {"Type": "INSTANCE_COUNT", "Value": 1}
+
+
+def test_update_endpoint_is_as_strict_as_the_api_reference(make_stack: Any, archive: bytes) -> None:
+    stack, sm = _two_endpoints(make_stack, archive)
+    refused = {
+        "no such config": {"EndpointConfigName": "modeldrop-none"},
+        "LINEAR without a step": {
+            "DeploymentConfig": {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "LINEAR", **WAIT}}}
+        },
+        "termination wait past an hour": {
+            "DeploymentConfig": {
+                "BlueGreenUpdatePolicy": {
+                    "TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", **WAIT},
+                    "TerminationWaitInSeconds": 3601,
+                }
+            }
+        },
+        "both policies": {
+            "DeploymentConfig": {
+                "BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", **WAIT}},
+                "RollingUpdatePolicy": {"MaximumBatchSize": ONE, "WaitIntervalInSeconds": 60},
+            }
+        },
+        "eleven alarms": {
+            "DeploymentConfig": {"AutoRollbackConfiguration": {"Alarms": [{"AlarmName": f"a{i}"} for i in range(11)]}}
+        },
+    }
+    for label, change in refused.items():
+        kwargs = {"EndpointName": "modeldrop-blue", "EndpointConfigName": "modeldrop-green", **change}
+        with pytest.raises(sm.exceptions.ClientError) as caught:
+            sm.update_endpoint(**kwargs)
+        assert caught.value.response["Error"]["Code"] == "ValidationException", label
+    sm.update_endpoint(EndpointName="modeldrop-blue", EndpointConfigName="modeldrop-green")
+    assert sm.describe_endpoint(EndpointName="modeldrop-blue")["EndpointStatus"] in ("Updating", "InService")
+    if sm.describe_endpoint(EndpointName="modeldrop-blue")["EndpointStatus"] == "Updating":
+        with pytest.raises(sm.exceptions.ClientError, match="Cannot update in-progress endpoint"):
+            sm.update_endpoint(EndpointName="modeldrop-blue", EndpointConfigName="modeldrop-blue")
+    for _ in range(40):
+        if sm.describe_endpoint(EndpointName="modeldrop-blue")["EndpointStatus"] != "Updating":
+            break
+    desc = sm.describe_endpoint(EndpointName="modeldrop-blue")
+    assert desc["EndpointStatus"] == "InService" and desc["EndpointConfigName"] == "modeldrop-green"
+    for name in ("modeldrop-blue", "modeldrop-green"):
+        sm.delete_endpoint(EndpointName=name)
+    assert not [p for p in stack.hosting.running() if p.startswith("modeldrop-blue")]
