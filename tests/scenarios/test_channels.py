@@ -76,8 +76,22 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     promote(ctx, str(first.deployment_id), "main", cases, gate)
     with pytest.raises(ChannelInvalid, match="keeps no earlier version"):
         rollback(ctx, "main")
-    channel = promote(ctx, str(second.deployment_id), "main", cases, gate)
     sm = stack.client("sagemaker")
+    # A racing twin wrote the channel after this promotion read it: refused before the endpoint is touched.
+    from modeldrop.aws.channel_store import ChannelChanged
+
+    read_first = ctx.channels.get("main")
+    assert read_first is not None and read_first.live is not None
+    ctx.channels.save(read_first)
+    fresh = ctx.channels.get
+    ctx.channels.get = lambda name: read_first  # type: ignore[method-assign]
+    with pytest.raises(ChannelChanged):
+        promote(ctx, str(second.deployment_id), "main", cases, gate)
+    ctx.channels.get = fresh  # type: ignore[method-assign]
+    assert (
+        sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == read_first.live.endpoint_config
+    )
+    channel = promote(ctx, str(second.deployment_id), "main", cases, gate)
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == channel.live.endpoint_config
     back = rollback(ctx, "main")
     assert back.live is not None and back.live.deployment_id == first.deployment_id
@@ -92,7 +106,6 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] == "InService"
     assert any(second.deployment_id in r for r in reaped["retired"])  # its grace (1 h) ended
     # A deployment the channel serves is not torn down by its id; a stale channel record is not saved.
-    from modeldrop.aws.channel_store import ChannelChanged
     from modeldrop.operate.deployments import OperateError, _refuse_if_channel_holds
 
     with pytest.raises(OperateError, match="serves channel main"):

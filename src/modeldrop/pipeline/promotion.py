@@ -228,6 +228,8 @@ def promote(
         if not gate.promote:
             _refuse(ctx, channel, record, event.model_copy(update={"kind": "blocked", "reason": gate.summary}))
             raise PromotionBlocked(f"{deployment_id} not promoted to {channel_name}: {gate.summary}")
+        # The channel is claimed before its endpoint is touched: a twin that read it first fails here.
+        channel = ctx.channels.save(channel)
         try:
             _switch(ctx, channel, version, record.instance_count)
         except PromotionFailed as exc:
