@@ -157,6 +157,26 @@ def test_a_hostile_template_is_stopped_not_run(template: str) -> None:
     assert [f.code for f in findings] == ["CHAT_TEMPLATE_INVALID"] and "stopped" in findings[0].message
 
 
+def test_a_template_that_recurses_or_nests_too_deep_is_a_finding_not_a_traceback() -> None:
+    for template in ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}"):
+        _contract, findings = chat_contract(*_files(template, ["<eos>"], "<eos>", 0))
+        assert [f.code for f in findings] == ["CHAT_TEMPLATE_INVALID"], template[:40]
+
+
+def test_hostile_side_files_are_held_to_the_side_file_bounds() -> None:
+    config, tokenizer_config, files = _files(CHATML, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"], "<|im_end|>", 2)
+    files["generation_config.json"] = b"[" * 100_000 + b"]" * 100_000  # deep: RecursionError in a bare json.loads
+    files["special_tokens_map.json"] = b"\xef\xbb\xbf{}"
+    del files["chat_template.jinja"]
+    files["chat_template.json"] = b"[[]," * 200_000  # past the value bound
+    _contract, findings = chat_contract(config, tokenizer_config, files)
+    assert {f.code for f in findings} == {"JSON_INVALID", "JSON_ENCODING", "JSON_TOO_LARGE"}
+    # An eos_token no vocabulary could hold is not searched for in the tokenizer's bytes.
+    long_eos = "<" + "x" * 300 + ">"
+    _contract, findings = chat_contract(*_files(CHATML, ["<|im_start|>", "<|im_end|>"], long_eos, None))
+    assert [f.code for f in findings] == ["CHAT_EOS_NOT_IN_VOCAB"]
+
+
 def _piece(text: str) -> bytes:
     raw = text.encode()
     inner = b"\x0a" + bytes([len(raw)]) + raw + b"\x15\x00\x00\x00\x00"  # field 1 (piece), field 2 (score)

@@ -11,7 +11,6 @@ renders it, and its end-of-turn token is what it writes right after an assistant
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from typing import Any
 
@@ -19,6 +18,7 @@ import jinja2
 from pydantic import BaseModel, Field
 
 from modeldrop.checkpoint.chat_template_render import RenderRefused, compile_template, render
+from modeldrop.checkpoint.side_files import parse_json
 from modeldrop.checkpoint.vocabulary import PRESENT, Vocabulary, token_text, vocabulary
 from modeldrop.contracts.models import Finding
 
@@ -49,20 +49,21 @@ def _ids(value: Any) -> list[int]:
     return [v for v in items if isinstance(v, int) and not isinstance(v, bool)]
 
 
-def _json(raw: bytes | None) -> dict[str, Any]:
-    try:
-        value = json.loads(raw) if raw else {}
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
+def _side(name: str, small_files: dict[str, bytes], findings: list[Finding]) -> dict[str, Any]:
+    """A JSON side file held to side_files' bounds (a refused one is a finding, and empty here)."""
+    raw = small_files.get(name)
+    return (parse_json(name, raw, findings) or {}) if raw is not None else {}
 
 
-def template_source(tokenizer_config: dict[str, Any], small_files: dict[str, bytes]) -> str | None:
+def template_source(
+    tokenizer_config: dict[str, Any], small_files: dict[str, bytes], findings: list[Finding] | None = None
+) -> str | None:
     """The template transformers would use: chat_template.jinja, then chat_template.json, then
     tokenizer_config.json's (a named list's "default")."""
     if "chat_template.jinja" in small_files:
         return small_files["chat_template.jinja"].decode("utf-8", "replace")
-    value = _json(small_files.get("chat_template.json")).get("chat_template") or tokenizer_config.get("chat_template")
+    side = _side("chat_template.json", small_files, findings if findings is not None else [])
+    value = side.get("chat_template") or tokenizer_config.get("chat_template")
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default")
@@ -92,6 +93,8 @@ def _render_reply(source: str, specials: dict[str, Any]) -> tuple[str | None, st
         template = compile_template(source)
     except jinja2.TemplateSyntaxError as exc:
         return None, f"is not valid Jinja (line {exc.lineno}: {exc.message})"
+    except RecursionError:
+        return None, "is not valid Jinja (nested past what the parser takes)"
     error = ""
     # A template may refuse a system turn (Gemma's raise_exception) or an assistant turn last.
     for system, reply_last in ((True, True), (False, True), (True, False), (False, False)):
@@ -102,7 +105,8 @@ def _render_reply(source: str, specials: dict[str, Any]) -> tuple[str | None, st
             render(template, messages=_conversations(system)[:-1], add_generation_prompt=True, **specials)
         except RenderRefused as exc:
             return None, f"was stopped: {exc}"
-        except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError) as exc:
+        except (jinja2.TemplateError, TypeError, ValueError, LookupError, AttributeError, ArithmeticError,
+                RecursionError) as exc:  # fmt: skip
             error = f"fails to render system/user/assistant turns: {type(exc).__name__}: {str(exc)[:200]}"
             continue
         if REPLY not in text:
@@ -127,10 +131,11 @@ def chat_contract(
 ) -> tuple[ChatContract, list[Finding]]:
     """The contract and its findings (a checkpoint with no tokenizer is TOKENIZER_MISSING's)."""
     tok = tokenizer_config or {}
-    special_map = _json(small_files.get("special_tokens_map.json"))
+    findings: list[Finding] = []  # a refused side file's own finding first
+    special_map = _side("special_tokens_map.json", small_files, findings)
     specials = {k: token_text(tok.get(k)) or token_text(special_map.get(k)) for k in SPECIAL_KEYS}
     vocab = vocabulary(tokenizer_config, small_files)
-    generation = _json(small_files.get("generation_config.json"))
+    generation = _side("generation_config.json", small_files, findings)
     text_config = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     config_ids = _ids(config.get("eos_token_id", (text_config or {}).get("eos_token_id")))
     from_generation = "eos_token_id" in generation and _ids(generation["eos_token_id"])
@@ -145,8 +150,8 @@ def chat_contract(
         generation_config_sha256=_sha(small_files.get("generation_config.json")),
         tokenizer_sha256=_sha(small_files.get("tokenizer.json") or small_files.get("tokenizer.model")),
     )
-    findings = _eos_findings(eos, eos_id, vocab, stop_ids, stop_file, config_ids if from_generation else [])
-    source = template_source(tok, small_files)
+    findings += _eos_findings(eos, eos_id, vocab, stop_ids, stop_file, config_ids if from_generation else [])
+    source = template_source(tok, small_files, findings)
     if source is not None:
         contract.template_sha256 = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
         findings += _template_findings(source, specials, vocab, eos_id, stop_ids, contract)

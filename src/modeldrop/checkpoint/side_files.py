@@ -48,8 +48,11 @@ def _finding(code: str, message: str, hint: str) -> Finding:
 def load_json(scan: ArtifactScan, name: str, findings: list[Finding]) -> dict[str, Any] | None:
     """NAME from the scan as a JSON object, or None (with a finding when it is there but refused)."""
     raw = scan.small_files.get(name)
-    if raw is None:
-        return None
+    return None if raw is None else parse_json(name, raw, findings)
+
+
+def parse_json(name: str, raw: bytes, findings: list[Finding]) -> dict[str, Any] | None:
+    """RAW (the side file NAME) as a JSON object within the bounds, or None with a finding saying why."""
     values = value_bound(raw)
     if values > MAX_JSON_VALUES:
         findings.append(

@@ -16,6 +16,7 @@ from typing import Any
 
 # A token is in the vocabulary but its id could not be read (a Unigram list entry).
 PRESENT = -1
+MAX_TOKEN_CHARS = 256
 
 
 def token_text(value: Any) -> str | None:
@@ -47,6 +48,8 @@ class Vocabulary:
         return self.tokenizer_json is not None or self.pieces is not None
 
     def id_of(self, token: str) -> int | None:
+        if len(token) > MAX_TOKEN_CHARS:  # no vocabulary holds one: not searched for in 64 MiB
+            return None
         if token in self.added:
             return self.added[token]
         if self.tokenizer_json is not None:
