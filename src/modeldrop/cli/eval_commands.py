@@ -9,6 +9,20 @@ import typer
 from rich.table import Table
 
 from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode, session_for
+from modeldrop.cli.operate_commands import ProfileOpt, RegionOpt
+from modeldrop.evaluation.chat_protocol import Schema
+
+EvalSetOpt = Annotated[
+    str | None, typer.Option(help="JSONL eval set: a local file or s3:// URI (default: the built-in set)")
+]
+StreamOpt = Annotated[bool, typer.Option("--stream/--no-stream", help="invoke with response streaming")]
+SchemaOpt = Annotated[str, typer.Option(help="chat (OpenAI) | lmi (inputs/parameters)")]
+
+
+def _schema(schema: str) -> Schema:
+    if schema not in ("chat", "lmi"):
+        fail(f"unknown --schema {schema!r}; choose chat or lmi")
+    return "chat" if schema == "chat" else "lmi"
 
 
 def _num(value: Any) -> str:
@@ -52,16 +66,14 @@ def eval_table(report: Any) -> None:
 @app.command("eval")
 def eval_cmd(
     endpoint_name: Annotated[str, typer.Argument(help="an existing SageMaker endpoint")],
-    eval_set: Annotated[
-        str | None, typer.Option(help="JSONL eval set: a local file or s3:// URI (default: the built-in set)")
-    ] = None,
-    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="invoke with response streaming")] = True,
-    schema: Annotated[str, typer.Option(help="chat (OpenAI) | lmi (inputs/parameters)")] = "chat",
+    eval_set: EvalSetOpt = None,
+    stream: StreamOpt = True,
+    schema: SchemaOpt = "chat",
     max_truncated: Annotated[int, typer.Option(min=0)] = 0,
     max_errors: Annotated[int, typer.Option(min=0)] = 0,
     markdown: Annotated[Path | None, typer.Option(help="also write the Markdown report here")] = None,
-    region: Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")] = None,
-    profile: Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")] = None,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the report as JSON")] = False,
 ) -> None:
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
@@ -71,8 +83,7 @@ def eval_cmd(
     from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config
     from modeldrop.evaluation.smoke_eval import load_eval_set
 
-    if schema not in ("chat", "lmi"):
-        fail(f"unknown --schema {schema!r}; choose chat or lmi")
+    chosen = _schema(schema)
     with aws_errors():
         session = session_for(region, profile)
         cases = load_eval_set(eval_set, session.client("s3") if eval_set else None)
@@ -83,7 +94,7 @@ def eval_cmd(
             cases,
             EvalThresholds(max_truncated=max_truncated, max_errors=max_errors),
             stream=stream,  # LMI's inputs schema is read whole whatever this says
-            schema=schema,  # type: ignore[arg-type]
+            schema=chosen,
         )
     if markdown is not None:
         markdown.write_text(to_markdown(report))
@@ -100,31 +111,27 @@ def eval_cmd(
 def compare_cmd(
     champion: Annotated[str, typer.Argument(help="the endpoint serving now")],
     candidate: Annotated[str, typer.Argument(help="the endpoint of the version that would replace it")],
-    eval_set: Annotated[
-        str | None, typer.Option(help="JSONL eval set: a local file or s3:// URI (default: the built-in set)")
-    ] = None,
-    stream: Annotated[bool, typer.Option("--stream/--no-stream", help="invoke with response streaming")] = True,
-    schema: Annotated[str, typer.Option(help="chat (OpenAI) | lmi (inputs/parameters)")] = "chat",
+    eval_set: EvalSetOpt = None,
+    stream: StreamOpt = True,
+    schema: SchemaOpt = "chat",
     max_regressed_cases: Annotated[int, typer.Option(min=0, help="cases that may regress")] = 0,
     max_length_ratio: Annotated[float, typer.Option(min=1, help="answer length factor either way")] = 3.0,
     max_ttft_ratio: Annotated[float, typer.Option(min=1, help="time-to-first-token factor")] = 2.0,
     min_tokens_per_s_ratio: Annotated[float, typer.Option(min=0.01, max=1, help="generation rate fraction")] = 0.5,
     latency_slack: Annotated[float, typer.Option(min=0, help="seconds of latency difference that are noise")] = 0.25,
-    region: Annotated[str | None, typer.Option(help="AWS region (default: the SDK's configuration)")] = None,
-    profile: Annotated[str | None, typer.Option(help="AWS named profile (default: AWS_PROFILE or the default)")] = None,
+    region: RegionOpt = None,
+    profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the gate report as JSON")] = False,
 ) -> None:
     """Champion/challenger: run the eval set against both endpoints and compare case by case
     (outcome, truncation, empty or refused answers, JSON validity, length, TTFT, tokens/s).
     Exit 0 promotable, 1 PromotionBlocked, 2 bad input."""
     json_mode(as_json)
-    from modeldrop.contracts.models import EvalThresholds
-    from modeldrop.evaluation.gate import GateThresholds, compare
-    from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.evaluation.runner import compare_endpoints, runtime_client_config
     from modeldrop.evaluation.smoke_eval import load_eval_set
 
-    if schema not in ("chat", "lmi"):
-        fail(f"unknown --schema {schema!r}; choose chat or lmi")
+    chosen = _schema(schema)
     thresholds = GateThresholds(
         max_regressed_cases=max_regressed_cases,
         max_length_ratio=max_length_ratio,
@@ -135,15 +142,10 @@ def compare_cmd(
     with aws_errors():
         session = session_for(region, profile)
         cases = load_eval_set(eval_set, session.client("s3") if eval_set else None)
-        sm = session.client("sagemaker")
         runtime = session.client("sagemaker-runtime", config=runtime_client_config())
-        # Cases that may fail on both are still compared: the gate is about change, not the smoke verdict.
-        lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
-        reports = [
-            evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema)  # type: ignore[arg-type]
-            for name in (champion, candidate)
-        ]
-    gate = compare(reports[0], reports[1], thresholds)
+        gate = compare_endpoints(
+            session.client("sagemaker"), runtime, champion, candidate, cases, thresholds, stream, chosen
+        )
     if as_json:
         print(gate.model_dump_json(indent=2))
     else:

@@ -31,6 +31,7 @@ from modeldrop.evaluation.chat_protocol import (
     parse_completion,
 )
 from modeldrop.evaluation.context_budget import budget_for, parse_context_overflow
+from modeldrop.evaluation.gate import GateReport, GateThresholds, compare
 from modeldrop.evaluation.smoke_eval import CaseResult, EvalCase, EvalReport, Timing, judge, verdict
 from modeldrop.evaluation.sse import SSEDecoder
 from modeldrop.serving.engine_env import engine_of_env, max_model_len_of_env
@@ -322,3 +323,23 @@ def evaluate_endpoint(
     engine = engine_of_env(env) or "vllm"
     target = EvalTarget(endpoint_name, max_model_len_of_env(env), schema=schema, stream=stream)
     return run_eval(runtime, target, cases, thresholds, max_tokens_ceiling(engine), retry)
+
+
+def compare_endpoints(
+    sm: SageMakerClient,
+    runtime: SageMakerRuntimeClient,
+    champion: str,
+    candidate: str,
+    cases: list[EvalCase],
+    thresholds: GateThresholds,
+    stream: bool = True,
+    schema: Schema = "chat",
+) -> GateReport:
+    """The champion/challenger gate: one eval set on both endpoints, compared case by case. Every case
+    may fail on its own: the gate judges change, not the smoke verdict."""
+    lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
+    reports = [
+        evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema)
+        for name in (champion, candidate)
+    ]
+    return compare(reports[0], reports[1], thresholds)
