@@ -175,9 +175,9 @@ def describe_endpoint(sm: SageMakerClient, name: str) -> DescribeEndpointOutputT
 
 
 def delete_all(
-    sm: SageMakerClient, endpoint: str | None, config: str, model: str, owner: str | None = None
+    sm: SageMakerClient, endpoint: str | None, config: str | None, model: str | None, owner: str | None = None
 ) -> tuple[list[str], list[str], list[str], list[str]]:
-    """Delete endpoint -> endpoint config -> model (no endpoint: only the other two). Returns
+    """Delete endpoint -> endpoint config -> model (a None name is skipped). Returns
     (deleted, already_gone, failed, not_ours).
 
     With ``owner`` (a deployment id) a resource tagged for another deployment, or not tagged by
@@ -198,14 +198,14 @@ def delete_all(
         (
             "endpoint-config",
             config,
-            lambda: sm.delete_endpoint_config(EndpointConfigName=config),
-            lambda: sm.describe_endpoint_config(EndpointConfigName=config)["EndpointConfigArn"],
+            lambda: sm.delete_endpoint_config(EndpointConfigName=config or ""),
+            lambda: sm.describe_endpoint_config(EndpointConfigName=config or "")["EndpointConfigArn"],
         ),
         (
             "model",
             model,
-            lambda: sm.delete_model(ModelName=model),
-            lambda: sm.describe_model(ModelName=model)["ModelArn"],
+            lambda: sm.delete_model(ModelName=model or ""),
+            lambda: sm.describe_model(ModelName=model or "")["ModelArn"],
         ),
     )
     for kind, name, call, arn_of in steps:

@@ -13,7 +13,7 @@ from rich.table import Table
 from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode
 from modeldrop.cli.channel_view import _show
 from modeldrop.cli.operate_commands import ProfileOpt, RegionOpt, StackOpt, _connect
-from modeldrop.contracts.channel import CHANNEL_PATTERN
+from modeldrop.contracts.channel import channel_problem
 from modeldrop.contracts.errors import PromotionBlocked, PromotionFailed
 
 if TYPE_CHECKING:
@@ -39,10 +39,9 @@ def _context(stack: str, region: str | None, profile: str | None) -> ChannelCont
 
 
 def _channel_name(name: str) -> str:
-    import re
-
-    if not re.match(CHANNEL_PATTERN, name):
-        fail(f"channel name {name!r}: 1-24 of a-z, 0-9 and single dashes (it is part of the endpoint's name)")
+    problem = channel_problem(name)
+    if problem:
+        fail(problem)
     return name
 
 

@@ -38,18 +38,14 @@ if TYPE_CHECKING:
 
 
 def _channel_problem(channel: str, other_inputs: bool) -> str | None:
-    import re
+    from modeldrop.contracts.channel import channel_problem
 
-    from modeldrop.contracts.channel import CHANNEL_PATTERN
-
-    if not re.match(CHANNEL_PATTERN, channel):
-        return f"channel name {channel!r}: 1-24 of a-z, 0-9 and single dashes (it is part of the endpoint's name)"
     if other_inputs:
         return (
             "--channel deploys two generated checkpoints on the reference engine: no ARTIFACT, --adapter, "
             "--prefix or --engine with it"
         )
-    return None
+    return channel_problem(channel)
 
 
 @app.command("run-local")

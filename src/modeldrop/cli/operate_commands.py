@@ -314,7 +314,7 @@ def status_cmd(
 def _channel_named(registry: Registry, name: str) -> Any:
     from modeldrop.aws.channel_store import ChannelStore
 
-    return ChannelStore(registry.table).get(name) if not name.startswith(("s3-", "local-")) else None
+    return ChannelStore(registry.table).get(name)
 
 
 def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ table under `channel#NAME` (never listed as a deployment), written only with the
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -59,3 +60,10 @@ class ChannelRecord(BaseModel):
 def channel_endpoint_name(resource_prefix: str, channel: str) -> str:
     """The channel's stable endpoint name, under the stack's prefix (the only names its roles act on)."""
     return f"{resource_prefix}-ch-{channel}"
+
+
+def channel_problem(name: str) -> str | None:
+    """Why NAME cannot name a channel, or None."""
+    if re.match(CHANNEL_PATTERN, name):
+        return None
+    return f"channel name {name[:40]!r}: 1-24 of a-z, 0-9 and single dashes (it is part of the endpoint's name)"

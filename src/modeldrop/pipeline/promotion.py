@@ -21,17 +21,23 @@ from botocore.exceptions import ClientError
 from modeldrop.aws.channel_alarms import alarms_in_alarm, delete_alarms, put_channel_alarms
 from modeldrop.aws.channel_store import ChannelStore
 from modeldrop.aws.registry import Registry
-from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG
+from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG, delete_all, describe_endpoint, list_tags
 from modeldrop.checkpoint.chat_contract import ChatContract, drift
 from modeldrop.contracts import clock
-from modeldrop.contracts.channel import ChannelEvent, ChannelRecord, ChannelVersion, channel_endpoint_name
+from modeldrop.contracts.channel import (
+    ChannelEvent,
+    ChannelRecord,
+    ChannelVersion,
+    channel_endpoint_name,
+    channel_problem,
+)
 from modeldrop.contracts.errors import ChannelInvalid, PromotionBlocked, PromotionFailed, TeardownIncomplete
-from modeldrop.contracts.models import EvalThresholds
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.evaluation.gate import GateReport, GateThresholds, compare
-from modeldrop.evaluation.runner import evaluate_endpoint
+from modeldrop.evaluation.gate import GateThresholds
+from modeldrop.evaluation.runner import compare_endpoints
 from modeldrop.evaluation.smoke_eval import EvalCase
-from modeldrop.pipeline.teardown import Held, held_by
+from modeldrop.pipeline.channel_upkeep import delete_version
+from modeldrop.pipeline.teardown import held_by
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
 if TYPE_CHECKING:
@@ -103,14 +109,6 @@ def _settle(ctx: ChannelContext, name: str) -> dict[str, Any]:
         waited, pause = waited + pause, min(pause * 2, POLL_SECONDS)
 
 
-def _gate(
-    ctx: ChannelContext, champion: str, candidate: str, cases: list[EvalCase], thresholds: GateThresholds
-) -> GateReport:
-    lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
-    reports = [evaluate_endpoint(ctx.sm, ctx.runtime, name, cases, lenient) for name in (champion, candidate)]
-    return compare(reports[0], reports[1], thresholds)
-
-
 def _blue_green(alarms: list[str], instances: int) -> dict[str, Any]:
     routing: dict[str, Any] = {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": WAIT_INTERVAL_SECONDS}
     if instances > 1:  # a canary needs an instance of its own
@@ -166,12 +164,9 @@ def _discard(ctx: ChannelContext, record: DeploymentRecord) -> list[str]:
 
 
 def _drop_preview(ctx: ChannelContext, record: DeploymentRecord) -> None:
-    """The promoted deployment's own endpoint: its config now serves the channel."""
-    try:
-        ctx.sm.delete_endpoint(EndpointName=str(record.endpoint_name))
-    except ClientError as exc:
-        if "Could not find" not in str(exc):
-            raise
+    """The promoted deployment's own endpoint (if tagged for it): its config now serves the channel.
+    One left (a throttle) keeps its TTL: the reaper deletes it then."""
+    delete_all(ctx.sm, str(record.endpoint_name), None, None, owner=record.deployment_id)
 
 
 def _create_channel(ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord) -> None:
@@ -211,6 +206,9 @@ def promote(
     grace: timedelta = DEFAULT_GRACE,
 ) -> ChannelRecord:
     """Put DEPLOYMENT_ID behind CHANNEL_NAME's stable endpoint (creating the channel the first time)."""
+    problem = channel_problem(channel_name)
+    if problem:
+        raise ChannelInvalid(problem)
     record = ctx.registry.get(deployment_id)
     if record is None:
         raise ChannelInvalid(f"no deployment {deployment_id}")
@@ -221,7 +219,8 @@ def promote(
     else:
         if channel.live and channel.live.deployment_id == deployment_id:
             raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
-        gate = _gate(ctx, channel.endpoint_name, str(record.endpoint_name), cases, thresholds)
+        gate = compare_endpoints(ctx.sm, ctx.runtime, channel.endpoint_name, str(record.endpoint_name), cases,
+                                 thresholds)  # fmt: skip
         event = ChannelEvent(at=_now(), kind="promoted", deployment_id=deployment_id,
                              previous=channel.live.deployment_id if channel.live else None,
                              gate=gate.model_dump(mode="json"), drift=_chat_drift(ctx, channel, record))  # fmt: skip
@@ -310,33 +309,20 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
     return ctx.channels.save(channel)
 
 
-def retire_due(sm: SageMakerClient, registry: Registry, channels: ChannelStore, s3: S3Client | None) -> list[str]:
-    """Every channel's kept versions past their grace: config, model and served copy deleted, the
-    deployment's record ended (the reaper runs it). Returns what was deleted."""
-    deleted: list[str] = []
-    now = clock.utcnow()
-    for channel in channels.all():
-        due = [v for v in channel.kept if v.remove_after and clock.parse_iso(v.remove_after) <= now]
-        if not due:
-            continue
-        for version in due:
-            deleted += _delete_version(sm, registry, s3, version)
-            channel.history.append(ChannelEvent(at=_now(), kind="retired", deployment_id=version.deployment_id,
-                                                reason="its grace period ended"))  # fmt: skip
-        channel.kept = [v for v in channel.kept if v not in due]
-        channels.save(channel)
-    return deleted
-
-
-def _delete_version(sm: SageMakerClient, registry: Registry, s3: S3Client | None, version: ChannelVersion) -> list[str]:
-    record = registry.get(version.deployment_id)
-    held = held_by(record) if record else Held(version.endpoint_config, version.endpoint_config, version.models[0])
-    done = teardown_now(sm, registry if record else None, version.deployment_id, held, s3=s3,
-                        artifact_uri=record.artifact_uri if record else None)  # fmt: skip
-    if record is not None and record.status == "succeeded":
-        registry.record(version.deployment_id, "retired", {"reason": "superseded"}, status="torn_down",
-                        ended_at=_now())  # fmt: skip
-    return list(done.deleted)
+def _delete_channel_endpoint(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
+    """The channel's endpoint, only if its tags say it is this stack's channel of that name."""
+    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
+    if desc is None:
+        return []
+    tags = list_tags(ctx.sm, desc["EndpointArn"])
+    if tags.get(CHANNEL_TAG) != channel.name or tags.get(MANAGED_BY_TAG) != ctx.stack_tag:
+        raise ChannelInvalid(
+            f"endpoint {channel.endpoint_name} is not channel {channel.name}'s (tagged {tags.get(CHANNEL_TAG)!r} by "
+            f"{tags.get(MANAGED_BY_TAG)!r}): left alone",
+            "delete it by hand if it is stale, then close the channel again",
+        )
+    ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
+    return [f"endpoint/{channel.endpoint_name}"]
 
 
 def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
@@ -344,26 +330,9 @@ def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
     channel = ctx.channels.get(channel_name)
     if channel is None:
         raise ChannelInvalid(f"no channel {channel_name}")
-    deleted: list[str] = []
-    try:
-        ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
-        deleted.append(f"endpoint/{channel.endpoint_name}")
-    except ClientError as exc:
-        if "Could not find" not in str(exc):
-            raise
+    deleted = _delete_channel_endpoint(ctx, channel)
     for version in ([channel.live] if channel.live else []) + channel.kept:
-        deleted += _delete_version(ctx.sm, ctx.registry, ctx.s3, version)
+        deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version)
     delete_alarms(ctx.cloudwatch, channel.alarms)
     ctx.channels.delete(channel)
     return deleted
-
-
-def channel_held(channels: list[ChannelRecord]) -> tuple[set[str], set[str], set[str]]:
-    """(channel endpoints, configs and models they still need, deployments they hold): what the reaper leaves."""
-    endpoints = {c.endpoint_name for c in channels}
-    names: set[str] = set()
-    deployments: set[str] = set()
-    for channel in channels:
-        names |= channel.holds()
-        deployments |= {v.deployment_id for v in ([channel.live] if channel.live else []) + channel.kept}
-    return endpoints, names, deployments

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
-from modeldrop.pipeline.promotion import channel_held, retire_due
+from modeldrop.pipeline.channel_upkeep import channel_held, retire_due
 from modeldrop.pipeline.reap_model import BUSY_STATES, ORPHAN_GRACE, ReapResult, _dead, _ended_at, _managed
 from modeldrop.pipeline.reaper_orphans import _remove_orphans
 
@@ -80,8 +80,9 @@ def reap(
     live: set[str] = set()
     deleting: set[str] = set()
     # A channel's endpoint has no TTL, and what it keeps for a rollback is no orphan: as its record says.
-    channels = ChannelStore(registry.table)
-    channel_endpoints, channel_names, channel_deployments = channel_held(channels.all())
+    store = ChannelStore(registry.table)
+    channels = store.all()
+    channel_endpoints, channel_names, channel_deployments = channel_held(channels)
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]
         live.add(name)
@@ -101,11 +102,11 @@ def reap(
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"records: {exc}")
     try:
-        result.retired = retire_due(sm, registry, channels, s3)
+        result.retired = retire_due(sm, registry, store, channels, s3)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"channels: {exc}")
     try:
-        _remove_orphans(sm, registry, stack_tag, resource_prefix, live | channel_names, now, result)
+        _remove_orphans(sm, registry, stack_tag, resource_prefix, live, now, result, keep=channel_names)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"orphans: {exc}")
     if s3 is not None and bucket:

@@ -30,7 +30,9 @@ def _remove_orphans(
     live: set[str],
     now: datetime,
     result: ReapResult,
+    keep: set[str] | frozenset[str] = frozenset(),
 ) -> None:
+    """KEEP: configs and models a channel still serves or keeps for a rollback."""
     kinds = (
         (
             "endpoint-config",
@@ -46,7 +48,7 @@ def _remove_orphans(
     for kind, lister, key, name_key, arn_key, delete in kinds:
         for res in all_items(sm, lister, key, page_size=100):
             name = res[name_key]
-            if name in live or not _managed(name, resource_prefix):
+            if name in live or name in keep or not _managed(name, resource_prefix):
                 continue
             if in_use is None:
                 in_use = _in_use(sm, live, resource_prefix)
