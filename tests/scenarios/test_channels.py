@@ -174,6 +174,15 @@ def test_update_endpoint_is_as_strict_as_the_api_reference(make_stack: Any, arch
             break
     desc = sm.describe_endpoint(EndpointName="modeldrop-blue")
     assert desc["EndpointStatus"] == "InService" and desc["EndpointConfigName"] == "modeldrop-green"
+    # A config whose model is gone: accepted, and the update fails back to the serving config, with the reason.
+    sm.delete_model(ModelName="modeldrop-blue")
+    sm.update_endpoint(EndpointName="modeldrop-blue", EndpointConfigName="modeldrop-blue")
+    for _ in range(5):
+        desc = sm.describe_endpoint(EndpointName="modeldrop-blue")
+        if desc["EndpointStatus"] != "Updating":
+            break
+    assert desc["EndpointStatus"] == "InService" and desc["EndpointConfigName"] == "modeldrop-green"
+    assert "Could not find model" in desc.get("FailureReason", "")
     for name in ("modeldrop-blue", "modeldrop-green"):
         sm.delete_endpoint(EndpointName=name)
     assert not [p for p in stack.hosting.running() if p.startswith("modeldrop-blue")]

@@ -159,10 +159,9 @@ def _finish(hosting: Any, backend: Any, endpoint: Any, switch: bool, reason: str
 
 
 def _start_green(hosting: Any, backend: Any, name: str, config_name: str) -> HostedEndpoint:
-    config = backend.endpoint_configs[config_name]
-    variant = config.production_variants[0]
-    model = backend._models[variant["ModelName"]]
-    container = model.primary_container or {}
+    variant = backend.endpoint_configs[config_name].production_variants[0]
+    model = backend._models.get(variant["ModelName"])
+    container = (model.primary_container if model else None) or {}
     green = HostedEndpoint(
         name=name,
         instance_type=variant.get("InstanceType", "ml.g6.2xlarge"),
@@ -173,6 +172,9 @@ def _start_green(hosting: Any, backend: Any, name: str, config_name: str) -> Hos
         env=dict(container.get("Environment") or {}),
     )
     hosting.endpoints[name + GREEN] = green
+    if model is None:  # the update is accepted; its new fleet cannot start (as SageMaker reports it)
+        green.status, green.failure_reason = "Failed", f'Could not find model "{variant["ModelName"]}".'
+        return green
     try:
         green.model_dir = hosting._materialize(f"{name}-{config_name}", container)
         hosting._start(green)
@@ -205,6 +207,10 @@ def install(get_hosting: Any) -> None:
         problem = _problem(deployment)
         if problem:
             raise ValidationError(message=problem)
+        if not all(v.get("ModelName") for v in backend.endpoint_configs[config_name].production_variants):
+            raise ValidationError(
+                message="The emulator updates an endpoint only to a config whose variants name a model."
+            )
         if deployment.get("BlueGreenUpdatePolicy") and is_component_endpoint(backend, name):
             raise ValidationError(
                 message="BlueGreenUpdatePolicy is not supported for an endpoint with inference components."
