@@ -93,6 +93,15 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     )
     channel = promote(ctx, str(second.deployment_id), "main", cases, gate)
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == channel.live.endpoint_config
+    # A rollback that read the channel before a twin wrote it is refused with the endpoint untouched.
+    read_before = ctx.channels.get("main")
+    assert read_before is not None
+    ctx.channels.save(read_before)
+    ctx.channels.get = lambda name: read_before  # type: ignore[method-assign]
+    with pytest.raises(ChannelChanged):
+        rollback(ctx, "main")
+    ctx.channels.get = fresh  # type: ignore[method-assign]
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == channel.live.endpoint_config
     back = rollback(ctx, "main")
     assert back.live is not None and back.live.deployment_id == first.deployment_id
     assert [v.deployment_id for v in back.kept] == [second.deployment_id]

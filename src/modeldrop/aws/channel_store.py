@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from boto3.dynamodb.conditions import Attr
 from botocore.exceptions import ClientError
 
 from modeldrop.contracts.channel import CHANNEL_PREFIX, ChannelRecord
@@ -29,10 +30,11 @@ class ChannelStore:
 
     def all(self) -> list[ChannelRecord]:
         items: list[dict[str, Any]] = []
-        kwargs: dict[str, Any] = {}
+        # The table is mostly deployments: only channel items come back (the scan still reads them all).
+        kwargs: dict[str, Any] = {"FilterExpression": Attr("deployment_id").begins_with(CHANNEL_PREFIX)}
         while True:
             page = self.table.scan(**kwargs)
-            items += [i for i in page.get("Items", []) if str(i.get("deployment_id", "")).startswith(CHANNEL_PREFIX)]
+            items += page.get("Items", [])
             if "LastEvaluatedKey" not in page:
                 break
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]

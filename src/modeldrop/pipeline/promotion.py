@@ -300,6 +300,7 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
         raise ChannelInvalid(f"channel {channel_name} keeps no earlier version to roll back to",
                              "a superseded version is kept for the grace period of its promotion")  # fmt: skip
     record = ctx.registry.get(target.deployment_id)
+    channel = ctx.channels.save(channel)  # claimed first, as promote does: a twin that read it is refused
     _switch(ctx, channel, target, record.instance_count if record else 1)
     previous = channel.live.deployment_id if channel.live else None
     channel = _retire(channel, target.model_copy(update={"served_at": _now(), "retired_at": None,
