@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,16 @@ def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any
     assert oct((model_dir / "config.json").stat().st_mode & 0o222) == "0o0"
     environ = Path(f"/proc/{hosted.process.pid}/environ").read_bytes()
     assert environ.count(b"SM_VLLM_MAX_MODEL_LEN=1024") == 1 and b"AWS_SECRET_ACCESS_KEY" not in environ
-    logs = stack.client("logs").get_log_events(logGroupName=hosted.log_group, logStreamName=hosted.log_stream)
-    lines = [e["message"] for e in logs["events"]]
-    assert any("Maximum model length: 1024; served model name: tiny" in line for line in lines)
+    # The container's stdout reaches its log stream through a pump thread, flushed on each DescribeEndpoint:
+    # on a busy machine the line may come a little after InService, so look again (while the process lives).
+    wanted = "Maximum model length: 1024; served model name: tiny"
+    for _ in range(600):
+        sm.describe_endpoint(EndpointName="modeldrop-proc")
+        logs = stack.client("logs").get_log_events(logGroupName=hosted.log_group, logStreamName=hosted.log_stream)
+        if any(wanted in e["message"] for e in logs["events"]) or hosted.process.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert any(wanted in e["message"] for e in logs["events"])
     pid = hosted.process.pid
     deleted, _gone, failed, _not_ours = delete_all(sm, "modeldrop-proc", "modeldrop-proc", "modeldrop-proc")
     assert failed == [] and len(deleted) == 3
