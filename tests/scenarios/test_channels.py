@@ -35,6 +35,17 @@ def test_a_second_version_is_promoted_onto_the_same_endpoint_and_the_first_goes_
     retired = channel["steps"][2]["reaper_retired"]
     assert any(r.startswith("endpoint-config/") and first in r for r in retired)
     assert any(r.startswith("model/") and first in r for r in retired)
+    # The adapter line beside it: promoted onto the running base with no endpoint created, timed.
+    lora = channel["adapter_channel"]
+    assert lora["name"] == "demo-lora" and "error" not in lora, lora.get("error")
+    assert [s["step"] for s in lora["steps"]] == ["created", "promoted, adapter only", "rolled back"]
+    created, promoted_adapter, back = lora["steps"]
+    assert promoted_adapter["endpoints_created"] == [] and promoted_adapter["seconds_to_serving"] > 0
+    assert promoted_adapter["invoke"]["EndpointName"] == created["invoke"]["EndpointName"]
+    assert promoted_adapter["invoke"]["InferenceComponentName"] != created["invoke"]["InferenceComponentName"]
+    assert back["invoke"] == created["invoke"]
+    assert [e["kind"] for e in lora["history"]] == ["created", "promoted", "rolled_back"]
+    assert any(c.startswith("endpoint/") for c in lora["closed"])
     assert result.leftover_resources == []
 
 
@@ -115,10 +126,10 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] == "InService"
     assert any(second.deployment_id in r for r in reaped["retired"])  # its grace (1 h) ended
     # A deployment the channel serves is not torn down by its id; a stale channel record is not saved.
-    from modeldrop.operate.deployments import OperateError, _refuse_if_channel_holds
+    from modeldrop.operate.deployments import OperateError, refuse_if_channel_holds
 
     with pytest.raises(OperateError, match="serves channel main"):
-        _refuse_if_channel_holds(ctx.registry, str(first.deployment_id))
+        refuse_if_channel_holds(ctx.registry, str(first.deployment_id))
     stale = ctx.channels.get("main")
     assert stale is not None and ctx.channels.save(stale).revision == stale.revision + 1
     with pytest.raises(ChannelChanged):

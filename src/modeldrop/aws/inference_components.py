@@ -289,3 +289,20 @@ def for_components(sm: SageMakerClient, config_name: str) -> bool:
         _raise_domain(exc, f"describing endpoint-config/{config_name}")
         raise
     return bool(variants) and not any(v.get("ModelName") for v in variants)
+
+
+def component_container_env(sm: SageMakerClient, name: str) -> tuple[str, dict[str, str]] | None:
+    """(status, the model's container env) of component NAME -- an adapter's is its base's model;
+    None when it does not exist."""
+    desc = describe(sm, name)
+    if desc is None:
+        return None
+    base = _base_of(desc)
+    model_of = describe(sm, base) if base else desc
+    model = (model_of or {}).get("Specification", {}).get("ModelName")
+    env: dict[str, str] = {}
+    if model:
+        found = sm.describe_model(ModelName=str(model))
+        container = found.get("PrimaryContainer") or (found.get("Containers") or [{}])[0]
+        env = dict(container.get("Environment") or {})
+    return str(desc.get("InferenceComponentStatus")), env

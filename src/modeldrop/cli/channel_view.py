@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from rich.markup import escape
@@ -9,12 +10,18 @@ from rich.markup import escape
 from modeldrop.cli._shared import console, fields
 
 if TYPE_CHECKING:
-    from modeldrop.contracts.channel import ChannelRecord
+    from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
+
+
+def _version(version: ChannelVersion) -> str:
+    """A version as clients meet it: its deployment, and its adapter's component on a shared base."""
+    return version.deployment_id + (f" (adapter {version.adapter}, component {version.component})"
+                                    if version.component else "")  # fmt: skip
 
 
 def _show(record: ChannelRecord, as_json: bool) -> None:
-    if as_json:
-        print(record.model_dump_json())
+    if as_json:  # with what clients call, as `clients call` shows it
+        print(json.dumps({**record.model_dump(mode="json"), "invoke_target": record.invoke_target()}))
         return
     show_channel(record)
 
@@ -24,8 +31,9 @@ def show_channel(record: ChannelRecord) -> None:
     rows = [
         ("channel", record.name),
         ("endpoint", record.endpoint_name),
-        ("serving", record.live.deployment_id if record.live else "-"),
-        ("kept for rollback", ", ".join(f"{v.deployment_id} (until {v.remove_after})" for v in record.kept) or "-"),
+        ("serving", _version(record.live) if record.live else "-"),
+        ("clients call", " ".join(f"{k}={v}" for k, v in record.invoke_target().items())),
+        ("kept for rollback", ", ".join(f"{_version(v)} (until {v.remove_after})" for v in record.kept) or "-"),
         ("alarms", ", ".join(record.alarms) or "-"),
     ]
     fields([(k, str(v)) for k, v in rows])

@@ -16,8 +16,10 @@ EventKind = Literal["created", "promoted", "blocked", "rolled_back", "promotion_
 
 class ChannelVersion(BaseModel):
     deployment_id: str
-    endpoint_config: str
+    endpoint_config: str = ""  # empty for an adapter version: the base's endpoint config is not the version's
     models: list[str] = Field(default_factory=list)
+    component: str | None = None  # an adapter version: its inference component on the channel's base
+    adapter: str | None = None
     artifact_uri: str | None = None
     served_at: str | None = None  # when it began serving the channel
     retired_at: str | None = None  # when another version replaced it
@@ -42,7 +44,21 @@ class ChannelRecord(BaseModel):
     live: ChannelVersion | None = None
     kept: list[ChannelVersion] = Field(default_factory=list)  # superseded, newest first, within grace
     history: list[ChannelEvent] = Field(default_factory=list)
+    # An adapter channel: the shared deployment whose endpoint and base component its adapters run on
+    # (clients call the endpoint with the live version's component name).
+    base_deployment: str | None = None
     revision: int = 0
+
+    @property
+    def adapter_only(self) -> bool:
+        return self.base_deployment is not None
+
+    def invoke_target(self) -> dict[str, str]:
+        """What clients call: the endpoint, and for an adapter channel the live component."""
+        target = {"EndpointName": self.endpoint_name}
+        if self.live is not None and self.live.component:
+            target["InferenceComponentName"] = self.live.component
+        return target
 
     def last_known_good(self) -> ChannelVersion | None:
         """The version a rollback returns to: the newest kept one."""
@@ -52,9 +68,14 @@ class ChannelRecord(BaseModel):
         """Every endpoint config and model the channel still needs (live and kept)."""
         names: set[str] = set()
         for version in ([self.live] if self.live else []) + self.kept:
-            names.add(version.endpoint_config)
+            names.update(n for n in (version.endpoint_config, version.component) if n)
             names.update(version.models)
         return names
+
+    def deployments(self) -> set[str]:
+        """Every deployment the channel holds: its versions', and an adapter channel's base."""
+        held = {v.deployment_id for v in ([self.live] if self.live else []) + self.kept}
+        return held | ({self.base_deployment} if self.base_deployment else set())
 
 
 def channel_endpoint_name(resource_prefix: str, channel: str) -> str:

@@ -309,19 +309,24 @@ def evaluate_endpoint(
     stream: bool = True,
     schema: Schema = "chat",
     retry: RetryPolicy | None = None,
+    component: str | None = None,
 ) -> EvalReport:
-    """The smoke eval against any existing endpoint, with its max model length read from its container env."""
-    found = endpoint_container_env(sm, endpoint_name)
+    """The smoke eval against any existing endpoint (COMPONENT: through that inference component),
+    with its max model length read from its container env."""
+    from modeldrop.aws.inference_components import component_container_env
+
+    found = component_container_env(sm, component) if component else endpoint_container_env(sm, endpoint_name)
+    what = f"inference component {component}" if component else f"endpoint {endpoint_name}"
     if found is None:
         raise RequestInvalid(
-            f"endpoint {endpoint_name} does not exist in this account and region",
+            f"{what} does not exist in this account and region",
             "check the name (`modeldrop list`) and the region (--region)",
         )
     status, env = found
     if status not in ("InService", "Updating"):
-        raise RequestInvalid(f"endpoint {endpoint_name} is {status}, not InService", "wait for InService, then retry")
+        raise RequestInvalid(f"{what} is {status}, not InService", "wait for InService, then retry")
     engine = engine_of_env(env) or "vllm"
-    target = EvalTarget(endpoint_name, max_model_len_of_env(env), schema=schema, stream=stream)
+    target = EvalTarget(endpoint_name, max_model_len_of_env(env), schema=schema, stream=stream, component=component)
     return run_eval(runtime, target, cases, thresholds, max_tokens_ceiling(engine), retry)
 
 
@@ -334,12 +339,14 @@ def compare_endpoints(
     thresholds: GateThresholds,
     stream: bool = True,
     schema: Schema = "chat",
+    components: tuple[str | None, str | None] = (None, None),
 ) -> GateReport:
-    """The champion/challenger gate: one eval set on both endpoints, compared case by case. Every case
-    may fail on its own: the gate judges change, not the smoke verdict."""
+    """The champion/challenger gate: one eval set on both endpoints (or on both inference COMPONENTS,
+    champion's then candidate's), compared case by case. Every case may fail on its own: the gate
+    judges change, not the smoke verdict."""
     lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
     reports = [
-        evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema)
-        for name in (champion, candidate)
+        evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema, component=component)
+        for name, component in zip((champion, candidate), components, strict=True)
     ]
     return compare(reports[0], reports[1], thresholds)

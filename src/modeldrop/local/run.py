@@ -268,9 +268,9 @@ def _deploy(
         uri = f"s3://{stack.bucket}/{key}"
         fields = {k: v for k, v in request.items() if k != "adapter_uri"}
         # An adapter deployment: the adapter is the artifact, the uploaded checkpoint its base.
-        start = (
-            {"artifact_uri": request["adapter_uri"], "base": uri} if "adapter_uri" in request else {"artifact_uri": uri}
-        )
+        start = {"artifact_uri": request.get("adapter_uri", uri)}
+        if "adapter_uri" in request and "base_endpoint" not in request:
+            start["base"] = uri  # attached to a running base (base_endpoint), an adapter names none
         name = f"local-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         sfn.start_execution(stateMachineArn=stack.state_machine_arn, name=name, input=json.dumps({**start, **fields}))
     executions = sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
@@ -306,7 +306,7 @@ def _deploy(
     deployment_id = deployment_id_of(desc)
     # The emulator ends with this run: a live endpoint is deleted as `modeldrop teardown` does, so
     # that the leftover check below is a real one for a success too.
-    shared = shared_check(stack, deployment_id) if desc["status"] == "SUCCEEDED" else None
+    shared = shared_check(stack, deployment_id) if desc["status"] == "SUCCEEDED" and not keep else None
     cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" and not keep else []
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None

@@ -38,11 +38,11 @@ def artifact_file(artifact: Path | None, workdir: Path) -> Path:
 
 
 def adapter_request(
-    stack: Any, artifact: Path | None, workdir: Path, count: int = 1, cpu: bool = False
+    stack: Any, artifact: Path | None, workdir: Path, count: int = 1, cpu: bool = False, rank: int | None = None
 ) -> dict[str, Any]:
     """COUNT generated PEFT adapters for the base (each its own weights), uploaded where no rule
     watches: the run starts with the first as artifact_uri, the others as `adapters` (shared mode),
-    and the checkpoint (uploaded by _deploy under direct/) as their base."""
+    and the checkpoint (uploaded by _deploy under direct/) as their base. Ranks 8, 16, ... unless RANK."""
     from modeldrop.local.sample_adapter import write_adapter
     from modeldrop.local.sample_checkpoint import write_tar_gz
 
@@ -56,9 +56,9 @@ def adapter_request(
         if cpu:  # the CPU checkpoint's own adapter, whose effect on the real engine's answers is known
             from modeldrop.local.cpu_checkpoint import write_cpu_adapter
 
-            folder = write_cpu_adapter(workdir / name, r=8 * i)
+            folder = write_cpu_adapter(workdir / name, r=rank or 8 * i)
         else:
-            folder = write_adapter(workdir / name, base_config=base_config, r=8 * i, seed=i)
+            folder = write_adapter(workdir / name, base_config=base_config, r=rank or 8 * i, seed=i)
         packed = write_tar_gz(folder, workdir / f"{name}.tar.gz")
         key = f"direct/local/{stamp}/{name}/adapter.tar.gz"
         stack.client("s3").upload_file(str(packed), stack.bucket, key)

@@ -31,6 +31,7 @@ def install() -> None:
     _patch_s3_copy_checksums()
     _patch_s3_copy_preconditions()
     _patch_s3_upload_times()
+    _patch_s3_object_times()
     _patch_s3_bucket_policy()
     _patch_s3_checksum_digests()
     _installed = True
@@ -70,6 +71,16 @@ def _patch_s3_upload_times() -> None:
 
     FakeMultipart.__init__ = init
     S3Response.list_multipart_uploads = list_multipart_uploads
+
+
+def _patch_s3_object_times() -> None:
+    """An object's LastModified on the emulator's clock, as every other service's times are: a run that
+    advances it (a TTL, a grace period) times an upload against the same clock that times its serving."""
+    import moto.s3.models as s3_models
+
+    from modeldrop.contracts import clock
+
+    s3_models.utcnow = lambda: clock.utcnow().replace(tzinfo=None)  # type: ignore[attr-defined]
 
 
 def _patch_s3_copy_preconditions() -> None:

@@ -342,7 +342,7 @@ def teardown(
             raise
         item = None
     if item is not None:
-        _refuse_if_channel_holds(registry, item.deployment_id)
+        refuse_if_channel_holds(registry, item.deployment_id)
     name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
     if item is not None and item.terminal and desc is None:
@@ -372,14 +372,21 @@ def teardown(
     return result
 
 
-def _refuse_if_channel_holds(registry: Registry, deployment_id: str) -> None:
-    """A deployment a channel serves or keeps: its config and model are the channel's now."""
+def refuse_if_channel_holds(registry: Registry, deployment_id: str, component: str | None = None) -> None:
+    """A deployment a channel serves or keeps (COMPONENT: that adapter component of it): its config and
+    model, or its component, are the channel's now."""
     from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.contracts.channel import ChannelVersion
+
+    def held_in(version: ChannelVersion) -> bool:
+        return version.deployment_id == deployment_id and component in (None, version.component, version.adapter)
 
     for channel in ChannelStore(registry.table).all():
-        if channel.live and channel.live.deployment_id == deployment_id:
+        if component is None and channel.base_deployment == deployment_id:
+            held = "runs the base of adapter"
+        elif channel.live and held_in(channel.live):
             held = "serves"
-        elif any(v.deployment_id == deployment_id for v in channel.kept):
+        elif any(held_in(v) for v in channel.kept):
             held = "is kept for a rollback by"
         else:
             continue

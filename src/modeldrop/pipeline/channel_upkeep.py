@@ -7,12 +7,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modeldrop.aws.channel_store import ChannelStore
+from modeldrop.aws.inference_components import release
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import delete_all
 from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelEvent, ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import TeardownIncomplete
+from modeldrop.pipeline.teardown import held_by, teardown
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -26,14 +28,20 @@ def channel_held(channels: list[ChannelRecord]) -> tuple[set[str], set[str], set
     deployments: set[str] = set()
     for channel in channels:
         names |= channel.holds()
-        deployments |= {v.deployment_id for v in ([channel.live] if channel.live else []) + channel.kept}
+        deployments |= channel.deployments()
     return endpoints, names, deployments
 
 
-def delete_version(sm: SageMakerClient, registry: Registry, s3: S3Client | None, version: ChannelVersion) -> list[str]:
+def delete_version(
+    sm: SageMakerClient, registry: Registry, s3: S3Client | None, version: ChannelVersion, base: str | None = None
+) -> list[str]:
     """VERSION's endpoint config, models and served copy (each only if tagged for its deployment), and
-    its record ended. Its own endpoint went when it was promoted; the channel's is not touched here."""
+    its record ended. Its own endpoint went when it was promoted; the channel's is not touched here.
+    An adapter version: its component (and an attached deployment's served copy); BASE's own
+    component goes alone, its base serving on."""
     owner = version.deployment_id
+    if version.component:
+        return _delete_component_version(sm, registry, s3, version, base)
     deleted: list[str] = []
     failed: list[str] = []
     for i, model in enumerate(version.models or [None]):
@@ -51,6 +59,28 @@ def delete_version(sm: SageMakerClient, registry: Registry, s3: S3Client | None,
     return deleted
 
 
+def _delete_component_version(
+    sm: SageMakerClient, registry: Registry, s3: S3Client | None, version: ChannelVersion, base: str | None
+) -> list[str]:
+    owner = version.deployment_id
+    record = registry.get(owner)
+    if record is None or record.ended_at is not None:
+        return []
+    if owner == base:  # the base deployment's own adapter: only its component goes
+        released = release(sm, str(record.endpoint_name), owner, only=version.component)
+        if released.failed:
+            raise TeardownIncomplete(f"could not delete: {'; '.join(released.failed)}")
+        removed = record.step("adapters_removed") or []
+        entry = {"adapter": version.adapter, "component": version.component, "at": clock.iso(clock.utcnow())}
+        registry.record(owner, "adapters_removed", [*removed, entry])
+        return released.deleted
+    done = teardown(sm, registry, owner, held_by(record), s3=s3, artifact_uri=record.artifact_uri)
+    if record.status == "succeeded":
+        registry.record(owner, "retired", {"deleted": done.deleted}, status="torn_down",
+                        ended_at=clock.iso(clock.utcnow()))  # fmt: skip
+    return list(done.deleted)
+
+
 def retire_due(
     sm: SageMakerClient, registry: Registry, store: ChannelStore, channels: list[ChannelRecord], s3: S3Client | None
 ) -> list[str]:
@@ -62,7 +92,7 @@ def retire_due(
         if not due:
             continue
         for version in due:
-            deleted += delete_version(sm, registry, s3, version)
+            deleted += delete_version(sm, registry, s3, version, channel.base_deployment)
             channel.history.append(
                 ChannelEvent(at=clock.iso(now), kind="retired", deployment_id=version.deployment_id,
                              reason="its grace period ended")

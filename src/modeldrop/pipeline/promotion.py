@@ -36,6 +36,14 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.runner import compare_endpoints
 from modeldrop.evaluation.smoke_eval import EvalCase
+from modeldrop.pipeline.adapter_promotion import (
+    adapter_version,
+    base_of,
+    check_candidate,
+    is_adapter_deployment,
+    seconds_from_upload,
+    verify_component,
+)
 from modeldrop.pipeline.channel_upkeep import delete_version
 from modeldrop.pipeline.teardown import held_by
 from modeldrop.pipeline.teardown import teardown as teardown_now
@@ -193,6 +201,18 @@ def _create_channel(ctx: ChannelContext, name: str, version: ChannelVersion, rec
     ctx.channels.save(channel)
 
 
+def _create_adapter_channel(ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord) -> None:
+    """An adapter channel on RECORD's running base: no endpoint of its own, no alarms (no UpdateEndpoint
+    to roll back; the switch is the clients', by component name)."""
+    version.served_at = _now()
+    channel = ChannelRecord(name=name, endpoint_name=str(record.endpoint_name), base_deployment=base_of(record),
+                            live=version)  # fmt: skip
+    seconds, origin = seconds_from_upload(ctx.s3, record)
+    channel.history.append(ChannelEvent(at=_now(), kind="created", deployment_id=record.deployment_id,
+                                        seconds=seconds, reason=f"timed from its {origin}"))  # fmt: skip
+    ctx.channels.save(channel)
+
+
 def _since(iso: str | None) -> float | None:
     return round((clock.utcnow() - clock.parse_iso(iso)).total_seconds(), 1) if iso else None
 
@@ -212,15 +232,18 @@ def promote(
     record = ctx.registry.get(deployment_id)
     if record is None:
         raise ChannelInvalid(f"no deployment {deployment_id}")
-    version = _version_of(ctx, record)
+    adapter = is_adapter_deployment(record)
+    version = adapter_version(ctx.sm, record) if adapter else _version_of(ctx, record)
     channel = ctx.channels.get(channel_name)
     if channel is None:
-        _create_channel(ctx, channel_name, version, record)
+        (_create_adapter_channel if adapter else _create_channel)(ctx, channel_name, version, record)
     else:
+        check_candidate(channel, record, adapter)
         if channel.live and channel.live.deployment_id == deployment_id:
             raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
+        champion = channel.live.component if channel.live else None
         gate = compare_endpoints(ctx.sm, ctx.runtime, channel.endpoint_name, str(record.endpoint_name), cases,
-                                 thresholds)  # fmt: skip
+                                 thresholds, components=(champion, version.component))  # fmt: skip
         event = ChannelEvent(at=_now(), kind="promoted", deployment_id=deployment_id,
                              previous=channel.live.deployment_id if channel.live else None,
                              gate=gate.model_dump(mode="json"), drift=_chat_drift(ctx, channel, record))  # fmt: skip
@@ -230,19 +253,26 @@ def promote(
         # The channel is claimed before its endpoint is touched: a twin that read it first fails here.
         channel = ctx.channels.save(channel)
         try:
-            _switch(ctx, channel, version, record.instance_count)
+            if adapter:  # no endpoint update: clients switch to the candidate's component by name
+                verify_component(ctx.sm, channel, version)
+            else:
+                _switch(ctx, channel, version, record.instance_count)
         except PromotionFailed as exc:
             failed = event.model_copy(update={"kind": "promotion_failed", "reason": exc.message})
             _refuse(ctx, channel, record, failed)
             raise
         version.served_at = _now()
         channel = _retire(channel, version, grace)
-        channel.history.append(event.model_copy(update={"seconds": _since(record.created_at)}))
+        seconds, origin = seconds_from_upload(ctx.s3, record) if adapter else (_since(record.created_at), "request")
+        channel.history.append(event.model_copy(update={"seconds": seconds, "reason": f"timed from its {origin}"}))
         ctx.channels.save(channel)
-    _drop_preview(ctx, record)
-    ctx.registry.record(deployment_id, "promoted", {"channel": channel_name, "at": _now()}, status="succeeded")
+    if not adapter:  # an adapter's endpoint is the channel's base: it stays
+        _drop_preview(ctx, record)
     saved = ctx.channels.get(channel_name)
     assert saved is not None
+    served = saved.history[-1].seconds if saved.history else None
+    ctx.registry.record(deployment_id, "promoted", {"channel": channel_name, "at": _now(), "seconds": served,
+                                                    "invoke": saved.invoke_target()}, status="succeeded")  # fmt: skip
     return saved
 
 
@@ -301,7 +331,10 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
                              "a superseded version is kept for the grace period of its promotion")  # fmt: skip
     record = ctx.registry.get(target.deployment_id)
     channel = ctx.channels.save(channel)  # claimed first, as promote does: a twin that read it is refused
-    _switch(ctx, channel, target, record.instance_count if record else 1)
+    if channel.adapter_only:
+        verify_component(ctx.sm, channel, target)
+    else:
+        _switch(ctx, channel, target, record.instance_count if record else 1)
     previous = channel.live.deployment_id if channel.live else None
     channel = _retire(channel, target.model_copy(update={"served_at": _now(), "retired_at": None,
                                                          "remove_after": None}), grace)  # fmt: skip
@@ -331,9 +364,29 @@ def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
     channel = ctx.channels.get(channel_name)
     if channel is None:
         raise ChannelInvalid(f"no channel {channel_name}")
-    deleted = _delete_channel_endpoint(ctx, channel)
+    deleted = [] if channel.adapter_only else _delete_channel_endpoint(ctx, channel)
     for version in ([channel.live] if channel.live else []) + channel.kept:
-        deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version)
+        deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version, channel.base_deployment)
+    if channel.base_deployment:
+        deleted += _release_base(ctx, channel)
     delete_alarms(ctx.cloudwatch, channel.alarms)
     ctx.channels.delete(channel)
     return deleted
+
+
+def _release_base(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
+    """An adapter channel's base, torn down with the channel unless another channel runs on it; one
+    that still carries other deployments' adapters stays (its TTL rules again)."""
+    base = str(channel.base_deployment)
+    if any(c.base_deployment == base for c in ctx.channels.all() if c.name != channel.name):
+        return []
+    record = ctx.registry.get(base)
+    if record is None or record.ended_at is not None:
+        return []
+    try:
+        done = teardown_now(ctx.sm, ctx.registry, base, held_by(record), s3=ctx.s3, artifact_uri=record.artifact_uri)
+    except TeardownIncomplete as exc:
+        return [f"left to its TTL: {exc.message}"]
+    ctx.registry.record(base, "torn_down", {"reason": f"channel {channel.name} closed"}, status="torn_down",
+                        ended_at=_now())  # fmt: skip
+    return list(done.deleted)

@@ -88,10 +88,13 @@ def reap(
         live.add(name)
         if ep.get("EndpointStatus") == "Deleting":
             deleting.add(name)
-        if not _managed(name, resource_prefix) or name in channel_endpoints:
+        if not _managed(name, resource_prefix):
             continue
         try:
-            _reap_attached(sm, registry, stack_tag, ep, now, default_ttl, result, s3)
+            # An adapter channel's base: the components the channel does not hold still have TTLs.
+            _reap_attached(sm, registry, stack_tag, ep, now, default_ttl, result, s3, keep=channel_deployments)
+            if name in channel_endpoints:
+                continue
             _reap_endpoint(
                 sm, registry, events, bus, stack_tag, ep, now, overdue_after, default_ttl, result, s3, max_ttl
             )
@@ -258,6 +261,7 @@ def _reap_attached(
     default_ttl: timedelta,
     result: ReapResult,
     s3: S3Client | None,
+    keep: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Adapter components another deployment attached to this endpoint (base_endpoint), past their own
     expiry or their deployment's end: deleted, and that deployment marked expired (its served copy
@@ -270,7 +274,7 @@ def _reap_attached(
     for item in listed:
         tags = list_tags(sm, str(item["InferenceComponentArn"]))
         owner = tags.get(DEPLOYMENT_TAG)
-        if tags.get(MANAGED_BY_TAG) != stack_tag or owner is None or owner == endpoint_owner:
+        if tags.get(MANAGED_BY_TAG) != stack_tag or owner is None or owner == endpoint_owner or owner in keep:
             continue
         expires, _problem = expiry_of(tags, item.get("CreationTime"), default_ttl)
         record = registry.get(owner)
