@@ -114,6 +114,9 @@ PHASES: dict[str, Phase] = {
         retry=RETRY_EVERYTHING,
     ),
     "final": Phase("DeploymentFailed", record_failure=False),
+    # A request with `channel`, after the deployment succeeded: a refused promotion ends the execution
+    # with its error; the candidate was deleted (gate, read-back) or keeps its TTL (an invalid channel).
+    "promotion": Phase("PromotionRefused"),
 }
 
 
@@ -419,10 +422,53 @@ def definition() -> dict[str, Any]:
                 "eval": "{% $eval_result %}",
             },
         },
-        "Deployed",
+        "ChannelRequested",
         comment="After the eval passed: the bookkeeping is retried, and never tears the endpoint down.",
         phase="bookkeeping",
     )
+    s["ChannelRequested"] = {
+        "Type": "Choice",
+        "Comment": "A request with channel: the deployment is a candidate for the channel's stable endpoint.",
+        "Choices": [{"Condition": "{% $type($req.channel) = 'string' %}", "Next": "Promote"}],
+        "Default": "Deployed",
+    }
+    promotion_errors = ["PromotionBlocked", "PromotionFailed", "ChannelInvalid", "LimitExceeded", "ChannelChanged"]
+    s["Promote"] = task(
+        "Promote",
+        {"request": "{% $req %}", "action": "start", "execution_arn": EXECUTION},
+        "PromotionSettled",
+        comment="The gate against the serving version, then the channel claimed and its endpoint created or "
+        "updated (blue/green, rolled back on its alarms), or an adapter's component switched to by name.",
+        timeout=960,
+        throttled=True,
+        assign={"promotion": "{% $states.result.Payload %}"},
+        phase="promotion",
+        errors=promotion_errors,
+    )
+    s["PromotionSettled"] = {
+        "Type": "Choice",
+        "Choices": [{"Condition": "{% $promotion.status = 'serving' %}", "Next": "Promoted"}],
+        "Default": "WaitForPromotion",
+    }
+    s["WaitForPromotion"] = {"Type": "Wait", "Seconds": "{% $promotion.wait_seconds %}", "Next": "CheckPromotion"}
+    s["CheckPromotion"] = task(
+        "Promote",
+        {"request": "{% $req %}", "action": "check", "execution_arn": EXECUTION},
+        "PromotionSettled",
+        comment="Read the channel's endpoint back: still updating, serving the candidate, or not (a rollback).",
+        timeout=120,
+        throttled=True,
+        assign={"promotion": "{% $states.result.Payload %}"},
+        phase="promotion",
+        errors=promotion_errors,
+    )
+    s["PromotionRefused"] = {
+        "Type": "Fail",
+        "Comment": "The channel serves its previous version: the gate blocked the candidate, the update did not "
+        "take, or the channel cannot take it.",
+        "Error": FAIL_ERROR,
+        "Cause": FAIL_CAUSE,
+    }
     s["DeployedUnrecorded"] = {
         "Type": "Fail",
         "Comment": (
@@ -447,6 +493,10 @@ def definition() -> dict[str, Any]:
             "memory": "{% $plan.memory %}",
             "eval": "{% $eval_result %}",
         },
+    }
+    s["Promoted"] = {
+        "Type": "Succeed",
+        "Output": {**s["Deployed"]["Output"], "channel": "{% $promotion %}"},
     }
     s["NextAttempt"] = task(
         "NextAttempt",

@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.pipeline import steps
-from modeldrop.pipeline.config import DefaultsSettings
+from modeldrop.pipeline.config import NormalizeSettings
 from modeldrop.pipeline.lambda_support import handler, logger
 
 
@@ -20,6 +20,12 @@ class Event(BaseModel):
 @logger.inject_lambda_context
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> NormalizedRequest:
+    settings = NormalizeSettings.from_env()
     return steps.normalize(
-        event.request, event.execution_name, DefaultsSettings.from_env(), event.execution_arn, event.started_at
+        event.request,
+        event.execution_name,
+        settings,
+        event.execution_arn,
+        event.started_at,
+        channel_base=settings.channel_base(),
     )

@@ -22,7 +22,8 @@ from modeldrop.local.run import _deploy, _teardown_at_exit
 from modeldrop.local.run_channel import channel_context
 from modeldrop.local.sample_checkpoint import write_checkpoint
 from modeldrop.operate.deployments import OperateError, refuse_if_channel_holds
-from modeldrop.pipeline.promotion import close_channel, promote, rollback
+from modeldrop.pipeline.channel_admin import close_channel, rollback
+from modeldrop.pipeline.promotion import promote
 
 CASES = load_eval_set(None, None)
 LENIENT = GateThresholds(latency_slack_s=30)

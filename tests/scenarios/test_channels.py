@@ -75,7 +75,8 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     from modeldrop.local.run import _deploy
     from modeldrop.local.run_channel import channel_context
     from modeldrop.local.sample_checkpoint import write_checkpoint
-    from modeldrop.pipeline.promotion import close_channel, promote, rollback
+    from modeldrop.pipeline.channel_admin import close_channel, rollback
+    from modeldrop.pipeline.promotion import promote
 
     stack = make_stack()
     ctx = channel_context(stack)

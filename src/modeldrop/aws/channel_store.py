@@ -28,6 +28,11 @@ class ChannelStore:
         item = self.table.get_item(Key={"deployment_id": CHANNEL_PREFIX + name}, ConsistentRead=True).get("Item")
         return _decode(item) if item else None
 
+    def adapter_base(self, name: str) -> str | None:
+        """The base deployment of adapter channel NAME (None: no such channel, or not an adapter one)."""
+        channel = self.get(name)
+        return channel.base_deployment if channel else None
+
     def all(self) -> list[ChannelRecord]:
         items: list[dict[str, Any]] = []
         # The table is mostly deployments: only channel items come back (the scan still reads them all).

@@ -16,6 +16,7 @@ from botocore.config import Config
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudformation import CloudFormationClient
+    from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_dynamodb.service_resource import Table
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_iam import IAMClient
@@ -62,6 +63,11 @@ def s3() -> S3Client:
 @_kept
 def events() -> EventBridgeClient:
     return boto3.client("events", config=RETRIES)
+
+
+@_kept
+def cloudwatch() -> CloudWatchClient:
+    return boto3.client("cloudwatch", config=RETRIES)
 
 
 @_kept

@@ -97,7 +97,7 @@ def rollback_cmd(
 ) -> None:
     """Return a channel to the version it served before, in one step, verified by reading it back."""
     json_mode(as_json)
-    from modeldrop.pipeline.promotion import rollback
+    from modeldrop.pipeline.channel_admin import rollback
 
     name = _channel_name(channel)
     with aws_errors():

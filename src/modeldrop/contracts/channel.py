@@ -37,6 +37,18 @@ class ChannelEvent(BaseModel):
     drift: list[str] = Field(default_factory=list)  # what changed in the chat contract (template, EOS, ...)
 
 
+class PendingPromotion(BaseModel):
+    """A promotion under way: the channel's endpoint is being created or updated onto VERSION; the
+    check that finds it settled (the CLI's loop, or the state machine's) completes or refuses it."""
+
+    version: ChannelVersion
+    event: ChannelEvent  # the history entry it becomes, with the gate's report
+    phase: Literal["creating", "updating"]
+    started_at: str
+    grace_seconds: float = 3600.0
+    instances: int = 1
+
+
 class ChannelRecord(BaseModel):
     name: str
     endpoint_name: str
@@ -44,6 +56,7 @@ class ChannelRecord(BaseModel):
     live: ChannelVersion | None = None
     kept: list[ChannelVersion] = Field(default_factory=list)  # superseded, newest first, within grace
     history: list[ChannelEvent] = Field(default_factory=list)
+    candidate: PendingPromotion | None = None  # while a promotion's endpoint work is under way
     # An adapter channel: the shared deployment whose endpoint and base component its adapters run on
     # (clients call the endpoint with the live version's component name).
     base_deployment: str | None = None

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modeldrop.contracts.artifact import ArtifactUri
+from modeldrop.contracts.channel import CHANNEL_PATTERN
 from modeldrop.contracts.env_safety import env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import parse_s3_uri
@@ -44,6 +45,26 @@ class EvalThresholds(_Strict):
     max_truncated: Annotated[int, Field(ge=0)] = 0
     max_errors: Annotated[int, Field(ge=0)] = 0
     max_check_failures: Annotated[int, Field(ge=0)] = 0
+
+
+class GateThresholds(_Strict):
+    """How much a candidate may regress against the champion and still be promoted."""
+
+    max_regressed_cases: Annotated[int, Field(ge=0, le=1000)] = Field(
+        default=0, description="cases that may regress (any kind) before promotion is blocked"
+    )
+    max_length_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
+        default=3.0, description="an answer longer or shorter than the champion's by more than this factor regresses"
+    )
+    max_ttft_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
+        default=2.0, description="time to first token over this multiple of the champion's (past the slack) regresses"
+    )
+    min_tokens_per_s_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
+        default=0.5, description="a generation rate under this fraction of the champion's regresses"
+    )
+    latency_slack_s: Annotated[float, Field(ge=0, le=60)] = Field(
+        default=0.25, description="latency differences under this many seconds are noise"
+    )
 
 
 class SpeculativeDecoding(_Strict):
@@ -177,6 +198,21 @@ class DeploymentRequest(_Strict):
     max_model_len: Annotated[int, Field(ge=256, le=1_048_576)] | None = None
     max_num_seqs: Annotated[int, Field(ge=1, le=1024)] | None = None
     eval_thresholds: EvalThresholds = Field(default_factory=EvalThresholds)
+    channel: Annotated[str, Field(pattern=CHANNEL_PATTERN)] | None = Field(
+        None,
+        description=(
+            "A model line's stable endpoint (<prefix>-ch-<channel>): once InService and evaluated, this deployment "
+            "creates the channel, or is gated against the version serving it and promoted when nothing regresses "
+            "(an adapter on the channel's base: by switching components, no endpoint created)"
+        ),
+    )
+    gate: GateThresholds = Field(
+        default_factory=GateThresholds,
+        description="With channel: how much the candidate may regress against the serving version (stack-limited)",
+    )
+    promotion_grace_hours: Annotated[float, Field(ge=0, le=336)] = Field(
+        1.0, description="With channel: how long the version this one replaces is kept for a rollback"
+    )
     engine_settings: EngineSettings = Field(
         default_factory=EngineSettings,
         description="Named, plan-checked engine settings (memory fraction, TP, dtype, quantization, media, EAGLE3)",

@@ -11,11 +11,13 @@ are noise, and a ratio alone would block a candidate for it.
 from __future__ import annotations
 
 import re
-from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from modeldrop.contracts.models import GateThresholds
 from modeldrop.evaluation.smoke_eval import CaseResult, EvalReport
+
+__all__ = ["GateReport", "GateThresholds", "compare"]
 
 # What a model says when it declines (the answer's start); a fine-tune that learned to refuse regresses.
 _REFUSAL = re.compile(
@@ -23,28 +25,6 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 KINDS = ("failed", "truncated", "empty", "refused", "invalid_json", "length", "ttft", "throughput", "missing")
-
-
-class GateThresholds(BaseModel):
-    """How much a candidate may regress against the champion and still be promoted."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_regressed_cases: Annotated[int, Field(ge=0, le=1000)] = Field(
-        default=0, description="cases that may regress (any kind) before promotion is blocked"
-    )
-    max_length_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
-        default=3.0, description="an answer longer or shorter than the champion's by more than this factor regresses"
-    )
-    max_ttft_ratio: Annotated[float, Field(ge=1, le=100)] = Field(
-        default=2.0, description="time to first token over this multiple of the champion's (past the slack) regresses"
-    )
-    min_tokens_per_s_ratio: Annotated[float, Field(gt=0, le=1)] = Field(
-        default=0.5, description="a generation rate under this fraction of the champion's regresses"
-    )
-    latency_slack_s: Annotated[float, Field(ge=0, le=60)] = Field(
-        default=0.25, description="latency differences under this many seconds are noise"
-    )
 
 
 class CaseDelta(BaseModel):

@@ -288,6 +288,29 @@ def _get_parameter(call: Call, lookups: Lookups) -> list[AuthRequest]:
     return [AuthRequest("ssm:GetParameter", arn), *_kms_via(call, "ssm", lookups.parameter_key(name))]
 
 
+def _update_endpoint(call: Call, lookups: Lookups) -> list[AuthRequest]:
+    """Both required resource types: the endpoint updated and the config it moves onto."""
+    return [
+        AuthRequest("sagemaker:UpdateEndpoint", arn, _resource_tags(lookups, arn))
+        for arn in (
+            _sm_arn(call, "endpoint", call.params["EndpointName"]),
+            _sm_arn(call, "endpoint-config", call.params["EndpointConfigName"]),
+        )
+    ]
+
+
+def _alarms(action: str) -> Rule:
+    """Each alarm the call names (AlarmName, or the AlarmNames list)."""
+
+    def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
+        names = call.params.get("AlarmNames") or [call.params.get("AlarmName")]
+        if not any(names):
+            return [AuthRequest(f"cloudwatch:{action}", "*")]
+        return [AuthRequest(f"cloudwatch:{action}", _arn(call, "cloudwatch", f"alarm:{n}")) for n in names]
+
+    return rule
+
+
 def _sqs_queue(action: str) -> Rule:
     def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
         name = str(call.params["QueueUrl"]).rstrip("/").rsplit("/", 1)[-1]
@@ -341,6 +364,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ): _sm_create(
         "endpoint", "EndpointName", lambda call: [("endpoint-config", str(call.params["EndpointConfigName"]))]
     ),
+    ("sagemaker", "UpdateEndpoint"): _update_endpoint,
     ("sagemaker", "DescribeEndpoint"): _sm_on("DescribeEndpoint", "endpoint", "EndpointName"),
     ("sagemaker", "DescribeEndpointConfig"): _sm_on("DescribeEndpointConfig", "endpoint-config", "EndpointConfigName"),
     ("sagemaker", "DescribeModel"): _sm_on("DescribeModel", "model", "ModelName"),
@@ -360,6 +384,9 @@ RULES: dict[tuple[str, str], Rule] = {
     ("logs", "GetLogEvents"): _log_group("GetLogEvents", stream=True),
     ("logs", "FilterLogEvents"): _log_group("FilterLogEvents"),
     ("events", "PutEvents"): _put_events,
+    ("cloudwatch", "PutMetricAlarm"): _alarms("PutMetricAlarm"),
+    ("cloudwatch", "DescribeAlarms"): _alarms("DescribeAlarms"),
+    ("cloudwatch", "DeleteAlarms"): _alarms("DeleteAlarms"),
     ("stepfunctions", "StartExecution"): _states("StartExecution", "stateMachineArn"),
     ("stepfunctions", "DescribeExecution"): _states("DescribeExecution", "executionArn"),
     ("iam", "GetRole"): _get_role,

@@ -1,11 +1,13 @@
-"""`run-local --channel NAME`: a channel's day on the emulator. The generated checkpoint is deployed
-and creates the channel; a second generated checkpoint is deployed, gated against the first, and
-promoted onto the same endpoint name by a blue/green update; the grace period passes and the
-reaper removes the first version's resources; the channel is closed so nothing is left.
+"""`run-local --channel NAME`: a channel's day on the emulator, every deployment asking for the
+channel in its request so that the state machine gates and promotes it. The generated checkpoint
+creates the channel; a second generated checkpoint is gated against the first and promoted onto the
+same endpoint name by a blue/green update; the grace period passes and the reaper removes the first
+version's resources; the channel is closed so nothing is left.
 
 Then the adapter line, channel NAME-lora: a shared deployment (a base and one LoRA adapter) creates
-it; a second adapter attached to that running base is gated against the first and promoted with no
-new endpoint (clients switch components); the channel is rolled back in one step, then closed.
+it; the next adapter arrives as files and a modeldrop.json marker naming the channel, goes onto the
+running base and is promoted with no new endpoint (clients switch components), timed from the
+marker; the channel is rolled back in one step, then closed.
 
 With `--fault regression` the candidate truncates every answer (its own smoke eval tolerates it)
 and the gate blocks it; with `alarm-during-bake` the channel's 5XX alarm fires during the bake and
@@ -25,15 +27,15 @@ import boto3
 from modeldrop.aws.channel_store import ChannelStore
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
-from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.runner import runtime_client_config
-from modeldrop.evaluation.smoke_eval import load_eval_set
-from modeldrop.pipeline.promotion import ChannelContext, close_channel, promote, rollback
+from modeldrop.pipeline.channel_admin import close_channel, rollback
+from modeldrop.pipeline.promotion import ChannelContext
 
 CHANNEL_FAULTS = frozenset({"regression", "alarm-during-bake", "silent-rollback"})
 GRACE = timedelta(hours=1)
 # Local processes on a shared CPU: latency differences this large are the machine, not the model.
 LOCAL_LATENCY_SLACK_S = 30.0
+GATE = {"latency_slack_s": LOCAL_LATENCY_SLACK_S}
 
 
 def channel_parameters(deploy_engine: str | None, faults: frozenset[str]) -> dict[str, str] | None:
@@ -71,39 +73,32 @@ def run_channel(
     faults: frozenset[str],
     on_state: Any,
 ) -> Any:
-    """The channel's day; DEPLOY is run-local's own deploy (keep=True leaves the endpoint up)."""
+    """The channel's day, each deployment asking for the channel in its request (the state machine
+    gates and promotes); DEPLOY is run-local's own deploy (keep=True leaves the endpoint up)."""
     from modeldrop.local.sample_checkpoint import write_checkpoint
 
     ctx = channel_context(stack)
-    cases = load_eval_set(None, None)
-    gate = GateThresholds(latency_slack_s=LOCAL_LATENCY_SLACK_S)
-    first = deploy(stack, None, workdir, on_state, keep=True)
+    asks = {"channel": channel, "gate": GATE, "promotion_grace_hours": GRACE.total_seconds() / 3600}
+    first = deploy(stack, None, workdir, on_state, request=asks, key="local/first/model.tar.gz", keep=True)
     steps: list[dict[str, Any]] = []
     if first.status != "succeeded":
         return first, {"steps": steps}
-    promote(ctx, str(first.deployment_id), channel, cases, gate)
     steps.append({"step": "created", "deployment_id": first.deployment_id})
     if "regression" in faults:
         stack.hosting.plan("truncate")
     second_dir = write_checkpoint(workdir / "second", shards=3)
     tolerant = {"eval_thresholds": {"max_truncated": 100, "max_errors": 0}} if "regression" in faults else {}
-    second = deploy(stack, second_dir, workdir, on_state, request=tolerant or None, key="local/second/model.tar.gz",
-                    keep=True)  # fmt: skip
-    error: ModeldropError | None = None
+    second = deploy(stack, second_dir, workdir, on_state, request={**asks, **tolerant},
+                    key="local/second/model.tar.gz", keep=True)  # fmt: skip
     if second.status == "succeeded":
-        try:
-            promote(ctx, str(second.deployment_id), channel, cases, gate, grace=GRACE)
-            steps.append({"step": "promoted", "deployment_id": second.deployment_id})
-            clock.advance(int(GRACE.total_seconds()) + 60)
-            retired = stack.invoke_function(
-                "ReaperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"}
-            )
-            steps.append({"step": "grace ended", "reaper_retired": retired.get("retired", [])})
-        except ModeldropError as exc:
-            error = exc
-            steps.append({"step": "not promoted", "deployment_id": second.deployment_id, "error": type(exc).__name__})
+        steps.append({"step": "promoted", "deployment_id": second.deployment_id})
+        clock.advance(int(GRACE.total_seconds()) + 60)
+        retired = stack.invoke_function("ReaperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+        steps.append({"step": "grace ended", "reaper_retired": retired.get("retired", [])})
+    else:
+        steps.append({"step": "not promoted", "deployment_id": second.deployment_id, "error": second.error})
     adapter_line = None
-    if error is None and not faults:
+    if second.status == "succeeded" and not faults:
         adapter_line = adapter_day(stack, ctx, adapter_channel_name(channel), workdir, deploy, on_state)
     record = ctx.channels.get(channel)
     summary: dict[str, Any] = {
@@ -115,10 +110,7 @@ def run_channel(
         **({"adapter_channel": adapter_line} if adapter_line else {}),
     }
     summary["closed"] = close_channel(ctx, channel) if record else []
-    result = second if error is None else second.model_copy(
-        update={"status": "failed", "error": type(error).__name__, "cause": error.message}
-    )  # fmt: skip
-    return result, summary
+    return second, summary
 
 
 def adapter_channel_name(channel: str) -> str:
@@ -129,37 +121,35 @@ def adapter_channel_name(channel: str) -> str:
 def adapter_day(
     stack: Any, ctx: ChannelContext, name: str, workdir: Path, deploy: Callable[..., Any], on_state: Any
 ) -> dict[str, Any]:
-    """A shared base with one adapter creates channel NAME; a second adapter attached to that base is
-    promoted without a new endpoint; a rollback returns to the first; the channel is closed."""
+    """A shared base with one adapter creates channel NAME; the next adapter arrives as files and a
+    marker naming the channel (as a training pipeline uploads it) and is promoted onto the running
+    base without a new endpoint; a rollback returns to the first; the channel is closed."""
     from modeldrop.local import run_inputs
+    from modeldrop.local.sample_adapter import write_adapter
     from modeldrop.local.sample_checkpoint import write_checkpoint
 
     base_dir = write_checkpoint(workdir / "lora-base")
     steps: list[dict[str, Any]] = []
     summary: dict[str, Any] = {"name": name, "steps": steps}
-    # Two days' adapters: each its own name and weights, trained at the same rank.
-    uris = run_inputs.adapter_request(stack, base_dir, workdir, count=2, rank=8)
-    shared = {"adapter_mode": "shared", "adapter_uri": uris["adapter_uri"]}
-    first = deploy(stack, base_dir, workdir, on_state, keep=True, key="local/lora-base/model.tar.gz", request=shared)
+    first_adapter = run_inputs.adapter_request(stack, base_dir, workdir, rank=8)["adapter_uri"]
+    asks = {"channel": name, "gate": GATE}
+    first = deploy(stack, base_dir, workdir, on_state, keep=True, key="local/lora-base/model.tar.gz",
+                   request={"adapter_mode": "shared", "adapter_uri": first_adapter, **asks})  # fmt: skip
     if first.status != "succeeded":
         return {**summary, "error": f"the shared base failed: {first.error}: {first.cause}"}
-    created = promote(ctx, str(first.deployment_id), name, load_eval_set(None, None), GateThresholds(
-        latency_slack_s=LOCAL_LATENCY_SLACK_S))  # fmt: skip
-    steps.append({"step": "created", "deployment_id": first.deployment_id, "invoke": created.invoke_target()})
+    steps.append({"step": "created", "deployment_id": first.deployment_id, "invoke": _invoke(ctx, name)})
     before = _endpoints(ctx)
-    attached = {"adapter_uri": uris["adapters"][0], "base_endpoint": str(first.deployment_id)}
-    second = deploy(stack, base_dir, workdir, on_state, keep=True, key="local/lora-unused/model.tar.gz",
-                    request=attached)  # fmt: skip
-    if second.status != "succeeded":
-        summary["error"] = f"the attached adapter failed: {second.error}: {second.cause}"
+    second = _marker_deploy(stack, write_adapter(workdir / "lora-day2", r=8, seed=7), asks, on_state)
+    if second["status"] != "SUCCEEDED":
+        summary["error"] = f"the day-2 adapter was not promoted: {second.get('error')}: {second.get('cause')}"
     else:
+        promoted = ctx.channels.get(name)
+        event = promoted.history[-1] if promoted and promoted.history else None
+        steps.append({"step": "promoted, adapter only", "deployment_id": second["deployment_id"],
+                      "invoke": _invoke(ctx, name), "endpoints_created": sorted(_endpoints(ctx) - before),
+                      "seconds_to_serving": event.seconds if event else None,
+                      "timed": event.reason if event else None})  # fmt: skip
         try:
-            promoted = promote(ctx, str(second.deployment_id), name, load_eval_set(None, None),
-                               GateThresholds(latency_slack_s=LOCAL_LATENCY_SLACK_S), grace=GRACE)  # fmt: skip
-            event = promoted.history[-1]
-            steps.append({"step": "promoted, adapter only", "deployment_id": second.deployment_id,
-                          "invoke": promoted.invoke_target(), "endpoints_created": sorted(_endpoints(ctx) - before),
-                          "seconds_to_serving": event.seconds, "timed": event.reason})  # fmt: skip
             back = rollback(ctx, name, grace=GRACE)
             steps.append({"step": "rolled back", "deployment_id": back.live.deployment_id if back.live else None,
                           "invoke": back.invoke_target()})  # fmt: skip
@@ -169,6 +159,36 @@ def adapter_day(
     summary["history"] = [e.model_dump(mode="json") for e in record.history] if record else []
     summary["closed"] = close_channel(ctx, name) if record else []
     return summary
+
+
+def _marker_deploy(stack: Any, folder: Path, marker: dict[str, Any], on_state: Any) -> dict[str, Any]:
+    """FOLDER's files uploaded under a prefix, then a modeldrop.json marker: the S3 event starts the
+    execution (no direct start); returns how it ended, with its deployment id."""
+    import json
+    from datetime import datetime
+
+    from modeldrop.aws.execution_watch import watch
+    from modeldrop.contracts.models import deployment_id_of
+
+    s3, sfn = stack.client("s3"), stack.client("stepfunctions")
+    seen = {e["executionArn"] for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]}
+    prefix = f"runs/{datetime.now().strftime('%Y%m%d-%H%M%S')}/{folder.name}/"
+    for path in sorted(p for p in folder.iterdir() if p.is_file()):
+        s3.upload_file(str(path), stack.bucket, prefix + path.name)
+    s3.put_object(Bucket=stack.bucket, Key=prefix + "modeldrop.json", Body=json.dumps(marker).encode())
+    stack.settle()
+    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+               if e["executionArn"] not in seen]  # fmt: skip
+    if not started:
+        return {"status": "NOT_STARTED", "error": "NoExecution", "cause": "the marker started no execution"}
+    desc, _states = watch(sfn, started[0]["executionArn"], on_state, poll_seconds=0.02, timeout_seconds=300)
+    stack.settle()
+    return {**desc, "deployment_id": deployment_id_of(desc)}
+
+
+def _invoke(ctx: ChannelContext, name: str) -> dict[str, str] | None:
+    channel = ctx.channels.get(name)
+    return channel.invoke_target() if channel else None
 
 
 def _endpoints(ctx: ChannelContext) -> set[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -63,9 +64,22 @@ class DefaultsSettings(_EnvSettings):
     allow_force_plan: bool = False
     allow_trust_remote_code: bool = False
     max_eval_tolerance: int = Field(1, ge=0)
+    max_gate_regressions: int = Field(0, ge=0)
 
     def limits(self) -> StackLimits:
         return StackLimits.model_validate(self.model_dump(include=set(StackLimits.model_fields)))
+
+
+class NormalizeSettings(DefaultsSettings):
+    deployments_table: str | None = None  # where channels are read (an adapter channel names its base)
+
+    def channel_base(self) -> Callable[[str], str | None] | None:
+        """How a request's adapter channel is resolved to its base deployment (None: no table)."""
+        if not self.deployments_table:
+            return None
+        from modeldrop.aws.channel_store import ChannelStore
+
+        return ChannelStore(clients.table(self.deployments_table)).adapter_base
 
 
 class DeploySettings(_WithTable):
@@ -89,6 +103,13 @@ class RegisterSettings(RecordSettings):
 
 class EvalSettings(RecordSettings):
     pass
+
+
+class PromoteSettings(_WithTable):
+    stack_tag: str
+    resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
+    # How many channels the stack may hold (template parameter MaxChannels): a marker cannot add more.
+    max_channels: int = Field(20, ge=1)
 
 
 class StarterSettings(_EnvSettings):

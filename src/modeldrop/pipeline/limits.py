@@ -31,6 +31,8 @@ class StackLimits(BaseModel):
     allow_trust_remote_code: bool = False
     # The most truncated answers, errors or failed checks a request may tolerate in its smoke eval.
     max_eval_tolerance: int = Field(1, ge=0)
+    # The most regressed cases a channel's gate may let through, whatever a request (or marker) asks.
+    max_gate_regressions: int = Field(0, ge=0)
 
     @field_validator("allowed_instance_types", mode="before")
     @classmethod
@@ -107,6 +109,21 @@ class StackLimits(BaseModel):
                     "MaxEvalTolerance",
                     f"eval_thresholds tolerate {loosest} failed cases, over {self.max_eval_tolerance}: "
                     "the smoke eval could not fail the deployment",
+                )
+            )
+        if request.gate.max_regressed_cases > self.max_gate_regressions:
+            problems.append(
+                (
+                    "MaxGateRegressions",
+                    f"gate.max_regressed_cases {request.gate.max_regressed_cases} is over "
+                    f"{self.max_gate_regressions}: the champion/challenger gate could let a regression through",
+                )
+            )
+        if request.promotion_grace_hours > self.max_ttl_hours:
+            problems.append(
+                (
+                    "MaxTtlHours",
+                    f"promotion_grace_hours {request.promotion_grace_hours:g} is over {self.max_ttl_hours:g}",
                 )
             )
         return problems

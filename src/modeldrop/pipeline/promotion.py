@@ -1,7 +1,12 @@
 """Channels: a stable endpoint per model line, a candidate promoted onto it only when the
 champion/challenger gate finds nothing regressed, by a blue/green UpdateEndpoint with automatic
 rollback on the channel's CloudWatch alarms, and verified by reading the endpoint back (a silent
-rollback reports InService on the old config: that is a failed promotion, never a success).
+rollback reports InService on the old config: that is a failed promotion, never a success). An
+adapter on an adapter channel's base is switched to by name instead (adapter_promotion).
+
+A promotion is two calls: `start_promotion` (gate, claim, and the endpoint created or updated) and
+`check_promotion` until the endpoint settles (the CLI waits in `promote`; the state machine waits
+between its checks). The pending promotion lives in the channel record, so any check completes it.
 
 The superseded version's endpoint config and model stay for a rollback until its grace period
 ends; the reaper then deletes them (`retire_due`). A promoted deployment's own preview endpoint is
@@ -11,27 +16,29 @@ deleted once the channel serves its config: the channel's endpoint is the one it
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
 
-from modeldrop.aws.channel_alarms import alarms_in_alarm, delete_alarms, put_channel_alarms
-from modeldrop.aws.channel_store import ChannelStore
-from modeldrop.aws.registry import Registry
-from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG, delete_all, describe_endpoint, list_tags
+from modeldrop.aws.channel_alarms import delete_alarms, put_channel_alarms
+from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG, delete_all, describe_endpoint
 from modeldrop.checkpoint.chat_contract import ChatContract, drift
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import (
     ChannelEvent,
     ChannelRecord,
     ChannelVersion,
+    PendingPromotion,
     channel_endpoint_name,
     channel_problem,
 )
-from modeldrop.contracts.errors import ChannelInvalid, PromotionBlocked, PromotionFailed, TeardownIncomplete
+from modeldrop.contracts.errors import (
+    ChannelInvalid,
+    LimitExceeded,
+    PromotionBlocked,
+    PromotionFailed,
+    TeardownIncomplete,
+)
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.runner import compare_endpoints
@@ -44,40 +51,23 @@ from modeldrop.pipeline.adapter_promotion import (
     seconds_from_upload,
     verify_component,
 )
-from modeldrop.pipeline.channel_upkeep import delete_version
+from modeldrop.pipeline.channel_context import (
+    CHANNEL_TAG,
+    DEFAULT_GRACE,
+    FIRST_POLL_SECONDS,
+    POLL_SECONDS,
+    SETTLE_BUDGET_SECONDS,
+    TRANSITIONAL,
+    ChannelContext,
+    not_taken,
+    retire,
+    start_update,
+)
+from modeldrop.pipeline.channel_context import now_iso as _now
 from modeldrop.pipeline.teardown import held_by
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
-if TYPE_CHECKING:
-    from mypy_boto3_cloudwatch import CloudWatchClient
-    from mypy_boto3_s3 import S3Client
-    from mypy_boto3_sagemaker import SageMakerClient
-    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
-
-CHANNEL_TAG = "modeldrop:channel"
-DEFAULT_GRACE = timedelta(hours=1)
-# The blue/green bake: the new fleet takes the traffic, then the old one is kept this long before it goes.
-WAIT_INTERVAL_SECONDS = 300
-TERMINATION_WAIT_SECONDS = 300
-SETTLE_BUDGET_SECONDS = 3600
-POLL_SECONDS = 30
-FIRST_POLL_SECONDS = 2  # then doubling up to POLL_SECONDS: a quick update is seen quickly
-
-
-@dataclass
-class ChannelContext:
-    sm: SageMakerClient
-    runtime: SageMakerRuntimeClient
-    cloudwatch: CloudWatchClient
-    registry: Registry
-    channels: ChannelStore
-    resource_prefix: str
-    stack_tag: str
-    s3: S3Client | None = None
-
-
-def _now() -> str:
-    return clock.iso(clock.utcnow())
+__all__ = ["ChannelContext", "check_promotion", "promote", "start_promotion"]
 
 
 def _version_of(ctx: ChannelContext, record: DeploymentRecord) -> ChannelVersion:
@@ -103,60 +93,204 @@ def _version_of(ctx: ChannelContext, record: DeploymentRecord) -> ChannelVersion
     )
 
 
-def _settle(ctx: ChannelContext, name: str) -> dict[str, Any]:
-    """The endpoint once it is no longer Creating, Updating or RollingBack (virtual time in the emulator)."""
-    deadline = time.monotonic() + SETTLE_BUDGET_SECONDS
-    waited, pause = 0.0, FIRST_POLL_SECONDS
-    while True:
-        desc: dict[str, Any] = dict(ctx.sm.describe_endpoint(EndpointName=name))
-        if desc["EndpointStatus"] not in ("Creating", "Updating", "RollingBack", "SystemUpdating"):
-            return desc
-        if time.monotonic() > deadline or waited > SETTLE_BUDGET_SECONDS:
-            raise PromotionFailed(f"endpoint {name} is still {desc['EndpointStatus']} after {waited:.0f} s")
-        clock.sleep(pause)
-        waited, pause = waited + pause, min(pause * 2, POLL_SECONDS)
+def _since(iso: str | None) -> float | None:
+    return round((clock.utcnow() - clock.parse_iso(iso)).total_seconds(), 1) if iso else None
 
 
-def _blue_green(alarms: list[str], instances: int) -> dict[str, Any]:
-    routing: dict[str, Any] = {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": WAIT_INTERVAL_SECONDS}
-    if instances > 1:  # a canary needs an instance of its own
-        routing = {**routing, "Type": "CANARY", "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}}
-    policy = {
-        "TrafficRoutingConfiguration": routing,
-        "TerminationWaitInSeconds": TERMINATION_WAIT_SECONDS,
-        "MaximumExecutionTimeoutInSeconds": SETTLE_BUDGET_SECONDS,
-    }
-    config: dict[str, Any] = {"BlueGreenUpdatePolicy": policy}
-    if alarms:
-        config["AutoRollbackConfiguration"] = {"Alarms": [{"AlarmName": a} for a in alarms]}
-    return config
+def _load(ctx: ChannelContext, deployment_id: str, channel_name: str) -> tuple[DeploymentRecord, bool, ChannelVersion]:
+    problem = channel_problem(channel_name)
+    if problem:
+        raise ChannelInvalid(problem)
+    record = ctx.registry.get(deployment_id)
+    if record is None:
+        raise ChannelInvalid(f"no deployment {deployment_id}")
+    adapter = is_adapter_deployment(record)
+    return record, adapter, adapter_version(ctx.sm, record) if adapter else _version_of(ctx, record)
 
 
-def _switch(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int) -> None:
-    """UpdateEndpoint the channel onto VERSION, then read it back: anything but InService on VERSION's
-    config is a failed promotion, with the reason the endpoint or its alarms give."""
-    before = _settle(ctx, channel.endpoint_name)
-    if before["EndpointStatus"] != "InService":
-        raise PromotionFailed(f"channel {channel.name}'s endpoint is {before['EndpointStatus']}, not InService")
-    ctx.sm.update_endpoint(
-        EndpointName=channel.endpoint_name,
-        EndpointConfigName=version.endpoint_config,
-        DeploymentConfig=_blue_green(channel.alarms, instances),  # type: ignore[arg-type]
-    )
-    after = _settle(ctx, channel.endpoint_name)
-    if after["EndpointStatus"] == "InService" and after["EndpointConfigName"] == version.endpoint_config:
-        return
-    fired = alarms_in_alarm(ctx.cloudwatch, channel.alarms)
-    if fired:
-        reason = f"rolled back automatically: alarm {', '.join(fired)} went into ALARM during the bake"
-    elif after.get("FailureReason"):
-        reason = f"the update failed: {after['FailureReason']}"
-    else:
-        reason = (
-            f"the endpoint reports {after['EndpointStatus']} on config {after['EndpointConfigName']}, not "
-            f"{version.endpoint_config}: the update was rolled back silently"
+def start_promotion(
+    ctx: ChannelContext,
+    deployment_id: str,
+    channel_name: str,
+    cases: list[EvalCase],
+    thresholds: GateThresholds,
+    grace: timedelta = DEFAULT_GRACE,
+) -> ChannelRecord:
+    """Begin putting DEPLOYMENT_ID behind CHANNEL_NAME: the first deployment creates the channel; a later
+    one is gated, and the channel claimed and its endpoint updated. The channel comes back with a
+    `candidate` while its endpoint works (then check_promotion), or without one when it is done."""
+    record, adapter, version = _load(ctx, deployment_id, channel_name)
+    channel = ctx.channels.get(channel_name)
+    if channel is None:
+        return (_create_adapter_channel if adapter else _create_channel)(ctx, channel_name, version, record, grace)
+    check_candidate(channel, record, adapter)
+    if channel.candidate is not None:
+        raise ChannelInvalid(
+            f"channel {channel_name} is busy: {channel.candidate.version.deployment_id} is being promoted",
+            f"wait for it (`modeldrop status {channel_name}`), then promote again",
         )
-    raise PromotionFailed(f"channel {channel.name} still serves {after['EndpointConfigName']}: {reason}")
+    if channel.live and channel.live.deployment_id == deployment_id:
+        raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
+    champion = channel.live.component if channel.live else None
+    gate = compare_endpoints(ctx.sm, ctx.runtime, channel.endpoint_name, str(record.endpoint_name), cases,
+                             thresholds, components=(champion, version.component))  # fmt: skip
+    event = ChannelEvent(at=_now(), kind="promoted", deployment_id=deployment_id,
+                         previous=channel.live.deployment_id if channel.live else None,
+                         gate=gate.model_dump(mode="json"), drift=_chat_drift(ctx, channel, record))  # fmt: skip
+    if not gate.promote:
+        _refuse(ctx, channel, record, event.model_copy(update={"kind": "blocked", "reason": gate.summary}))
+        raise PromotionBlocked(f"{deployment_id} not promoted to {channel_name}: {gate.summary}")
+    pending = PendingPromotion(version=version, event=event, phase="updating", started_at=_now(),
+                               grace_seconds=grace.total_seconds(), instances=record.instance_count)  # fmt: skip
+    # The channel is claimed before its endpoint is touched: a twin that read it first fails here.
+    channel = ctx.channels.save(channel.model_copy(update={"candidate": pending}))
+    try:
+        if adapter:  # no endpoint update: clients switch to the candidate's component by name
+            verify_component(ctx.sm, channel, version)
+            return _complete(ctx, channel, record)
+        start_update(ctx, channel, version, record.instance_count)
+    except PromotionFailed as exc:
+        _fail(ctx, channel, record, exc.message)
+        raise
+    return channel
+
+
+def check_promotion(ctx: ChannelContext, channel_name: str, deployment_id: str) -> ChannelRecord:
+    """One look at CHANNEL_NAME's pending promotion of DEPLOYMENT_ID: still under way (the channel with
+    its candidate), completed (without), or PromotionFailed -- the update rolled back, silently or on
+    an alarm, or the endpoint never settled within the budget."""
+    channel = ctx.channels.get(channel_name)
+    if channel is None:
+        raise PromotionFailed(f"channel {channel_name} is gone: {deployment_id} was not promoted")
+    pending = channel.candidate
+    if pending is None or pending.version.deployment_id != deployment_id:
+        if channel.live and channel.live.deployment_id == deployment_id:
+            return channel  # completed by an earlier check
+        raise PromotionFailed(f"no promotion of {deployment_id} is pending on channel {channel_name}")
+    record = ctx.registry.get(deployment_id)
+    if record is None:
+        raise PromotionFailed(f"deployment {deployment_id}'s record is gone")
+    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
+    status = desc["EndpointStatus"] if desc else "gone"
+    waited = (clock.utcnow() - clock.parse_iso(pending.started_at)).total_seconds()
+    if status in TRANSITIONAL and waited <= SETTLE_BUDGET_SECONDS:
+        return channel
+    if desc is None:
+        problem: str | None = f"channel {channel_name}'s endpoint {channel.endpoint_name} is gone"
+    elif status in TRANSITIONAL:
+        problem = f"endpoint {channel.endpoint_name} is still {status} after {waited:.0f} s"
+    else:
+        problem = not_taken(ctx, channel, pending.version, dict(desc))
+    if problem:
+        _fail(ctx, channel, record, problem)
+        raise PromotionFailed(problem)
+    return _complete(ctx, channel, record)
+
+
+def promote(
+    ctx: ChannelContext,
+    deployment_id: str,
+    channel_name: str,
+    cases: list[EvalCase],
+    thresholds: GateThresholds,
+    grace: timedelta = DEFAULT_GRACE,
+) -> ChannelRecord:
+    """Put DEPLOYMENT_ID behind CHANNEL_NAME's stable endpoint, waiting here until it serves or fails."""
+    channel = start_promotion(ctx, deployment_id, channel_name, cases, thresholds, grace)
+    pause = FIRST_POLL_SECONDS
+    while channel.candidate is not None:
+        clock.sleep(pause)
+        pause = min(pause * 2, POLL_SECONDS)
+        channel = check_promotion(ctx, channel_name, deployment_id)
+    return channel
+
+
+def _create_channel(
+    ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord, grace: timedelta
+) -> ChannelRecord:
+    """The channel claimed (its record, with this version pending), then its alarms and endpoint."""
+    if len(ctx.channels.all()) >= ctx.max_channels:
+        raise LimitExceeded(
+            f"the stack holds {ctx.max_channels} channels already: channel {name} is not created",
+            "close one (`modeldrop teardown CHANNEL`), or promote into an existing channel",
+        )
+    endpoint = channel_endpoint_name(ctx.resource_prefix, name)
+    event = ChannelEvent(at=_now(), kind="created", deployment_id=record.deployment_id)
+    pending = PendingPromotion(version=version, event=event, phase="creating", started_at=_now(),
+                               grace_seconds=grace.total_seconds(), instances=record.instance_count)  # fmt: skip
+    channel = ctx.channels.save(ChannelRecord(name=name, endpoint_name=endpoint, candidate=pending))
+    try:
+        alarms = put_channel_alarms(ctx.cloudwatch, endpoint)
+        channel = ctx.channels.save(channel.model_copy(update={"alarms": alarms}))
+        ctx.sm.create_endpoint(
+            EndpointName=endpoint,
+            EndpointConfigName=version.endpoint_config,
+            Tags=[
+                {"Key": MANAGED_BY_TAG, "Value": ctx.stack_tag},
+                {"Key": CHANNEL_TAG, "Value": name},
+                {"Key": DEPLOYMENT_TAG, "Value": record.deployment_id},
+            ],
+        )
+    except ClientError as exc:
+        _fail(ctx, channel, record, f"channel {name}'s endpoint could not be created: {exc}")
+        raise PromotionFailed(f"channel {name}'s endpoint could not be created: {exc}") from None
+    return channel
+
+
+def _create_adapter_channel(
+    ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord, grace: timedelta
+) -> ChannelRecord:
+    """An adapter channel on RECORD's running base: no endpoint of its own, no alarms (no UpdateEndpoint
+    to roll back; the switch is the clients', by component name)."""
+    del grace  # nothing is replaced
+    version.served_at = _now()
+    channel = ChannelRecord(name=name, endpoint_name=str(record.endpoint_name), base_deployment=base_of(record),
+                            live=version)  # fmt: skip
+    seconds, origin = seconds_from_upload(ctx.s3, record)
+    channel.history.append(ChannelEvent(at=_now(), kind="created", deployment_id=record.deployment_id,
+                                        seconds=seconds, reason=f"timed from its {origin}"))  # fmt: skip
+    saved = ctx.channels.save(channel)
+    _record_promoted(ctx, record, saved)
+    return saved
+
+
+def _complete(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord) -> ChannelRecord:
+    """The pending version serves: it goes live, the one it replaces is kept for the grace, and the
+    promoted deployment's preview endpoint goes (an adapter's endpoint is the channel's base: it stays)."""
+    pending = channel.candidate
+    assert pending is not None
+    version = pending.version.model_copy(update={"served_at": _now()})
+    adapter = version.component is not None
+    seconds, origin = seconds_from_upload(ctx.s3, record) if adapter else (_since(record.created_at), "request")
+    event = pending.event.model_copy(update={"at": _now(), "seconds": seconds, "reason": f"timed from its {origin}"})
+    done = retire(channel.model_copy(update={"candidate": None}), version, timedelta(seconds=pending.grace_seconds))
+    done.history.append(event)
+    saved = ctx.channels.save(done)
+    if not adapter:
+        _drop_preview(ctx, record)
+    _record_promoted(ctx, record, saved)
+    return saved
+
+
+def _record_promoted(ctx: ChannelContext, record: DeploymentRecord, channel: ChannelRecord) -> None:
+    served = channel.history[-1].seconds if channel.history else None
+    ctx.registry.record(record.deployment_id, "promoted", {"channel": channel.name, "at": _now(), "seconds": served,
+                        "invoke": channel.invoke_target()}, status="succeeded")  # fmt: skip
+
+
+def _fail(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord, reason: str) -> None:
+    """The pending promotion did not take: a channel being created is undone (its endpoint, alarms and
+    record; the deployment keeps its preview); an update's candidate is deleted, the champion serves."""
+    pending = channel.candidate
+    if pending is not None and pending.phase == "creating":
+        if describe_endpoint(ctx.sm, channel.endpoint_name) is not None:
+            ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
+        delete_alarms(ctx.cloudwatch, channel.alarms)
+        ctx.channels.delete(channel)
+        return
+    event = pending.event if pending else ChannelEvent(at=_now(), kind="promoted")
+    failed = event.model_copy(update={"kind": "promotion_failed", "reason": reason, "at": _now()})
+    _refuse(ctx, channel.model_copy(update={"candidate": None}), record, failed)
 
 
 def _discard(ctx: ChannelContext, record: DeploymentRecord) -> list[str]:
@@ -175,105 +309,6 @@ def _drop_preview(ctx: ChannelContext, record: DeploymentRecord) -> None:
     """The promoted deployment's own endpoint (if tagged for it): its config now serves the channel.
     One left (a throttle) keeps its TTL: the reaper deletes it then."""
     delete_all(ctx.sm, str(record.endpoint_name), None, None, owner=record.deployment_id)
-
-
-def _create_channel(ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord) -> None:
-    endpoint = channel_endpoint_name(ctx.resource_prefix, name)
-    alarms = put_channel_alarms(ctx.cloudwatch, endpoint)
-    ctx.sm.create_endpoint(
-        EndpointName=endpoint,
-        EndpointConfigName=version.endpoint_config,
-        Tags=[
-            {"Key": MANAGED_BY_TAG, "Value": ctx.stack_tag},
-            {"Key": CHANNEL_TAG, "Value": name},
-            {"Key": DEPLOYMENT_TAG, "Value": record.deployment_id},
-        ],
-    )
-    desc = _settle(ctx, endpoint)
-    if desc["EndpointStatus"] != "InService" or desc["EndpointConfigName"] != version.endpoint_config:
-        ctx.sm.delete_endpoint(EndpointName=endpoint)
-        delete_alarms(ctx.cloudwatch, alarms)
-        raise PromotionFailed(f"channel {name}'s endpoint went {desc['EndpointStatus']}: {desc.get('FailureReason')}")
-    version.served_at = _now()
-    channel = ChannelRecord(name=name, endpoint_name=endpoint, alarms=alarms, live=version)
-    channel.history.append(ChannelEvent(at=_now(), kind="created", deployment_id=record.deployment_id,
-                                        seconds=_since(record.created_at)))  # fmt: skip
-    ctx.channels.save(channel)
-
-
-def _create_adapter_channel(ctx: ChannelContext, name: str, version: ChannelVersion, record: DeploymentRecord) -> None:
-    """An adapter channel on RECORD's running base: no endpoint of its own, no alarms (no UpdateEndpoint
-    to roll back; the switch is the clients', by component name)."""
-    version.served_at = _now()
-    channel = ChannelRecord(name=name, endpoint_name=str(record.endpoint_name), base_deployment=base_of(record),
-                            live=version)  # fmt: skip
-    seconds, origin = seconds_from_upload(ctx.s3, record)
-    channel.history.append(ChannelEvent(at=_now(), kind="created", deployment_id=record.deployment_id,
-                                        seconds=seconds, reason=f"timed from its {origin}"))  # fmt: skip
-    ctx.channels.save(channel)
-
-
-def _since(iso: str | None) -> float | None:
-    return round((clock.utcnow() - clock.parse_iso(iso)).total_seconds(), 1) if iso else None
-
-
-def promote(
-    ctx: ChannelContext,
-    deployment_id: str,
-    channel_name: str,
-    cases: list[EvalCase],
-    thresholds: GateThresholds,
-    grace: timedelta = DEFAULT_GRACE,
-) -> ChannelRecord:
-    """Put DEPLOYMENT_ID behind CHANNEL_NAME's stable endpoint (creating the channel the first time)."""
-    problem = channel_problem(channel_name)
-    if problem:
-        raise ChannelInvalid(problem)
-    record = ctx.registry.get(deployment_id)
-    if record is None:
-        raise ChannelInvalid(f"no deployment {deployment_id}")
-    adapter = is_adapter_deployment(record)
-    version = adapter_version(ctx.sm, record) if adapter else _version_of(ctx, record)
-    channel = ctx.channels.get(channel_name)
-    if channel is None:
-        (_create_adapter_channel if adapter else _create_channel)(ctx, channel_name, version, record)
-    else:
-        check_candidate(channel, record, adapter)
-        if channel.live and channel.live.deployment_id == deployment_id:
-            raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
-        champion = channel.live.component if channel.live else None
-        gate = compare_endpoints(ctx.sm, ctx.runtime, channel.endpoint_name, str(record.endpoint_name), cases,
-                                 thresholds, components=(champion, version.component))  # fmt: skip
-        event = ChannelEvent(at=_now(), kind="promoted", deployment_id=deployment_id,
-                             previous=channel.live.deployment_id if channel.live else None,
-                             gate=gate.model_dump(mode="json"), drift=_chat_drift(ctx, channel, record))  # fmt: skip
-        if not gate.promote:
-            _refuse(ctx, channel, record, event.model_copy(update={"kind": "blocked", "reason": gate.summary}))
-            raise PromotionBlocked(f"{deployment_id} not promoted to {channel_name}: {gate.summary}")
-        # The channel is claimed before its endpoint is touched: a twin that read it first fails here.
-        channel = ctx.channels.save(channel)
-        try:
-            if adapter:  # no endpoint update: clients switch to the candidate's component by name
-                verify_component(ctx.sm, channel, version)
-            else:
-                _switch(ctx, channel, version, record.instance_count)
-        except PromotionFailed as exc:
-            failed = event.model_copy(update={"kind": "promotion_failed", "reason": exc.message})
-            _refuse(ctx, channel, record, failed)
-            raise
-        version.served_at = _now()
-        channel = _retire(channel, version, grace)
-        seconds, origin = seconds_from_upload(ctx.s3, record) if adapter else (_since(record.created_at), "request")
-        channel.history.append(event.model_copy(update={"seconds": seconds, "reason": f"timed from its {origin}"}))
-        ctx.channels.save(channel)
-    if not adapter:  # an adapter's endpoint is the channel's base: it stays
-        _drop_preview(ctx, record)
-    saved = ctx.channels.get(channel_name)
-    assert saved is not None
-    served = saved.history[-1].seconds if saved.history else None
-    ctx.registry.record(deployment_id, "promoted", {"channel": channel_name, "at": _now(), "seconds": served,
-                                                    "invoke": saved.invoke_target()}, status="succeeded")  # fmt: skip
-    return saved
 
 
 def _chat_contract(ctx: ChannelContext, record: DeploymentRecord | None) -> ChatContract | None:
@@ -297,20 +332,6 @@ def _chat_drift(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentR
     return drift(old, new) if old and new else []
 
 
-def _retire(channel: ChannelRecord, incoming: ChannelVersion, grace: timedelta) -> ChannelRecord:
-    """CHANNEL with INCOMING live and the version it replaces kept for GRACE."""
-    kept = list(channel.kept)
-    if channel.live is not None:
-        now = clock.utcnow()
-        outgoing = channel.live.model_copy(
-            update={"retired_at": clock.iso(now), "remove_after": clock.iso(now + grace)}
-        )
-        kept = [outgoing, *[v for v in kept if v.deployment_id != incoming.deployment_id]]
-    else:
-        kept = [v for v in kept if v.deployment_id != incoming.deployment_id]
-    return channel.model_copy(update={"live": incoming, "kept": kept})
-
-
 def _refuse(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord, event: ChannelEvent) -> None:
     """The champion still serves; the candidate's resources go, and the history says why."""
     deleted = _discard(ctx, record)
@@ -318,75 +339,3 @@ def _refuse(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecor
                                      f"{', '.join(deleted) or 'nothing'}"})  # fmt: skip
     channel.history.append(event)
     ctx.channels.save(channel)
-
-
-def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_GRACE) -> ChannelRecord:
-    """CHANNEL_NAME back to its last known-good version in one step (no gate: it served before)."""
-    channel = ctx.channels.get(channel_name)
-    if channel is None:
-        raise ChannelInvalid(f"no channel {channel_name}")
-    target = channel.last_known_good()
-    if target is None:
-        raise ChannelInvalid(f"channel {channel_name} keeps no earlier version to roll back to",
-                             "a superseded version is kept for the grace period of its promotion")  # fmt: skip
-    record = ctx.registry.get(target.deployment_id)
-    channel = ctx.channels.save(channel)  # claimed first, as promote does: a twin that read it is refused
-    if channel.adapter_only:
-        verify_component(ctx.sm, channel, target)
-    else:
-        _switch(ctx, channel, target, record.instance_count if record else 1)
-    previous = channel.live.deployment_id if channel.live else None
-    channel = _retire(channel, target.model_copy(update={"served_at": _now(), "retired_at": None,
-                                                         "remove_after": None}), grace)  # fmt: skip
-    channel.history.append(ChannelEvent(at=_now(), kind="rolled_back", deployment_id=target.deployment_id,
-                                        previous=previous, reason="modeldrop rollback"))  # fmt: skip
-    return ctx.channels.save(channel)
-
-
-def _delete_channel_endpoint(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
-    """The channel's endpoint, only if its tags say it is this stack's channel of that name."""
-    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
-    if desc is None:
-        return []
-    tags = list_tags(ctx.sm, desc["EndpointArn"])
-    if tags.get(CHANNEL_TAG) != channel.name or tags.get(MANAGED_BY_TAG) != ctx.stack_tag:
-        raise ChannelInvalid(
-            f"endpoint {channel.endpoint_name} is not channel {channel.name}'s (tagged {tags.get(CHANNEL_TAG)!r} by "
-            f"{tags.get(MANAGED_BY_TAG)!r}): left alone",
-            "delete it by hand if it is stale, then close the channel again",
-        )
-    ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
-    return [f"endpoint/{channel.endpoint_name}"]
-
-
-def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
-    """The whole channel deleted: its endpoint, every version it holds, its alarms and its record."""
-    channel = ctx.channels.get(channel_name)
-    if channel is None:
-        raise ChannelInvalid(f"no channel {channel_name}")
-    deleted = [] if channel.adapter_only else _delete_channel_endpoint(ctx, channel)
-    for version in ([channel.live] if channel.live else []) + channel.kept:
-        deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version, channel.base_deployment)
-    if channel.base_deployment:
-        deleted += _release_base(ctx, channel)
-    delete_alarms(ctx.cloudwatch, channel.alarms)
-    ctx.channels.delete(channel)
-    return deleted
-
-
-def _release_base(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
-    """An adapter channel's base, torn down with the channel unless another channel runs on it; one
-    that still carries other deployments' adapters stays (its TTL rules again)."""
-    base = str(channel.base_deployment)
-    if any(c.base_deployment == base for c in ctx.channels.all() if c.name != channel.name):
-        return []
-    record = ctx.registry.get(base)
-    if record is None or record.ended_at is not None:
-        return []
-    try:
-        done = teardown_now(ctx.sm, ctx.registry, base, held_by(record), s3=ctx.s3, artifact_uri=record.artifact_uri)
-    except TeardownIncomplete as exc:
-        return [f"left to its TTL: {exc.message}"]
-    ctx.registry.record(base, "torn_down", {"reason": f"channel {channel.name} closed"}, status="torn_down",
-                        ended_at=_now())  # fmt: skip
-    return list(done.deleted)

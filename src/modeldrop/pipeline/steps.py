@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -57,14 +57,25 @@ if TYPE_CHECKING:
 
 
 def normalize(
-    raw: Any, execution_name: str, defaults: DefaultsSettings, execution_arn: str, started: str | int
+    raw: Any,
+    execution_name: str,
+    defaults: DefaultsSettings,
+    execution_arn: str,
+    started: str | int,
+    channel_base: Callable[[str], str | None] | None = None,
 ) -> NormalizedRequest:
     """The request checked and defaulted; its deployment id is unique to this execution (its name
-    and start time), so no two executions ever share a record, a served copy or a resource name."""
+    and start time), so no two executions ever share a record, a served copy or a resource name.
+    A request for an adapter channel that names no base is an adapter on the channel's base
+    (CHANNEL_BASE resolves it): the daily adapter needs only its upload and the channel's name."""
     try:
         request = DeploymentRequest.model_validate(raw)
     except ValidationError as exc:
         raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
+    if request.channel and channel_base and request.base is None and request.base_endpoint is None:
+        base = channel_base(request.channel)
+        if base:
+            request = request.model_copy(update={"base_endpoint": base})
     deployment_id = deployment_id_for(execution_name, epoch_ms(started))
     check_refs(request.secrets, defaults.secrets_prefix, engine_keys=set(request.engine_env))
     types = _requested_types(request)

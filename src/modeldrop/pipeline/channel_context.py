@@ -1,0 +1,131 @@
+"""What promotion, rollback and closing a channel share: the clients they act with, and the
+endpoint mechanics of a channel -- the blue/green deployment config, waiting for an endpoint to
+settle, and why an update did not take (an alarm's rollback, a failure, or a silent rollback)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from modeldrop.aws.channel_alarms import alarms_in_alarm
+from modeldrop.aws.channel_store import ChannelStore
+from modeldrop.aws.registry import Registry
+from modeldrop.contracts import clock
+from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
+from modeldrop.contracts.errors import PromotionFailed
+
+if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
+    from mypy_boto3_s3 import S3Client
+    from mypy_boto3_sagemaker import SageMakerClient
+    from mypy_boto3_sagemaker_runtime import SageMakerRuntimeClient
+
+CHANNEL_TAG = "modeldrop:channel"
+DEFAULT_GRACE = timedelta(hours=1)
+# The blue/green bake: the new fleet takes the traffic, then the old one is kept this long before it goes.
+WAIT_INTERVAL_SECONDS = 300
+TERMINATION_WAIT_SECONDS = 300
+SETTLE_BUDGET_SECONDS = 3600
+POLL_SECONDS = 30
+FIRST_POLL_SECONDS = 2  # then doubling up to POLL_SECONDS: a quick update is seen quickly
+TRANSITIONAL = ("Creating", "Updating", "RollingBack", "SystemUpdating")
+DEFAULT_MAX_CHANNELS = 20
+
+
+@dataclass
+class ChannelContext:
+    sm: SageMakerClient
+    runtime: SageMakerRuntimeClient
+    cloudwatch: CloudWatchClient
+    registry: Registry
+    channels: ChannelStore
+    resource_prefix: str
+    stack_tag: str
+    s3: S3Client | None = None
+    max_channels: int = DEFAULT_MAX_CHANNELS
+
+
+def now_iso() -> str:
+    return clock.iso(clock.utcnow())
+
+
+def settle(ctx: ChannelContext, name: str) -> dict[str, Any]:
+    """The endpoint once it is no longer Creating, Updating or RollingBack (virtual time in the emulator)."""
+    deadline = time.monotonic() + SETTLE_BUDGET_SECONDS
+    waited, pause = 0.0, FIRST_POLL_SECONDS
+    while True:
+        desc: dict[str, Any] = dict(ctx.sm.describe_endpoint(EndpointName=name))
+        if desc["EndpointStatus"] not in TRANSITIONAL:
+            return desc
+        if time.monotonic() > deadline or waited > SETTLE_BUDGET_SECONDS:
+            raise PromotionFailed(f"endpoint {name} is still {desc['EndpointStatus']} after {waited:.0f} s")
+        clock.sleep(pause)
+        waited, pause = waited + pause, min(pause * 2, POLL_SECONDS)
+
+
+def blue_green(alarms: list[str], instances: int) -> dict[str, Any]:
+    routing: dict[str, Any] = {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": WAIT_INTERVAL_SECONDS}
+    if instances > 1:  # a canary needs an instance of its own
+        routing = {**routing, "Type": "CANARY", "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}}
+    policy = {
+        "TrafficRoutingConfiguration": routing,
+        "TerminationWaitInSeconds": TERMINATION_WAIT_SECONDS,
+        "MaximumExecutionTimeoutInSeconds": SETTLE_BUDGET_SECONDS,
+    }
+    config: dict[str, Any] = {"BlueGreenUpdatePolicy": policy}
+    if alarms:
+        config["AutoRollbackConfiguration"] = {"Alarms": [{"AlarmName": a} for a in alarms]}
+    return config
+
+
+def start_update(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int) -> None:
+    """UpdateEndpoint the channel onto VERSION (blue/green, rolled back on its alarms); it must be InService."""
+    desc = ctx.sm.describe_endpoint(EndpointName=channel.endpoint_name)
+    if desc["EndpointStatus"] != "InService":
+        raise PromotionFailed(f"channel {channel.name}'s endpoint is {desc['EndpointStatus']}, not InService")
+    ctx.sm.update_endpoint(
+        EndpointName=channel.endpoint_name,
+        EndpointConfigName=version.endpoint_config,
+        DeploymentConfig=blue_green(channel.alarms, instances),  # type: ignore[arg-type]
+    )
+
+
+def not_taken(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, desc: dict[str, Any]) -> str | None:
+    """Why the settled endpoint DESC does not serve VERSION (None: it does), as read back."""
+    if desc["EndpointStatus"] == "InService" and desc.get("EndpointConfigName") == version.endpoint_config:
+        return None
+    fired = alarms_in_alarm(ctx.cloudwatch, channel.alarms)
+    if fired:
+        reason = f"rolled back automatically: alarm {', '.join(fired)} went into ALARM during the bake"
+    elif desc.get("FailureReason"):
+        reason = f"the update failed: {desc['FailureReason']}"
+    else:
+        reason = (
+            f"the endpoint reports {desc['EndpointStatus']} on config {desc.get('EndpointConfigName')}, not "
+            f"{version.endpoint_config}: the update was rolled back silently"
+        )
+    return f"channel {channel.name} still serves {desc.get('EndpointConfigName')}: {reason}"
+
+
+def switch(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int) -> None:
+    """UpdateEndpoint the channel onto VERSION, then read it back (waiting here): anything but
+    InService on VERSION's config is a failed switch, with the reason the endpoint or its alarms give."""
+    settle(ctx, channel.endpoint_name)
+    start_update(ctx, channel, version, instances)
+    problem = not_taken(ctx, channel, version, settle(ctx, channel.endpoint_name))
+    if problem:
+        raise PromotionFailed(problem)
+
+
+def retire(channel: ChannelRecord, incoming: ChannelVersion, grace: timedelta) -> ChannelRecord:
+    """CHANNEL with INCOMING live and the version it replaces kept for GRACE."""
+    kept = [v for v in channel.kept if v.deployment_id != incoming.deployment_id]
+    if channel.live is not None:
+        now = clock.utcnow()
+        outgoing = channel.live.model_copy(
+            update={"retired_at": clock.iso(now), "remove_after": clock.iso(now + grace)}
+        )
+        kept = [outgoing, *kept]
+    return channel.model_copy(update={"live": incoming, "kept": kept})

@@ -1,0 +1,63 @@
+"""The state machine's promotion (a request with `channel`): after the deployment succeeded, its
+Promote task starts the promotion (the gate, the channel claimed, its endpoint created or updated),
+and checks it between waits until the channel serves it -- or ends it with PromotionBlocked,
+PromotionFailed or ChannelInvalid, the champion serving on."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Literal
+
+from pydantic import BaseModel
+
+from modeldrop.contracts.channel import ChannelRecord
+from modeldrop.contracts.errors import RecordNotOwned
+from modeldrop.contracts.models import NormalizedRequest
+from modeldrop.evaluation.smoke_eval import load_eval_set
+from modeldrop.pipeline.channel_context import POLL_SECONDS, ChannelContext
+from modeldrop.pipeline.promotion import check_promotion, start_promotion
+
+
+class PromotionProgress(BaseModel):
+    """What the state machine reads: whether to wait and look again, and what serves."""
+
+    status: Literal["pending", "serving"]
+    channel: str
+    deployment_id: str
+    wait_seconds: int = POLL_SECONDS
+    endpoint_name: str
+    invoke: dict[str, str]
+    gate: str | None = None  # the gate's summary
+    seconds: float | None = None  # from the upload (an adapter) or the request to serving
+
+
+def promotion_step(
+    ctx: ChannelContext, request: NormalizedRequest, action: Literal["start", "check"], execution_arn: str
+) -> PromotionProgress:
+    """One Promote task: start the request's promotion, or check the one under way."""
+    channel_name = str(request.channel)
+    record = ctx.registry.get(request.deployment_id)
+    if record is None or (record.execution_arn and record.execution_arn != execution_arn):
+        raise RecordNotOwned(f"deployment {request.deployment_id} belongs to another execution: nothing was promoted")
+    if action == "start":
+        cases = load_eval_set(request.eval_set_uri, ctx.s3)
+        grace = timedelta(hours=request.promotion_grace_hours)
+        channel = start_promotion(ctx, request.deployment_id, channel_name, cases, request.gate, grace)
+    else:
+        channel = check_promotion(ctx, channel_name, request.deployment_id)
+    return _progress(channel, request.deployment_id)
+
+
+def _progress(channel: ChannelRecord, deployment_id: str) -> PromotionProgress:
+    pending = channel.candidate
+    event = pending.event if pending else (channel.history[-1] if channel.history else None)
+    gate = (event.gate or {}).get("summary") if event else None
+    return PromotionProgress(
+        status="pending" if pending else "serving",
+        channel=channel.name,
+        deployment_id=deployment_id,
+        endpoint_name=channel.endpoint_name,
+        invoke=channel.invoke_target(),
+        gate=str(gate) if gate else None,
+        seconds=None if pending or event is None else event.seconds,
+    )

@@ -1,0 +1,135 @@
+"""`channel` in the request (and the marker): the state machine promotes by itself. The first
+deployment creates the channel, a second is gated and promoted onto the same endpoint name by its
+Promote task and the checks between its waits, a regressing one ends the execution PromotionBlocked
+with the champion serving; a marker asking for a looser gate than the stack allows is refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+
+
+def _upload(stack: Any, tmp_path: Path, name: str, shards: int = 2) -> str:
+    packed = write_tar_gz(write_checkpoint(tmp_path / name, shards=shards), tmp_path / f"{name}.tar.gz")
+    stack.client("s3").upload_file(str(packed), stack.bucket, f"direct/{name}/model.tar.gz")
+    return f"s3://{stack.bucket}/direct/{name}/model.tar.gz"
+
+
+def _run(stack: Any, request: dict[str, Any]) -> dict[str, Any]:
+    desc = stack.wait(stack.start(request), timeout=240)
+    return {**desc, "output": json.loads(desc["output"]) if desc.get("output") else None}
+
+
+def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack: Any, tmp_path: Path) -> None:
+    stack = make_stack({"MaxEvalTolerance": "10"})
+    sm = stack.client("sagemaker")
+    gate = {"latency_slack_s": 30}
+    first = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "day1"), "channel": "main", "gate": gate})
+    assert first["status"] == "SUCCEEDED", (first.get("error"), first.get("cause"))
+    created = first["output"]["channel"]
+    assert created["status"] == "serving" and created["endpoint_name"] == "modeldrop-ch-main"
+    first_id = first["output"]["deployment_id"]
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] == "InService"
+
+    second = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "day2", 3), "channel": "main", "gate": gate})
+    assert second["status"] == "SUCCEEDED", (second.get("error"), second.get("cause"))
+    promoted = second["output"]["channel"]
+    assert promoted["status"] == "serving" and promoted["gate"].startswith("promotable")
+    second_id = second["output"]["deployment_id"]
+    record = stack.registry().get(second_id)
+    assert record.step_dict("promoted")["channel"] == "main"
+    config = sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"]
+    assert second_id in config
+    history = stack.client("stepfunctions").get_execution_history(executionArn=second["executionArn"],
+                                                                  maxResults=1000)["events"]  # fmt: skip
+    entered = [e["stateEnteredEventDetails"]["name"] for e in history if "stateEnteredEventDetails" in e]
+    assert entered[-4:] == ["Promote", "PromotionSettled", "WaitForPromotion", "CheckPromotion"] or (
+        "CheckPromotion" in entered and entered[-1] == "Promoted"
+    ), entered[-8:]
+
+    # A regressing candidate: the execution ends PromotionBlocked, the channel serves the second.
+    stack.hosting.plan("truncate")
+    third = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "day3"), "channel": "main", "gate": gate,
+                         "eval_thresholds": {"max_truncated": 10}})  # fmt: skip
+    assert third["status"] == "FAILED" and third["error"] == "PromotionBlocked", third.get("cause")
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == config
+    from modeldrop.aws.channel_store import ChannelStore
+
+    channel = ChannelStore(stack.registry().table).get("main")
+    assert channel is not None and channel.live is not None and channel.live.deployment_id == second_id
+    assert [e.kind for e in channel.history] == ["created", "promoted", "blocked"]
+    assert channel.kept[0].deployment_id == first_id
+    blocked_id = channel.history[-1].deployment_id
+    assert stack.registry().get(str(blocked_id)).status == "torn_down", (
+        channel.history[-1].reason,
+        stack.registry().get(str(blocked_id)).steps.keys(),
+    )
+    from modeldrop.local.run_channel import channel_context
+    from modeldrop.pipeline.channel_admin import close_channel
+
+    close_channel(channel_context(stack), "main")
+    assert stack.leftover_resources() == []
+
+
+def test_a_request_cannot_loosen_the_gate_past_the_stack(make_stack: Any, tmp_path: Path) -> None:
+    stack = make_stack()
+    run = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "loose"), "channel": "main",
+                       "gate": {"max_regressed_cases": 3}})  # fmt: skip
+    assert run["status"] == "FAILED" and run["error"] == "LimitExceeded"
+    assert "MaxGateRegressions" in run["cause"]
+    bad = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "bad"), "channel": "Main_1"})
+    assert bad["status"] == "FAILED" and bad["error"] == "RequestInvalid"
+
+
+def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no_endpoint(
+    make_stack: Any, tmp_path: Path
+) -> None:
+    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.local.sample_adapter import write_adapter
+
+    stack = make_stack()
+    s3, sm = stack.client("s3"), stack.client("sagemaker")
+    base = _upload(stack, tmp_path, "base")
+    packed = write_tar_gz(write_adapter(tmp_path / "day1", seed=1), tmp_path / "day1.tar.gz")
+    s3.upload_file(str(packed), stack.bucket, "direct/day1/adapter.tar.gz")
+    first = _run(stack, {"artifact_uri": f"s3://{stack.bucket}/direct/day1/adapter.tar.gz", "base": base,
+                         "adapter_mode": "shared", "channel": "support", "gate": {"latency_slack_s": 30}})  # fmt: skip
+    assert first["status"] == "SUCCEEDED", (first.get("error"), first.get("cause"))
+    assert first["output"]["channel"]["invoke"]["InferenceComponentName"].endswith("-day1")
+    endpoints = sm.list_endpoints()["Endpoints"]
+
+    # Day 2: the adapter's files and a marker naming the channel, nothing else -- as a pipeline uploads them.
+    day2 = write_adapter(tmp_path / "day2", seed=2)
+    for path in sorted(day2.iterdir()):
+        s3.upload_file(str(path), stack.bucket, f"runs/day2/{path.name}")
+    marker = {"channel": "support", "gate": {"latency_slack_s": 30}}
+    s3.put_object(Bucket=stack.bucket, Key="runs/day2/modeldrop.json", Body=json.dumps(marker).encode())
+    stack.settle()
+    sfn = stack.client("stepfunctions")
+    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+               if e["executionArn"] != first["executionArn"]]  # fmt: skip
+    assert len(started) == 1
+    second = _run_existing(stack, started[0]["executionArn"])
+    assert second["status"] == "SUCCEEDED", (second.get("error"), second.get("cause"))
+    promoted = second["output"]["channel"]
+    assert promoted["status"] == "serving" and "-day2" in promoted["invoke"]["InferenceComponentName"]
+    assert sm.list_endpoints()["Endpoints"] == endpoints  # no endpoint created
+    channel = ChannelStore(stack.registry().table).get("support")
+    assert channel is not None and channel.live is not None
+    assert channel.live.deployment_id == second["output"]["deployment_id"]
+    event = channel.history[-1]
+    assert event.kind == "promoted" and event.reason == "timed from its marker" and event.seconds > 0
+    assert promoted["seconds"] == event.seconds
+    from modeldrop.local.run_channel import channel_context
+    from modeldrop.pipeline.channel_admin import close_channel
+
+    close_channel(channel_context(stack), "support")
+    assert stack.leftover_resources() == []
+
+
+def _run_existing(stack: Any, arn: str) -> dict[str, Any]:
+    desc = stack.wait(arn, timeout=240)
+    return {**desc, "output": json.loads(desc["output"]) if desc.get("output") else None}
