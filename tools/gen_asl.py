@@ -456,7 +456,7 @@ def definition() -> dict[str, Any]:
         {"request": "{% $req %}", "action": "check", "execution_arn": EXECUTION},
         "PromotionSettled",
         comment="Read the channel's endpoint back: still updating, serving the candidate, or not (a rollback).",
-        timeout=120,
+        timeout=960,  # the Promote function's own timeout (a failed check deletes the candidate)
         throttled=True,
         assign={"promotion": "{% $states.result.Payload %}"},
         phase="promotion",

@@ -133,3 +133,56 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
 def _run_existing(stack: Any, arn: str) -> dict[str, Any]:
     desc = stack.wait(arn, timeout=240)
     return {**desc, "output": json.loads(desc["output"]) if desc.get("output") else None}
+
+
+def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
+    make_stack: Any, tmp_path: Path
+) -> None:
+    import pytest
+
+    from modeldrop.contracts import clock
+    from modeldrop.contracts.errors import ChannelInvalid
+    from modeldrop.contracts.models import NormalizedRequest
+    from modeldrop.local.run import _deploy
+    from modeldrop.local.run_channel import channel_context
+    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.promotion import promote, start_promotion
+    from modeldrop.pipeline.promotion_steps import promotion_step
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    cases_gate = {"latency_slack_s": 30}
+    runs = [
+        _deploy(
+            stack,
+            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
+            tmp_path,
+            None,
+            key=f"local/v{i}/model.tar.gz",
+            request={"ttl_hours": 2},
+            keep=True,
+        )
+        for i in (1, 2, 3)
+    ]
+    assert all(r.status == "succeeded" for r in runs)
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.evaluation.smoke_eval import load_eval_set
+
+    cases, gate = load_eval_set(None, None), GateThresholds(**cases_gate)
+    promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
+    pending = start_promotion(ctx, str(runs[1].deployment_id), "main", cases, gate)
+    assert pending.candidate is not None and pending.candidate.phase == "updating"
+    # The state machine's start, retried after the claim: it checks instead of failing as busy.
+    record = ctx.registry.get(str(runs[1].deployment_id))
+    request = NormalizedRequest.model_validate({**(record.request or {}), "channel": "main", "gate": cases_gate})
+    progress = promotion_step(ctx, request, "start", str(record.execution_arn))
+    assert progress.deployment_id == runs[1].deployment_id and progress.channel == "main"
+    # Another deployment meanwhile is refused as busy ...
+    with pytest.raises(ChannelInvalid, match="busy"):
+        start_promotion(ctx, str(runs[2].deployment_id), "main", cases, gate)
+    # ... until nobody has checked the one under way for longer than the budget: then it is settled first.
+    clock.advance(2 * 3600)
+    channel = promote(ctx, str(runs[2].deployment_id), "main", cases, gate)
+    assert channel.live is not None and channel.live.deployment_id == runs[2].deployment_id
+    assert [e.kind for e in channel.history] == ["created", "promoted", "promoted"]
+    close_channel(ctx, "main")

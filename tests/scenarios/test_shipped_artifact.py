@@ -207,8 +207,8 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
     stack.hosting.plan("oom")
     s3.put_object(Bucket=stack.bucket, Key="shipped/oom/model.tar.gz", Body=archive)
     _wait(stack, 2, functions)
-    # And one whose first instance type has no capacity, from a prefix: the fallback steps and the
-    # Map's copy run too.
+    # And one whose first instance type has no capacity, from a prefix, for a channel: the fallback
+    # steps, the Map's copy and the promotion run too.
     stack.hosting.plan("capacity")
     for path in sorted(checkpoint.iterdir()):
         s3.put_object(Bucket=stack.bucket, Key=f"direct/shipped/fallback/{path.name}", Body=path.read_bytes())
@@ -219,6 +219,7 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
             {
                 "artifact_uri": f"s3://{stack.bucket}/direct/shipped/fallback/",
                 "instance_types": ["ml.g6.2xlarge", "ml.g6e.2xlarge"],
+                "channel": "shipped",  # the Promote task too: it creates the channel, then checks it
             }
         ),
     )
@@ -264,11 +265,17 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
         text=True,
     )
     assert probe.returncode == 0, probe.stderr
-    # Only the deployments that succeeded are still up (until their TTL): each an endpoint, config,
-    # model, process, and the served copy of its artifact (the files of a prefix).
+    # Only the deployments that succeeded are still up (until their TTL; the channel's with no TTL): each
+    # an endpoint, config, model, process, and the served copy of its artifact (the files of a prefix).
     left = stack.leftover_resources()
     served = {r.split("/")[4] for r in left if r.startswith("s3://")}
     others = [r for r in left if not r.startswith("s3://")]
     endpoints = sorted(r.split("/", 1)[1] for r in left if r.startswith("endpoint/"))
     assert len(others) == 12 and len(endpoints) == 3 and len(served) == 3, left
-    assert all(any(s in e for e in endpoints) for s in served), left
+    # The channel's endpoint serves the fallback deployment's config (its own preview endpoint is gone).
+    from modeldrop.aws.channel_store import ChannelStore
+
+    channel = ChannelStore(stack.registry().table).get("shipped")
+    assert channel is not None and channel.live is not None and "modeldrop-ch-shipped" in endpoints, left
+    serving = [e.replace("ch-shipped", channel.live.deployment_id) for e in endpoints]
+    assert all(any(s in e for e in serving) for s in served), left

@@ -76,7 +76,10 @@ def test_the_emulators_rules_pass_the_reference() -> None:
     assert not {"s3:HeadObject", "s3:ListObjectsV2"} & set(table())  # authorized by other actions
     assert named & set(table())
     with pytest.raises(UnmappedCall, match=r"add it to iam_calls\.RULES"):
-        requests_for(Call("sagemaker", "UpdateEndpoint", {"EndpointName": "e"}, "us-east-1", "1"), _NoLookups())
+        requests_for(
+            Call("sagemaker", "UpdateEndpointWeightsAndCapacities", {"EndpointName": "e"}, "us-east-1", "1"),
+            _NoLookups(),
+        )
 
 
 def test_every_action_the_template_grants_is_in_the_table() -> None:

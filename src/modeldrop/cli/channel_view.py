@@ -26,6 +26,11 @@ def _show(record: ChannelRecord, as_json: bool) -> None:
     show_channel(record)
 
 
+def _pending(record: ChannelRecord) -> str:
+    pending = record.candidate
+    return f"{_version(pending.version)}, {pending.phase} since {pending.started_at}" if pending else "-"
+
+
 def show_channel(record: ChannelRecord) -> None:
     """`status CHANNEL`: the serving version, the kept ones, the history with each gate's verdict."""
     rows = [
@@ -35,6 +40,7 @@ def show_channel(record: ChannelRecord) -> None:
         ("clients call", " ".join(f"{k}={v}" for k, v in record.invoke_target().items())),
         ("kept for rollback", ", ".join(f"{_version(v)} (until {v.remove_after})" for v in record.kept) or "-"),
         ("alarms", ", ".join(record.alarms) or "-"),
+        ("promotion under way", _pending(record)),
     ]
     fields([(k, str(v)) for k, v in rows])
     for event in record.history:

@@ -77,17 +77,22 @@ class ChannelRecord(BaseModel):
         """The version a rollback returns to: the newest kept one."""
         return self.kept[0] if self.kept else None
 
+    def _versions(self) -> list[ChannelVersion]:
+        """Live, kept, and the one a promotion under way is moving onto."""
+        pending = [self.candidate.version] if self.candidate else []
+        return ([self.live] if self.live else []) + self.kept + pending
+
     def holds(self) -> set[str]:
         """Every endpoint config and model the channel still needs (live and kept)."""
         names: set[str] = set()
-        for version in ([self.live] if self.live else []) + self.kept:
+        for version in self._versions():
             names.update(n for n in (version.endpoint_config, version.component) if n)
             names.update(version.models)
         return names
 
     def deployments(self) -> set[str]:
         """Every deployment the channel holds: its versions', and an adapter channel's base."""
-        held = {v.deployment_id for v in ([self.live] if self.live else []) + self.kept}
+        held = {v.deployment_id for v in self._versions()}
         return held | ({self.base_deployment} if self.base_deployment else set())
 
 

@@ -15,6 +15,7 @@ deleted once the channel serves its config: the channel's endpoint is the one it
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import timedelta
 
@@ -125,10 +126,7 @@ def start_promotion(
         return (_create_adapter_channel if adapter else _create_channel)(ctx, channel_name, version, record, grace)
     check_candidate(channel, record, adapter)
     if channel.candidate is not None:
-        raise ChannelInvalid(
-            f"channel {channel_name} is busy: {channel.candidate.version.deployment_id} is being promoted",
-            f"wait for it (`modeldrop status {channel_name}`), then promote again",
-        )
+        channel = _settle_stale(ctx, channel)
     if channel.live and channel.live.deployment_id == deployment_id:
         raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
     champion = channel.live.component if channel.live else None
@@ -185,6 +183,25 @@ def check_promotion(ctx: ChannelContext, channel_name: str, deployment_id: str) 
         _fail(ctx, channel, record, problem)
         raise PromotionFailed(problem)
     return _complete(ctx, channel, record)
+
+
+def _settle_stale(ctx: ChannelContext, channel: ChannelRecord) -> ChannelRecord:
+    """CHANNEL's promotion under way, completed or failed if nobody checked it within the budget (its
+    execution stopped mid-way): a stale one does not hold the channel. A live one makes it busy."""
+    pending = channel.candidate
+    assert pending is not None
+    waited = (clock.utcnow() - clock.parse_iso(pending.started_at)).total_seconds()
+    if waited <= SETTLE_BUDGET_SECONDS:
+        raise ChannelInvalid(
+            f"channel {channel.name} is busy: {pending.version.deployment_id} is being promoted",
+            f"wait for it (`modeldrop status {channel.name}`), then promote again",
+        )
+    with contextlib.suppress(PromotionFailed):  # recorded in the channel's history; the champion serves
+        check_promotion(ctx, channel.name, pending.version.deployment_id)
+    fresh = ctx.channels.get(channel.name)
+    if fresh is None:
+        raise ChannelInvalid(f"channel {channel.name} is gone")
+    return fresh
 
 
 def promote(

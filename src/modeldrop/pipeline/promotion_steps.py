@@ -39,6 +39,8 @@ def promotion_step(
     record = ctx.registry.get(request.deployment_id)
     if record is None or (record.execution_arn and record.execution_arn != execution_arn):
         raise RecordNotOwned(f"deployment {request.deployment_id} belongs to another execution: nothing was promoted")
+    if action == "start" and _started(ctx, channel_name, request.deployment_id):
+        action = "check"  # a retried start: the first attempt got as far as the claim
     if action == "start":
         cases = load_eval_set(request.eval_set_uri, ctx.s3)
         grace = timedelta(hours=request.promotion_grace_hours)
@@ -46,6 +48,14 @@ def promotion_step(
     else:
         channel = check_promotion(ctx, channel_name, request.deployment_id)
     return _progress(channel, request.deployment_id)
+
+
+def _started(ctx: ChannelContext, channel_name: str, deployment_id: str) -> bool:
+    channel = ctx.channels.get(channel_name)
+    if channel is None:
+        return False
+    pending = channel.candidate is not None and channel.candidate.version.deployment_id == deployment_id
+    return pending or (channel.live is not None and channel.live.deployment_id == deployment_id)
 
 
 def _progress(channel: ChannelRecord, deployment_id: str) -> PromotionProgress:
