@@ -133,3 +133,27 @@ def test_a_refused_endpoint_delete_leaves_its_config_and_model(stack: Any, archi
     assert deleted == [] and len(failed) == 1
     left = set(stack.leftover_resources())
     assert {"endpoint/modeldrop-stuck", "endpoint-config/modeldrop-stuck", "model/modeldrop-stuck"} <= left
+
+
+def test_an_endpoint_name_deleted_in_one_emulated_account_is_not_deleted_in_the_next(archive: bytes) -> None:
+    """The emulator shows a deleted endpoint Deleting until it is described once more; that state is the
+    account's own. A name left Deleting in one run must not make the next run's endpoint of that name
+    vanish (two tests in one process each create `modeldrop-ch-main`)."""
+    from conftest import ROOT, create_endpoint
+    from moto import mock_aws
+
+    from modeldrop.local.hosting import LocalHosting
+    from modeldrop.local.stack_build import build_stack
+
+    for run in (1, 2):
+        with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
+            stack = build_stack(ROOT, None, hosting=LocalHosting())
+            try:
+                create_endpoint(stack, "modeldrop-reused", archive)
+                sm = stack.client("sagemaker")
+                for _ in range(3):
+                    assert sm.describe_endpoint(EndpointName="modeldrop-reused")["EndpointName"] == "modeldrop-reused"
+                if run == 1:
+                    sm.delete_endpoint(EndpointName="modeldrop-reused")  # left Deleting: never described again
+            finally:
+                stack.close()

@@ -17,11 +17,9 @@ One place, used by the tests and by `modeldrop run-local`:
 - Step Functions emits no "Execution Status Change" events in moto; put them on the default bus --
   for a stopped execution at stop time, while its running Lambda task goes on, as AWS does.
 - Service Quotas: moto lists no SageMaker quotas; serve "ml.X for endpoint usage" from a local table.
-- S3: see local.s3_shims (copy checksums, copy preconditions, bucket policies).
-- SageMaker inference components (which moto lacks): see local.sagemaker_components.
+- S3 (copy checksums and preconditions, bucket policies) and inference components: s3_shims, sagemaker_components.
 """
 
-# Monkeypatching moto is this module's purpose.
 # mypy: disable-error-code="method-assign,assignment,unused-ignore,attr-defined,typeddict-item"
 from __future__ import annotations
 
@@ -32,7 +30,7 @@ import threading
 import traceback
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from modeldrop.contracts import clock
 from modeldrop.local import (
@@ -274,12 +272,10 @@ def _patch_sagemaker() -> None:
             _hosting.on_create(endpoint_name, self)
         return endpoint
 
-    deleting: dict[str, int] = {}
-
     def describe_endpoint(self: Any, endpoint_name: str) -> Any:
         if _hosting is not None:
             _hosting.tick(self)
-        if endpoint_name in deleting:
+        if endpoint_name in (deleting := _deleting(self)):
             deleting[endpoint_name] += 1
             if deleting[endpoint_name] > 1:  # seen Deleting once: now it is gone
                 deleting.pop(endpoint_name)
@@ -300,6 +296,7 @@ def _patch_sagemaker() -> None:
         if endpoint is None or _hosting is None:
             original_delete(self, endpoint_name)  # moto's own not-found error, or no hosting to emulate
             return
+        deleting = _deleting(self)
         if endpoint_name not in deleting:
             deleting[endpoint_name] = 0
             endpoint.endpoint_status = "Deleting"
@@ -318,6 +315,11 @@ def _patch_sagemaker() -> None:
     sm.SageMakerModelBackend.describe_endpoint = describe_endpoint
     sm.SageMakerModelBackend.delete_endpoint = delete_endpoint
     sm.SageMakerModelBackend.list_endpoints = list_endpoints
+
+
+def _deleting(backend: Any) -> dict[str, int]:
+    """Endpoints BACKEND shows Deleting, per backend: a name reused by the next emulated account stays."""
+    return cast("dict[str, int]", backend.__dict__.setdefault("_modeldrop_deleting", {}))
 
 
 def quota_problem(backend: Any, config_name: str) -> str | None:

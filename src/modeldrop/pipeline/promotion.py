@@ -278,7 +278,7 @@ def _complete(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRec
     assert pending is not None
     version = pending.version.model_copy(update={"served_at": _now()})
     adapter = version.component is not None
-    seconds, origin = seconds_from_upload(ctx.s3, record) if adapter else (_since(record.created_at), "request")
+    seconds, origin = seconds_from_upload(ctx.s3, record)
     event = pending.event.model_copy(update={"at": _now(), "seconds": seconds, "reason": f"timed from its {origin}"})
     done = retire(channel.model_copy(update={"candidate": None}), version, timedelta(seconds=pending.grace_seconds))
     done.history.append(event)
