@@ -78,6 +78,8 @@ def _request(**fields: object) -> DeploymentRequest:
         ({"force_plan": True}, ["ml.g6.2xlarge"], "AllowForcePlan"),
         ({"engine_settings": {"trust_remote_code": True}}, ["ml.g6.2xlarge"], "AllowTrustRemoteCode"),
         ({"eval_thresholds": {"max_truncated": 5}}, ["ml.g6.2xlarge"], "MaxEvalTolerance"),
+        ({"channel": "main", "gate": {"max_regressed_cases": 1}}, ["ml.g6.2xlarge"], "MaxGateRegressions"),
+        ({"channel": "main", "promotion_grace_hours": 100}, ["ml.g6.2xlarge"], "MaxTtlHours"),
     ],
 )
 def test_the_stack_limits_refuse_what_no_request_may_raise(
@@ -117,6 +119,13 @@ def test_markers_may_not_carry_capabilities_and_secrets_are_never_echoed() -> No
     for field, value in capabilities:
         with pytest.raises(RequestInvalid, match="may not set"):
             parse_marker(json.dumps({field: value}).encode(), "s3://b/p/modeldrop.json")
+    # A channel's gate: a marker may tighten its quality thresholds and set its latency noise
+    # tolerance, but not let more regressions or wilder answer lengths through than the defaults.
+    for loose in ({"max_regressed_cases": 1}, {"max_length_ratio": 50}):
+        with pytest.raises(RequestInvalid, match="may not loosen the channel's gate"):
+            parse_marker(json.dumps({"channel": "main", "gate": loose}).encode(), "s3://b/p/modeldrop.json")
+    tight = {"channel": "main", "gate": {"max_length_ratio": 1.5, "latency_slack_s": 30}}
+    assert parse_marker(json.dumps(tight).encode(), "s3://b/p/modeldrop.json") == tight
     with pytest.raises(RequestInvalid) as raw:
         parse_ref("HF_TOKEN", "hf_plaintext_token_0123456789")
     assert "hf_plaintext" not in str(raw.value)

@@ -66,6 +66,11 @@ class GateThresholds(_Strict):
         default=0.25, description="latency differences under this many seconds are noise"
     )
 
+    def looser_in_quality(self, other: GateThresholds) -> list[str]:
+        """The quality thresholds on which this gate lets through more than OTHER does (the latency ones
+        are noise tolerance, a property of the hardware rather than of the model)."""
+        return [n for n in ("max_regressed_cases", "max_length_ratio") if getattr(self, n) > getattr(other, n)]
+
 
 class SpeculativeDecoding(_Strict):
     """EAGLE3 speculative decoding (vLLM and LMI): a draft head trained for the target model proposes

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from modeldrop.aws.served_copy import SERVED_PREFIX
 from modeldrop.contracts.errors import ModeldropError, RequestInvalid, describe_validation
-from modeldrop.contracts.models import DeploymentRequest
+from modeldrop.contracts.models import DeploymentRequest, GateThresholds
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -95,7 +95,25 @@ def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
     unknown = set(data) - OVERRIDE_FIELDS
     if unknown:
         raise RequestInvalid(f"{uri}: unknown override(s) {sorted(unknown)}", f"allowed: {sorted(OVERRIDE_FIELDS)}")
+    _gate_not_loosened(data.get("gate"), uri)
     return data
+
+
+def _gate_not_loosened(gate: Any, uri: str) -> None:
+    """A marker may tighten a channel's quality gate, never loosen it: anyone who can write to the bucket
+    could otherwise wave a regression onto a channel (a direct start may, within the stack's limits).
+    Its latency slack and ratios it may set: they tolerate the hardware's noise, not a worse model."""
+    if not isinstance(gate, dict):
+        return  # absent, or not an object: the request's own validation says what is wrong
+    try:
+        looser = GateThresholds.model_validate(gate).looser_in_quality(GateThresholds())
+    except ValidationError:
+        return
+    if looser:
+        raise RequestInvalid(
+            f"{uri}: a marker may not loosen the channel's gate ({', '.join(looser)} past the defaults)",
+            "tighten it only, or start the deployment directly (StartExecution / modeldrop deploy)",
+        )
 
 
 def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> DeploymentRequest:
