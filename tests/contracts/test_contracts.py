@@ -149,7 +149,8 @@ def test_sample_events_are_valid_inputs() -> None:
     events = ROOT / "events"
     for path in sorted(events.glob("direct-start*.json")):
         DeploymentRequest.model_validate_json(path.read_text())
-    parse_marker((events / "modeldrop-marker.example.json").read_bytes(), "events/modeldrop-marker.example.json")
+    for path in sorted(events.glob("modeldrop-marker*.json")):
+        parse_marker(path.read_bytes(), f"events/{path.name}")
     for path in sorted(events.glob("s3-object-created-*.json")):
         _bucket, obj = S3Object.from_event(json.loads(path.read_text()))
         assert classify_key(obj.key) is not None, path
