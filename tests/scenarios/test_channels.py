@@ -49,6 +49,17 @@ def test_a_second_version_is_promoted_onto_the_same_endpoint_and_the_first_goes_
     assert result.leftover_resources == []
 
 
+def test_run_local_promotes_the_users_own_checkpoint_onto_the_samples_channel(tmp_path: Path) -> None:
+    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+
+    candidate = write_tar_gz(write_checkpoint(tmp_path / "mine", shards=4), tmp_path / "mine.tar.gz")
+    result = run_local(candidate, channel="demo")
+    assert result.status == "succeeded", (result.error, result.cause)
+    first, second = (s.get("deployment_id") for s in result.channel["steps"][:2])
+    assert result.channel["serving"] == second != first and result.deployment_id == second
+    assert result.leftover_resources == []
+
+
 @pytest.mark.parametrize(
     ("fault", "error", "reason"),
     [

@@ -88,3 +88,18 @@ def test_upload_refuses_a_marker_that_could_never_deploy_before_uploading(tmp_pa
     from modeldrop.cli.upload_commands import _marker_overrides
 
     assert _marker_overrides(directory, "lmi", None, merge=True) == {"ttl_hours": 2, "engine": "lmi"}
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--channel", "demo", "--adapter"], "no --adapter, --prefix or --engine"),
+        (["--channel", "demo", "--prefix"], "no --adapter, --prefix or --engine"),
+        (["--channel", "Demo_1"], "channel name"),
+        (["--channel", "x" * 25], "channel name"),
+    ],
+)
+def test_run_local_refuses_a_channel_it_cannot_play(args: list[str], says: str) -> None:
+    result = CliRunner().invoke(app, ["run-local", *args, "--json"])
+    assert result.exit_code == 2, result.output
+    assert says in json.loads(result.stdout)["message"] and "Traceback" not in result.output

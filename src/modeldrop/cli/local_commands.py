@@ -42,8 +42,8 @@ def _channel_problem(channel: str, other_inputs: bool) -> str | None:
 
     if other_inputs:
         return (
-            "--channel deploys two generated checkpoints on the reference engine: no ARTIFACT, --adapter, "
-            "--prefix or --engine with it"
+            "--channel deploys the sample, then ARTIFACT (or a second generated checkpoint) onto its channel, "
+            "and an adapter line, on the reference engine: no --adapter, --prefix or --engine with it"
         )
     return channel_problem(channel)
 
@@ -128,7 +128,7 @@ def run_local_cmd(
 
     problem = _input_problem(fault, engine, deploy_engine, artifact, adapter, adapter_mode, adapters, prefix, key)
     if not problem and channel is not None:
-        problem = _channel_problem(channel, artifact is not None or adapter or prefix or engine != "reference")
+        problem = _channel_problem(channel, adapter or prefix or engine != "reference")
     if problem:
         fail(problem)
     if adapter_mode is not None:

@@ -174,7 +174,7 @@ def _run_local(
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
                     request = {**(request or {}), **generated}
                 result = (
-                    _channel_day(stack, channel, Path(tmp), faults, on_state)
+                    _channel_day(stack, channel, Path(tmp), faults, on_state, artifact)
                     if channel
                     else _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 )
@@ -201,9 +201,14 @@ def _run_local(
 
 
 def _channel_day(
-    stack: Any, channel: str, workdir: Path, faults: frozenset[str], on_state: Callable[[StateRun], None] | None
+    stack: Any,
+    channel: str,
+    workdir: Path,
+    faults: frozenset[str],
+    on_state: Callable[[StateRun], None] | None,
+    artifact: Path | None,
 ) -> RunResult:
-    result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state)
+    result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state, artifact)
     result.channel, result.leftover_resources = summary, stack.leftover_resources()
     return result
 

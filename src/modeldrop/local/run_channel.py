@@ -72,9 +72,12 @@ def run_channel(
     deploy: Callable[..., Any],
     faults: frozenset[str],
     on_state: Any,
+    candidate: Path | None = None,
 ) -> Any:
     """The channel's day, each deployment asking for the channel in its request (the state machine
-    gates and promotes); DEPLOY is run-local's own deploy (keep=True leaves the endpoint up)."""
+    gates and promotes); DEPLOY is run-local's own deploy (keep=True leaves the endpoint up). The
+    sample serves first; CANDIDATE (run-local's ARTIFACT, else a second generated checkpoint) is
+    promoted onto it."""
     from modeldrop.local.sample_checkpoint import write_checkpoint
 
     ctx = channel_context(stack)
@@ -86,7 +89,7 @@ def run_channel(
     steps.append({"step": "created", "deployment_id": first.deployment_id})
     if "regression" in faults:
         stack.hosting.plan("truncate")
-    second_dir = write_checkpoint(workdir / "second", shards=3)
+    second_dir = candidate or write_checkpoint(workdir / "second", shards=3)
     tolerant = {"eval_thresholds": {"max_truncated": 100, "max_errors": 0}} if "regression" in faults else {}
     second = deploy(stack, second_dir, workdir, on_state, request={**asks, **tolerant},
                     key="local/second/model.tar.gz", keep=True)  # fmt: skip
