@@ -107,6 +107,12 @@ def test_an_adapter_only_promotion_creates_no_endpoint_and_is_timed_from_the_upl
         refuse_if_channel_holds(ctx.registry, str(first.deployment_id))
     with pytest.raises(OperateError, match="serves channel support"):
         refuse_if_channel_holds(ctx.registry, str(second.deployment_id), str(channel.live.component))
+    from modeldrop.operate.stack_teardown import teardown_adapter_now
+
+    with pytest.raises(OperateError, match="serves channel support"):
+        teardown_adapter_now(sm, ctx.registry, str(second.deployment_id), str(channel.live.adapter))
+    with pytest.raises(OperateError, match="is kept for a rollback by channel support"):
+        teardown_adapter_now(sm, ctx.registry, str(first.deployment_id), str(channel.kept[0].adapter))
 
     # Well past every TTL: the base and the channel's components stay; the grace ends for the first
     # version's component alone, the base serving on.
