@@ -63,10 +63,10 @@ def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack:
     assert [e.kind for e in channel.history] == ["created", "promoted", "blocked"]
     assert channel.kept[0].deployment_id == first_id
     blocked_id = channel.history[-1].deployment_id
-    assert stack.registry().get(str(blocked_id)).status == "torn_down", (
-        channel.history[-1].reason,
-        stack.registry().get(str(blocked_id)).steps.keys(),
-    )
+    blocked_record = stack.registry().get(str(blocked_id))
+    assert blocked_record.status == "torn_down", channel.history[-1].reason
+    # The candidate's own record says why, as `status` of the deployment shows it.
+    assert blocked_record.error == "PromotionBlocked" and "regressed" in str(blocked_record.failure_reason)
     from modeldrop.local.run_channel import channel_context
     from modeldrop.pipeline.channel_admin import close_channel
 

@@ -78,6 +78,7 @@ def test_a_candidate_that_is_not_promoted_leaves_the_champion_serving(fault: str
     assert refused["kind"] in ("blocked", "promotion_failed") and reason in refused["reason"]
     # The candidate's own endpoint, config and model went with the refusal.
     assert f"endpoint/modeldrop-{refused['deployment_id']}" in refused["reason"]
+    assert result.record is not None and result.record.error == error and result.record.status == "torn_down"
     assert result.leftover_resources == []
 
 

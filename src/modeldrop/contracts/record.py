@@ -39,6 +39,7 @@ StepName = Literal[
     "adapters_removed",
     "reconciled",
     "promoted",
+    "not_promoted",
     "retired",
 ]
 

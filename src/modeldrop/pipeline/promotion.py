@@ -310,15 +310,19 @@ def _fail(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord,
     _refuse(ctx, channel.model_copy(update={"candidate": None}), record, failed)
 
 
-def _discard(ctx: ChannelContext, record: DeploymentRecord) -> list[str]:
-    """A candidate that will not serve: its endpoint, config, model and served copy go now."""
+def _discard(ctx: ChannelContext, record: DeploymentRecord, error: str, reason: str) -> list[str]:
+    """A candidate that will not serve: its endpoint, config, model and served copy go now, and its
+    record says why (ERROR, REASON) -- `status` of the deployment, not only the channel's history."""
+    failure_reason = reason[:2000]
     try:
         done = teardown_now(ctx.sm, ctx.registry, record.deployment_id, held_by(record), s3=ctx.s3,
                             artifact_uri=record.artifact_uri)  # fmt: skip
     except TeardownIncomplete as exc:
+        ctx.registry.record(record.deployment_id, "not_promoted", {"reason": reason}, error=error,
+                            failure_reason=failure_reason)  # fmt: skip
         return [f"left for the reaper: {exc.message}"]
-    ctx.registry.record(record.deployment_id, "torn_down", {"reason": "not promoted"}, status="torn_down",
-                        ended_at=_now())  # fmt: skip
+    ctx.registry.record(record.deployment_id, "torn_down", {"reason": f"not promoted: {reason}"}, status="torn_down",
+                        ended_at=_now(), error=error, failure_reason=failure_reason)  # fmt: skip
     return list(done.deleted)
 
 
@@ -351,7 +355,8 @@ def _chat_drift(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentR
 
 def _refuse(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord, event: ChannelEvent) -> None:
     """The champion still serves; the candidate's resources go, and the history says why."""
-    deleted = _discard(ctx, record)
+    error = "PromotionBlocked" if event.kind == "blocked" else "PromotionFailed"
+    deleted = _discard(ctx, record, error, event.reason)
     event = event.model_copy(update={"seconds": _since(record.created_at), "reason": f"{event.reason}; deleted "
                                      f"{', '.join(deleted) or 'nothing'}"})  # fmt: skip
     channel.history.append(event)
