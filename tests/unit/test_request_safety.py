@@ -129,3 +129,22 @@ def test_markers_may_not_carry_capabilities_and_secrets_are_never_echoed() -> No
     with pytest.raises(RequestInvalid) as raw:
         parse_ref("HF_TOKEN", "hf_plaintext_token_0123456789")
     assert "hf_plaintext" not in str(raw.value)
+
+
+def test_the_cli_reads_the_stacks_channel_limit_from_its_parameters() -> None:
+    """`promote` creates channels up to the stack's MaxChannels, as the state machine's Promote does."""
+    from modeldrop.operate.deployments import stack_info
+
+    class Cfn:
+        def describe_stacks(self, StackName: str) -> dict[str, object]:
+            outputs = {"StateMachineArn": "arn:aws:states:us-east-1:1:stateMachine:m", "DeploymentsTableName": "t"}
+            return {
+                "Stacks": [
+                    {
+                        "Outputs": [{"OutputKey": k, "OutputValue": v} for k, v in outputs.items()],
+                        "Parameters": [{"ParameterKey": "MaxChannels", "ParameterValue": "3"}],
+                    }
+                ]
+            }
+
+    assert stack_info(Cfn(), "modeldrop", "us-east-1").max_channels == 3  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ def _context(stack: str, region: str | None, profile: str | None) -> ChannelCont
         resource_prefix=info.resource_prefix,
         stack_tag=info.stack_name,
         s3=session.client("s3"),
+        max_channels=info.max_channels,
     )
 
 

@@ -56,6 +56,7 @@ class StackInfo(BaseModel):
     event_bus: str | None = None
     max_ttl_hours: float = 24 * 14  # the stack's MaxTtlHours: `extend` cannot pass it either
     resource_prefix: str = "modeldrop"
+    max_channels: int = 20  # the stack's MaxChannels: `promote` creates no channel past it either
 
     @property
     def stack_tag(self) -> str:
@@ -91,6 +92,7 @@ def stack_info(cfn: CloudFormationClient, stack_name: str, region: str) -> Stack
     parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stacks[0].get("Parameters", [])}
     return StackInfo(
         max_ttl_hours=float(parameters.get("MaxTtlHours") or 24 * 14),
+        max_channels=int(parameters.get("MaxChannels") or 20),
         resource_prefix=outputs.get("ResourcePrefix") or parameters.get("ResourcePrefix") or "modeldrop",
         stack_name=stack_name,
         region=region,
