@@ -186,3 +186,28 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     assert channel.live is not None and channel.live.deployment_id == runs[2].deployment_id
     assert [e.kind for e in channel.history] == ["created", "promoted", "promoted"]
     close_channel(ctx, "main")
+
+
+def test_a_channel_name_taken_by_another_endpoint_is_refused_and_that_endpoint_left_alone(
+    make_stack: Any, tmp_path: Path, archive: bytes
+) -> None:
+    import pytest
+    from conftest import create_endpoint
+
+    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.contracts.errors import PromotionFailed
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.evaluation.smoke_eval import load_eval_set
+    from modeldrop.local.run import _deploy
+    from modeldrop.local.run_channel import channel_context
+    from modeldrop.pipeline.promotion import promote
+
+    stack = make_stack()
+    create_endpoint(stack, "modeldrop-ch-main", archive, managed_by="someone-else")
+    run = _deploy(stack, None, tmp_path, None, keep=True, key="local/v1/model.tar.gz", request={"ttl_hours": 1})
+    assert run.status == "succeeded"
+    with pytest.raises(PromotionFailed, match="could not be created"):
+        promote(channel_context(stack), str(run.deployment_id), "main", load_eval_set(None, None), GateThresholds())
+    sm = stack.client("sagemaker")
+    assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] != "Deleting"
+    assert ChannelStore(stack.registry().table).get("main") is None  # the claim is undone

@@ -6,11 +6,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from modeldrop.aws.channel_alarms import delete_alarms
-from modeldrop.aws.sagemaker_resources import MANAGED_BY_TAG, describe_endpoint, list_tags
 from modeldrop.contracts.channel import ChannelEvent, ChannelRecord
 from modeldrop.contracts.errors import ChannelInvalid, TeardownIncomplete
 from modeldrop.pipeline.adapter_promotion import verify_component
-from modeldrop.pipeline.channel_context import CHANNEL_TAG, DEFAULT_GRACE, ChannelContext, retire, switch
+from modeldrop.pipeline.channel_context import DEFAULT_GRACE, ChannelContext, delete_channel_endpoint, retire, switch
 from modeldrop.pipeline.channel_context import now_iso as _now
 from modeldrop.pipeline.channel_upkeep import delete_version
 from modeldrop.pipeline.teardown import held_by
@@ -45,28 +44,12 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
     return ctx.channels.save(channel)
 
 
-def _delete_channel_endpoint(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
-    """The channel's endpoint, only if its tags say it is this stack's channel of that name."""
-    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
-    if desc is None:
-        return []
-    tags = list_tags(ctx.sm, desc["EndpointArn"])
-    if tags.get(CHANNEL_TAG) != channel.name or tags.get(MANAGED_BY_TAG) != ctx.stack_tag:
-        raise ChannelInvalid(
-            f"endpoint {channel.endpoint_name} is not channel {channel.name}'s (tagged {tags.get(CHANNEL_TAG)!r} by "
-            f"{tags.get(MANAGED_BY_TAG)!r}): left alone",
-            "delete it by hand if it is stale, then close the channel again",
-        )
-    ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
-    return [f"endpoint/{channel.endpoint_name}"]
-
-
 def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
     """The whole channel deleted: its endpoint, every version it holds, its alarms and its record."""
     channel = ctx.channels.get(channel_name)
     if channel is None:
         raise ChannelInvalid(f"no channel {channel_name}")
-    deleted = [] if channel.adapter_only else _delete_channel_endpoint(ctx, channel)
+    deleted = [] if channel.adapter_only else delete_channel_endpoint(ctx, channel)
     for version in ([channel.live] if channel.live else []) + channel.kept:
         deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version, channel.base_deployment)
     if channel.base_deployment:

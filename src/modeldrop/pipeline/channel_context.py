@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 from modeldrop.aws.channel_alarms import alarms_in_alarm
 from modeldrop.aws.channel_store import ChannelStore
 from modeldrop.aws.registry import Registry
+from modeldrop.aws.sagemaker_resources import MANAGED_BY_TAG, describe_endpoint, list_tags
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
-from modeldrop.contracts.errors import PromotionFailed
+from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -129,3 +130,19 @@ def retire(channel: ChannelRecord, incoming: ChannelVersion, grace: timedelta) -
         )
         kept = [outgoing, *kept]
     return channel.model_copy(update={"live": incoming, "kept": kept})
+
+
+def delete_channel_endpoint(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
+    """The channel's endpoint, only if its tags say it is this stack's channel of that name."""
+    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
+    if desc is None:
+        return []
+    tags = list_tags(ctx.sm, desc["EndpointArn"])
+    if tags.get(CHANNEL_TAG) != channel.name or tags.get(MANAGED_BY_TAG) != ctx.stack_tag:
+        raise ChannelInvalid(
+            f"endpoint {channel.endpoint_name} is not channel {channel.name}'s (tagged {tags.get(CHANNEL_TAG)!r} by "
+            f"{tags.get(MANAGED_BY_TAG)!r}): left alone",
+            "delete it by hand if it is stale, then close the channel again",
+        )
+    ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
+    return [f"endpoint/{channel.endpoint_name}"]

@@ -60,6 +60,7 @@ from modeldrop.pipeline.channel_context import (
     SETTLE_BUDGET_SECONDS,
     TRANSITIONAL,
     ChannelContext,
+    delete_channel_endpoint,
     not_taken,
     retire,
     start_update,
@@ -300,8 +301,10 @@ def _fail(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord,
     record; the deployment keeps its preview); an update's candidate is deleted, the champion serves."""
     pending = channel.candidate
     if pending is not None and pending.phase == "creating":
-        if describe_endpoint(ctx.sm, channel.endpoint_name) is not None:
-            ctx.sm.delete_endpoint(EndpointName=channel.endpoint_name)
+        # Only an endpoint tagged as this stack's channel of that name: CreateEndpoint may have failed
+        # because the name is someone else's, and that one is not ours to delete.
+        with contextlib.suppress(ChannelInvalid):
+            delete_channel_endpoint(ctx, channel)
         delete_alarms(ctx.cloudwatch, channel.alarms)
         ctx.channels.delete(channel)
         return
