@@ -81,3 +81,17 @@ def test_no_function_of_complexity_d_or_worse() -> None:
         if block.complexity > MAX_COMPLEXITY
     }
     assert worse == {}
+
+
+def test_the_reaper_imports_no_eval_or_template_code() -> None:
+    """The reaper runs every few minutes with 256 MB: channel upkeep and adapter release stay light."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys, modeldrop.pipeline.reaper; "
+        "heavy = [m for m in sys.modules if m.split('.')[0] == 'jinja2' or m.startswith('modeldrop.evaluation')]; "
+        "print(heavy); sys.exit(1 if heavy else 0)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -47,8 +47,7 @@ def teardown_adapter_now(sm: SageMakerClient, registry: Registry, id_or_endpoint
             f"deployment {item.deployment_id} serves no adapter inference components (not adapter_mode shared)",
             f"tear the whole deployment down: modeldrop teardown {item.deployment_id}",
         )
-    known = [a for a in adapter_components(item) if adapter in (a.get("adapter"), a.get("component"))]
-    refuse_if_channel_holds(registry, item.deployment_id, str(known[0]["component"]) if known else adapter)
+    refuse_if_channel_holds(registry, item.deployment_id, adapter)  # by the adapter's name or its component's
     deleted = teardown_adapter(sm, registry, item, adapter)
     removed = {
         str(e.get("component")) for e in (registry.get(item.deployment_id) or item).step("adapters_removed") or []

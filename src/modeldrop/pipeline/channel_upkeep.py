@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from modeldrop.aws.channel_store import ChannelStore
-from modeldrop.aws.inference_components import release
 from modeldrop.aws.registry import Registry
 from modeldrop.aws.sagemaker_resources import delete_all
 from modeldrop.aws.served_copy import delete_served_for
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelEvent, ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import TeardownIncomplete
+from modeldrop.pipeline.adapter_release import release_adapter_component
 from modeldrop.pipeline.teardown import held_by, teardown
 
 if TYPE_CHECKING:
@@ -67,12 +67,9 @@ def _delete_component_version(
     if record is None or record.ended_at is not None:
         return []
     if owner == base:  # the base deployment's own adapter: only its component goes
-        released = release(sm, str(record.endpoint_name), owner, only=version.component)
+        released = release_adapter_component(sm, registry, record, str(version.adapter), str(version.component))
         if released.failed:
             raise TeardownIncomplete(f"could not delete: {'; '.join(released.failed)}")
-        removed = record.step("adapters_removed") or []
-        entry = {"adapter": version.adapter, "component": version.component, "at": clock.iso(clock.utcnow())}
-        registry.record(owner, "adapters_removed", [*removed, entry])
         return released.deleted
     done = teardown(sm, registry, owner, held_by(record), s3=s3, artifact_uri=record.artifact_uri)
     if record.status == "succeeded":

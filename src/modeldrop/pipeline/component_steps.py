@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING
 
 from modeldrop.aws import inference_components as components
 from modeldrop.aws.registry import Registry
-from modeldrop.contracts import clock
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.contracts.step_payloads import AdapterComponent, ComponentPlan, EnginePlan
+from modeldrop.pipeline.adapter_release import release_adapter_component
 from modeldrop.pipeline.adapter_steps import SHARED_DIR
 from modeldrop.serving.memory_plan import instance
 
@@ -97,7 +97,7 @@ def teardown_adapter(sm: SageMakerClient, registry: Registry, record: Deployment
             "name one of its adapters, or tear the whole deployment down",
         )
     component = str(match[0]["component"])
-    released = components.release(sm, str(record.endpoint_name), record.deployment_id, only=component)
+    released = release_adapter_component(sm, registry, record, str(match[0].get("adapter")), component)
     if released.failed:
         raise RequestInvalid(f"could not delete {component}: {'; '.join(released.failed)}")
     if not released.deleted:
@@ -105,7 +105,4 @@ def teardown_adapter(sm: SageMakerClient, registry: Registry, record: Deployment
             f"the adapter {adapter!r} of {record.deployment_id} is no longer served ({component} is gone or going)",
             "`modeldrop status` shows what the deployment still serves",
         )
-    removed = record.step("adapters_removed") or []
-    entry = {"adapter": match[0].get("adapter"), "component": component, "at": clock.iso(clock.utcnow())}
-    registry.record(record.deployment_id, "adapters_removed", [*removed, entry])
     return released.deleted
