@@ -433,17 +433,25 @@ def definition() -> dict[str, Any]:
         "Default": "Deployed",
     }
     promotion_errors = ["PromotionBlocked", "PromotionFailed", "ChannelInvalid", "LimitExceeded", "ChannelChanged"]
-    s["Promote"] = task(
-        "Promote",
-        {"request": "{% $req %}", "action": "start", "execution_arn": EXECUTION},
-        "PromotionSettled",
-        comment="The gate against the serving version, then the channel claimed and its endpoint created or "
-        "updated (blue/green, rolled back on its alarms), or an adapter's component switched to by name.",
-        timeout=960,
-        throttled=True,
-        assign={"promotion": "{% $states.result.Payload %}"},
-        phase="promotion",
-        errors=promotion_errors,
+
+    def promote_task(action: str, comment: str, timeout: int) -> dict[str, Any]:
+        return task(
+            "Promote",
+            {"request": "{% $req %}", "action": action, "execution_arn": EXECUTION},
+            "PromotionSettled",
+            comment=comment,
+            timeout=timeout,
+            throttled=True,
+            assign={"promotion": "{% $states.result.Payload %}"},
+            phase="promotion",
+            errors=promotion_errors,
+        )
+
+    s["Promote"] = promote_task(
+        "start",
+        "The gate against the serving version, then the channel claimed and its endpoint created or updated "
+        "(blue/green, rolled back on its alarms), or an adapter's component switched to by name.",
+        960,
     )
     s["PromotionSettled"] = {
         "Type": "Choice",
@@ -451,16 +459,9 @@ def definition() -> dict[str, Any]:
         "Default": "WaitForPromotion",
     }
     s["WaitForPromotion"] = {"Type": "Wait", "Seconds": "{% $promotion.wait_seconds %}", "Next": "CheckPromotion"}
-    s["CheckPromotion"] = task(
-        "Promote",
-        {"request": "{% $req %}", "action": "check", "execution_arn": EXECUTION},
-        "PromotionSettled",
-        comment="Read the channel's endpoint back: still updating, serving the candidate, or not (a rollback).",
-        timeout=960,  # the Promote function's own timeout (a failed check deletes the candidate)
-        throttled=True,
-        assign={"promotion": "{% $states.result.Payload %}"},
-        phase="promotion",
-        errors=promotion_errors,
+    # The Promote function's own timeout: a failed check deletes the candidate.
+    s["CheckPromotion"] = promote_task(
+        "check", "Read the channel's endpoint back: still updating, serving the candidate, or not (a rollback).", 960
     )
     s["PromotionRefused"] = {
         "Type": "Fail",

@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws.inference_components import describe
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, list_tags
+from modeldrop.aws.served_copy import MARKER as MARKER_NAME
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
@@ -24,8 +25,6 @@ from modeldrop.pipeline.component_steps import adapter_components
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
-
-MARKER_NAME = "modeldrop.json"
 
 
 def is_adapter_deployment(record: DeploymentRecord) -> bool:
