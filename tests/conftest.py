@@ -24,8 +24,8 @@ def make_stack() -> Iterator[Callable[..., Any]]:
     from moto import mock_aws
 
     from modeldrop.contracts import clock
-    from modeldrop.local.hosting import LocalHosting
-    from modeldrop.local.stack_build import build_stack
+    from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+    from modeldrop.local.stack.build import build_stack
 
     clock.reset()
     built: list[Any] = []
@@ -51,14 +51,14 @@ def stack(make_stack: Callable[..., Any]) -> Any:
 
 @pytest.fixture
 def checkpoint(tmp_path: Path) -> Path:
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     return write_checkpoint(tmp_path / "ckpt")
 
 
 @pytest.fixture
 def archive(checkpoint: Path) -> bytes:
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     return tar_gz_bytes(checkpoint)
 

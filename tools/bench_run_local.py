@@ -25,7 +25,7 @@ GB = 1000**3
 
 
 def generate(directory: Path, total: int) -> None:
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     small = write_checkpoint(BENCH / "small-files")
     tmp = directory.with_suffix(".partial")

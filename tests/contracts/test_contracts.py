@@ -12,7 +12,7 @@ from typing import Any
 from conftest import ROOT
 
 from modeldrop.contracts.errors import DOMAIN_ERRORS
-from modeldrop.local.stack import load_template
+from modeldrop.local.stack.emulated import load_template
 
 ASL = ROOT / "statemachine" / "deployment.asl.json"
 
@@ -190,7 +190,7 @@ def test_lambda_retries_cover_every_transient_lambda_error() -> None:
 
 
 def test_teardown_deletes_only_what_this_stack_tagged() -> None:
-    from modeldrop.local.stack import load_template
+    from modeldrop.local.stack.emulated import load_template
 
     resources = load_template(ROOT)["Resources"]
     for logical in ("TeardownFunction", "ReaperFunction"):
@@ -203,7 +203,7 @@ def test_teardown_deletes_only_what_this_stack_tagged() -> None:
 
 
 def test_the_starter_rule_has_a_dead_letter_queue_that_alarms() -> None:
-    from modeldrop.local.stack import load_template
+    from modeldrop.local.stack.emulated import load_template
 
     resources = load_template(ROOT)["Resources"]
     rule = resources["StarterFunction"]["Properties"]["Events"]["ArtifactCreated"]["Properties"]
@@ -213,7 +213,7 @@ def test_the_starter_rule_has_a_dead_letter_queue_that_alarms() -> None:
 
 
 def _template_functions() -> dict[str, Any]:
-    from modeldrop.local.stack import load_template
+    from modeldrop.local.stack.emulated import load_template
 
     resources = load_template(ROOT)["Resources"]
     return {k: v for k, v in resources.items() if v["Type"] == "AWS::Serverless::Function"}

@@ -45,7 +45,7 @@ def test_one_eval_case_fits_the_smoke_eval_and_the_budget_covers_a_case() -> Non
 
 
 def test_the_emulator_holds_each_function_to_the_templates_timeout() -> None:
-    from modeldrop.local.stack import _Context
+    from modeldrop.local.stack.emulated import _Context
 
     context = _Context("f", "arn:aws:lambda:us-east-1:123456789012:function:f", 60.0)
     assert context.get_remaining_time_in_millis() == 60_000

@@ -95,3 +95,63 @@ def test_the_reaper_imports_no_eval_or_template_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+# src/modeldrop/local, by what each part holds: what each may import of the others (nothing runs back
+# up: the emulator never imports the stack built on it, nor the stack run-local's scenarios).
+_EMULATED = {"emulator.s3", "emulator.stepfunctions", "emulator.iam", "emulator.sagemaker"}
+LOCAL_PARTS: dict[str, set[str]] = {
+    "faults": set(),
+    "samples": set(),
+    "engines": set(),
+    "emulator.s3": set(),
+    "emulator.stepfunctions": set(),
+    "emulator.iam": set(),
+    "emulator.sagemaker": {"emulator.iam", "engines", "faults"},
+    "emulator": {*_EMULATED, "engines", "faults"},  # moto_shims: installs every service's patches
+    "stack": {"emulator", *_EMULATED, "engines", "faults", "samples"},
+    "scenarios": {"emulator", *_EMULATED, "engines", "faults", "samples", "stack"},
+}
+
+
+def _local_part(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["modeldrop", "local"] or len(parts) < 3:
+        return None
+    if parts[2] == "emulator" and len(parts) > 3 and f"emulator.{parts[3]}" in LOCAL_PARTS:
+        return f"emulator.{parts[3]}"
+    return parts[2]
+
+
+def _back_edges(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, deps in graph.items():
+        here = _local_part(module)
+        for dep in deps:
+            there = _local_part(dep)
+            if here and there and there != here and there not in LOCAL_PARTS.get(here, set()):
+                wrong.append(f"{module} -> {dep}")
+    return sorted(wrong)
+
+
+def test_local_parts_import_only_what_lies_below_them() -> None:
+    graph = _imports()
+    unknown = sorted({p for m in graph if (p := _local_part(m)) and p not in LOCAL_PARTS})
+    assert unknown == [], "a new part of modeldrop.local: place it in LOCAL_PARTS and local/__init__.py"
+    assert _back_edges(graph) == []
+
+
+def test_the_back_edge_finder_finds_one() -> None:
+    graph = {"modeldrop.local.emulator.sagemaker.hosting": {"modeldrop.local.stack.build"}}
+    assert _back_edges(graph) == ["modeldrop.local.emulator.sagemaker.hosting -> modeldrop.local.stack.build"]
+
+
+def test_every_part_of_local_opens_by_saying_what_it_holds() -> None:
+    local = SRC / "local"
+    silent = [
+        str(p.relative_to(ROOT))
+        for p in local.rglob("*.py")
+        if p.name == "__init__.py" and not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
+    ]
+    assert silent == []
+    assert sorted(p.name for p in local.glob("*.py")) == ["__init__.py", "faults.py"]

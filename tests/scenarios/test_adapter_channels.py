@@ -17,10 +17,10 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ChannelInvalid, PromotionBlocked
 from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.smoke_eval import load_eval_set
-from modeldrop.local import run_inputs
-from modeldrop.local.run import _deploy, _teardown_at_exit
-from modeldrop.local.run_channel import channel_context
-from modeldrop.local.sample_checkpoint import write_checkpoint
+from modeldrop.local.samples.checkpoint import write_checkpoint
+from modeldrop.local.scenarios import inputs as run_inputs
+from modeldrop.local.scenarios.channel import channel_context
+from modeldrop.local.scenarios.run import _deploy, _teardown_at_exit
 from modeldrop.operate.deployments import OperateError, refuse_if_channel_holds
 from modeldrop.pipeline.channel_admin import close_channel, rollback
 from modeldrop.pipeline.promotion import promote

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from conftest import ROOT
 
-from modeldrop.local.run import run_local
-from modeldrop.local.sample_adapter import adapter_config, adapter_tensors, write_adapter
-from modeldrop.local.sample_checkpoint import TINY_CONFIG, write_checkpoint, write_tar_gz
+from modeldrop.local.samples.adapter import adapter_config, adapter_tensors, write_adapter
+from modeldrop.local.samples.checkpoint import TINY_CONFIG, write_checkpoint, write_tar_gz
+from modeldrop.local.scenarios.run import run_local
 
 
 def test_run_local_adapter_serves_the_adapter_and_evaluates_through_it() -> None:

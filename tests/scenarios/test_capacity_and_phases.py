@@ -137,8 +137,8 @@ def test_fallback_re_plans_the_env_for_each_type_and_announces_the_attempt(make_
 
 
 def test_two_artifacts_for_a_quota_of_one(make_stack: Any, archive: bytes, checkpoint: Path) -> None:
-    from modeldrop.local import moto_shims
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     stack = make_stack()
     moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
@@ -187,7 +187,7 @@ def test_dynamodb_throttled_once_at_every_step_still_deploys(stack: Any, archive
 
 
 def test_a_refused_checkpoint_never_calls_sagemaker(stack: Any, checkpoint: Path) -> None:
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     (checkpoint / "config.json").write_text("{}")
     arn = _start(stack, tar_gz_bytes(checkpoint), "refused")
@@ -251,7 +251,7 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
     from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
 
@@ -316,8 +316,8 @@ def test_instance_count_reaches_the_endpoint_the_quota_and_the_cost(
     make_stack: Any, archive: bytes, checkpoint: Path
 ) -> None:
     from modeldrop.contracts.record import DeploymentRecord
-    from modeldrop.local import moto_shims
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     stack = make_stack()
     moto_shims.set_endpoint_quota("ml.g6.2xlarge", 3)
@@ -357,7 +357,7 @@ def test_plan_shows_the_instance_count_and_its_price(checkpoint: Path) -> None:
 def test_an_endpoint_name_of_ones_own_inside_the_stack_prefix(
     make_stack: Any, archive: bytes, checkpoint: Path
 ) -> None:
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     stack = make_stack()
     arn = _start(stack, archive, "named-run", endpoint_name="modeldrop-chat-prod")
@@ -393,7 +393,7 @@ def test_run_local_untrusted_role_is_refused_before_anything_is_created() -> Non
 
 
 def test_a_quota_below_the_instance_count_on_every_type_fails_at_registration(make_stack: Any, archive: bytes) -> None:
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     stack = make_stack()
     moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 0})

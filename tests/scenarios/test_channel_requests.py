@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
 
 def _upload(stack: Any, tmp_path: Path, name: str, shards: int = 2) -> str:
@@ -67,7 +67,7 @@ def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack:
     assert blocked_record.status == "torn_down", channel.history[-1].reason
     # The candidate's own record says why, as `status` of the deployment shows it.
     assert blocked_record.error == "PromotionBlocked" and "regressed" in str(blocked_record.failure_reason)
-    from modeldrop.local.run_channel import channel_context
+    from modeldrop.local.scenarios.channel import channel_context
     from modeldrop.pipeline.channel_admin import close_channel
 
     close_channel(channel_context(stack), "main")
@@ -88,7 +88,7 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
     make_stack: Any, tmp_path: Path
 ) -> None:
     from modeldrop.aws.channel_store import ChannelStore
-    from modeldrop.local.sample_adapter import write_adapter
+    from modeldrop.local.samples.adapter import write_adapter
 
     stack = make_stack()
     s3, sm = stack.client("s3"), stack.client("sagemaker")
@@ -123,7 +123,7 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
     event = channel.history[-1]
     assert event.kind == "promoted" and event.reason == "timed from its marker" and event.seconds > 0
     assert promoted["seconds"] == event.seconds
-    from modeldrop.local.run_channel import channel_context
+    from modeldrop.local.scenarios.channel import channel_context
     from modeldrop.pipeline.channel_admin import close_channel
 
     close_channel(channel_context(stack), "support")
@@ -143,8 +143,8 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     from modeldrop.contracts import clock
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.contracts.models import NormalizedRequest
-    from modeldrop.local.run import _deploy
-    from modeldrop.local.run_channel import channel_context
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel
     from modeldrop.pipeline.promotion import promote, start_promotion
     from modeldrop.pipeline.promotion_steps import promotion_step
@@ -198,8 +198,8 @@ def test_a_channel_name_taken_by_another_endpoint_is_refused_and_that_endpoint_l
     from modeldrop.contracts.errors import PromotionFailed
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.evaluation.smoke_eval import load_eval_set
-    from modeldrop.local.run import _deploy
-    from modeldrop.local.run_channel import channel_context
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.promotion import promote
 
     stack = make_stack()

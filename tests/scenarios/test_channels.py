@@ -14,7 +14,7 @@ from conftest import create_endpoint
 from modeldrop.contracts import clock
 from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.smoke_eval import load_eval_set
-from modeldrop.local.run import run_local
+from modeldrop.local.scenarios.run import run_local
 
 
 def _kinds(result: Any) -> list[str]:
@@ -50,7 +50,7 @@ def test_a_second_version_is_promoted_onto_the_same_endpoint_and_the_first_goes_
 
 
 def test_run_local_promotes_the_users_own_checkpoint_onto_the_samples_channel(tmp_path: Path) -> None:
-    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+    from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
     candidate = write_tar_gz(write_checkpoint(tmp_path / "mine", shards=4), tmp_path / "mine.tar.gz")
     result = run_local(candidate, channel="demo")
@@ -84,9 +84,9 @@ def test_a_candidate_that_is_not_promoted_leaves_the_champion_serving(fault: str
 
 def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: Path, make_stack: Any) -> None:
     from modeldrop.contracts.errors import ChannelInvalid
-    from modeldrop.local.run import _deploy
-    from modeldrop.local.run_channel import channel_context
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel, rollback
     from modeldrop.pipeline.promotion import promote
 

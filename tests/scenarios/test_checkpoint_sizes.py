@@ -13,8 +13,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from modeldrop.cli import app
-from modeldrop.local.run import run_local
-from modeldrop.local.sample_checkpoint import write_checkpoint
+from modeldrop.local.samples.checkpoint import write_checkpoint
+from modeldrop.local.scenarios.run import run_local
 
 STACK = "modeldrop-local"
 
@@ -76,7 +76,7 @@ def test_upload_puts_the_shards_then_the_marker_and_resumes(
     deployed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from modeldrop.cli import _shared
-    from modeldrop.local.iam_enforcement import after_call
+    from modeldrop.local.emulator.iam.enforcement import after_call
 
     stack = deployed
     checkpoint = write_checkpoint(tmp_path / "ck", shards=6)

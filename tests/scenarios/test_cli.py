@@ -56,7 +56,7 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
 
 
 def test_validate_exit_codes(tmp_path: Path) -> None:
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     ok = write_checkpoint(tmp_path / "ok")
     assert _run("validate", str(ok)).returncode == 0
@@ -238,7 +238,7 @@ def test_ctrl_c_inherited_as_ignored_stays_ignored_and_sigterm_still_stops_the_r
 @pytest.mark.parametrize("state", ["CreateEndpoint", "RecordFailure"])
 def test_ctrl_c_anywhere_in_the_run_leaves_no_process_and_starts_none(state: str) -> None:
     """In-process: KeyboardInterrupt raised in the watching thread as a signal would, at each point."""
-    from modeldrop.local.run import run_local
+    from modeldrop.local.scenarios.run import run_local
 
     def interrupt_at(run: Any) -> None:
         if run.name == state:
@@ -393,7 +393,7 @@ def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:
 
 
 def test_a_progress_bar_on_a_terminal_and_none_when_piped_or_json(tmp_path: Path) -> None:
-    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+    from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
     d = write_checkpoint(tmp_path / "c")
     (d / "extra-weights.bin").write_bytes(os.urandom(48 << 20))
@@ -421,7 +421,7 @@ def test_two_runs_with_one_deployment_id_keep_reports_of_their_own() -> None:
     from moto import mock_aws
 
     from modeldrop.contracts.record import DeploymentRecord
-    from modeldrop.local.run import _keep_reports
+    from modeldrop.local.scenarios.run import _keep_reports
 
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -467,7 +467,7 @@ def test_a_checkpoint_that_ships_code_says_so(checkpoint: Path) -> None:
 
 
 def test_plan_says_the_host_the_price_the_stack_limits_and_the_kv_floor(tmp_path: Path) -> None:
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     ckpt = write_checkpoint(tmp_path / "ck")
     priced = _run("plan", str(ckpt), "--region", "us-east-1")

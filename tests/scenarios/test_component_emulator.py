@@ -12,8 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.checkpoint_upload import upload_directory
-from modeldrop.local.sample_adapter import write_adapter
-from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+from modeldrop.local.samples.adapter import write_adapter
+from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
 ROLE = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
 IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.36.0-lmi18.0.0-cu128"

@@ -61,7 +61,7 @@ def test_the_readme_is_short_and_every_example_is_a_known_kind() -> None:
 
 
 def _files(tmp: Path) -> dict[str, str]:
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     checkpoint = write_checkpoint(tmp / "my-checkpoint")
     base = write_checkpoint(tmp / "base-model")

@@ -25,7 +25,7 @@ def _trust(service: str) -> str:
 def account() -> Iterator[Any]:
     from moto import mock_aws
 
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     moto_shims.install()
     with mock_aws():
@@ -104,7 +104,7 @@ def test_a_role_that_trusts_only_bedrock_fails_with_the_fix(account: Any) -> Non
 
 
 def test_a_quota_of_zero_fails_with_the_increase_command(account: Any) -> None:
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     _stack(account, "sagemaker.amazonaws.com")
     moto_shims.set_endpoint_quota("ml.g6.2xlarge", 0)

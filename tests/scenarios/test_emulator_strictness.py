@@ -160,7 +160,7 @@ def test_an_error_without_a_cause_ends_as_itself(stack: Any, archive: bytes) -> 
 
 
 def test_the_committed_definition_passes_the_strict_checks() -> None:
-    from modeldrop.local.stepfunctions_shims import definition_problems
+    from modeldrop.local.emulator.stepfunctions import definition_problems
 
     assert definition_problems((ROOT / "statemachine" / "deployment.asl.json").read_text()) == []
 
@@ -203,7 +203,7 @@ def test_the_streamed_eval_and_a_component_invoke_need_their_own_grants(stack: A
     import boto3
     from conftest import create_endpoint
 
-    from modeldrop.local.iam_enforcement import Principal, acting_as
+    from modeldrop.local.emulator.iam.enforcement import Principal, acting_as
 
     create_endpoint(stack, "modeldrop-grants", archive)
     sm = stack.client("sagemaker")
@@ -230,7 +230,7 @@ def test_a_component_startup_timeout_outside_sagemakers_bounds_is_refused() -> N
     """botocore checks only the minimum on the client; SageMaker refuses past 3600 s."""
     from moto.sagemaker.exceptions import ValidationError
 
-    from modeldrop.local.sagemaker_components import _check_startup
+    from modeldrop.local.emulator.sagemaker.components import _check_startup
 
     _check_startup({"ModelDataDownloadTimeoutInSeconds": 3600, "ContainerStartupHealthCheckTimeoutInSeconds": 60})
     with pytest.raises(ValidationError, match="between 60 and 3600"):

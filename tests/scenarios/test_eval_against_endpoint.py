@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 from modeldrop.contracts.models import EvalThresholds
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, evaluate_endpoint, run_eval, runtime_client_config
 from modeldrop.evaluation.smoke_eval import EvalCase
-from modeldrop.local.runtime_endpoint import LocalRuntime
+from modeldrop.local.emulator.sagemaker.runtime import LocalRuntime
 
 NO_WAIT = RetryPolicy(base_seconds=0.01, sleep=lambda _s: None)
 

@@ -21,8 +21,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from modeldrop.local import file_backed_s3, moto_shims
-from modeldrop.local.run_inputs import upload_config
+from modeldrop.local.emulator import moto_shims
+from modeldrop.local.emulator.s3 import file_backed as file_backed_s3
+from modeldrop.local.scenarios.inputs import upload_config
 
 # Twelve times file_backed_s3.LARGE, forty-eight 8 MB parts: large enough that what the upload
 # holds while parts are in flight (moto copies each request body five times, ~120-145 MB however

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from modeldrop.local.engines import EngineUnavailable, check_available, entrypoint_args
+from modeldrop.local.engines.launch import EngineUnavailable, check_available, entrypoint_args
 
 
 def test_dlc_entrypoint_translation() -> None:
@@ -142,8 +142,8 @@ def test_an_endpoint_name_deleted_in_one_emulated_account_is_not_deleted_in_the_
     from conftest import ROOT, create_endpoint
     from moto import mock_aws
 
-    from modeldrop.local.hosting import LocalHosting
-    from modeldrop.local.stack_build import build_stack
+    from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+    from modeldrop.local.stack.build import build_stack
 
     for run in (1, 2):
         with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):

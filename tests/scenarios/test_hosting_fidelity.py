@@ -153,7 +153,7 @@ def test_a_capacity_stall_whose_delete_is_refused_moves_on_to_the_next_type() ->
 
 
 def test_every_call_the_functions_made_was_checked_and_allowed(stack: Any, archive: bytes) -> None:
-    from modeldrop.local.iam_enforcement import CHECKED
+    from modeldrop.local.emulator.iam.enforcement import CHECKED
 
     stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/iam/model.tar.gz", Body=archive)
     [execution] = stack.client("stepfunctions").list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
@@ -169,7 +169,7 @@ def _stack_without(tmp_path: Path, function: str, action: str) -> Path:
     """A copy of the project whose template lacks one function's statement naming ACTION."""
     import yaml
 
-    from modeldrop.local.stack import _CfnLoader
+    from modeldrop.local.stack.emulated import _CfnLoader
 
     root = tmp_path / "project"
     root.mkdir()
@@ -186,7 +186,7 @@ def _stack_without(tmp_path: Path, function: str, action: str) -> Path:
 
 
 def test_a_statement_removed_from_the_template_fails_the_call_as_aws_would(make_stack: Any, archive: bytes, tmp_path):
-    from modeldrop.local.iam_enforcement import CHECKED
+    from modeldrop.local.emulator.iam.enforcement import CHECKED
 
     stack = make_stack(root=_stack_without(tmp_path, "ValidateFunction", "s3:AbortMultipartUpload"))
     stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/denied/model.tar.gz", Body=archive)
@@ -202,7 +202,7 @@ def test_the_branches_no_happy_path_reaches_are_allowed_too(make_stack: Any, arc
     """A prefix that changes while it is copied is refused with the reason (the cleanup deletes the
     partial copy, which the validate role may); an eval set in another bucket is refused at the door,
     before an endpoint-hour."""
-    from modeldrop.local.iam_enforcement import acting_as, after_call
+    from modeldrop.local.emulator.iam.enforcement import acting_as, after_call
 
     stack = make_stack()
     s3 = stack.client("s3")

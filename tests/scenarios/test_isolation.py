@@ -61,7 +61,7 @@ def _forget_execution(stack: Any, name: str) -> None:
 def test_executions_whose_names_once_mapped_to_one_id_keep_everything_of_their_own(
     stack: Any, archive: bytes, checkpoint: Path
 ) -> None:
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     (checkpoint / "generation_config.json").write_text('{"temperature": 0.5}')
     other = tar_gz_bytes(checkpoint)  # another artifact version, so that neither is a duplicate
@@ -98,7 +98,7 @@ def test_a_step_that_finds_its_deployment_ended_releases_what_it_created(stack: 
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.errors import DeploymentEnded
     from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
-    from modeldrop.local.iam_enforcement import after_call
+    from modeldrop.local.emulator.iam.enforcement import after_call
     from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
 
@@ -145,7 +145,7 @@ def test_run_local_abort_mid_validate_and_mid_create_leave_nothing_and_the_versi
 
 
 def test_teardown_by_name_acts_on_the_deployment_that_owns_the_endpoint(stack: Any, archive: bytes, checkpoint: Path):
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes
     from modeldrop.operate.deployments import OperateError, find_deployment, teardown
 
     live = stack.start(
@@ -228,7 +228,7 @@ def test_a_marker_cannot_smuggle_settings(stack: Any, checkpoint: Path, marker: 
 def test_only_the_pipeline_may_write_or_delete_a_served_copy(stack: Any, archive: bytes) -> None:
     """The bucket policy, evaluated with its conditions: a principal allowed s3:* on the bucket may
     still not overwrite or delete what SageMaker downloads; the pipeline's own roles may."""
-    from modeldrop.local.iam_enforcement import Principal, acting_as
+    from modeldrop.local.emulator.iam.enforcement import Principal, acting_as
 
     key = "modeldrop-served/some-deployment/model.tar.gz"
     s3 = stack.client("s3")
@@ -255,11 +255,11 @@ def test_only_the_pipeline_may_write_or_delete_a_served_copy(stack: Any, archive
 def test_the_served_copy_is_checked_unchanged_before_create_model(stack: Any, archive: bytes) -> None:
     """Even a write the policy let through (the policy edited, an admin) is caught: CreateEndpoint
     compares the copy with what was validated and creates nothing."""
-    from modeldrop.local.iam_enforcement import after_call, current
+    from modeldrop.local.emulator.iam.enforcement import after_call, current
 
     def overwrite(params: Any, result: Any) -> None:
         if str(params.get("Key", "")).endswith("validation.json") and current() is not None:
-            from modeldrop.local.iam_enforcement import acting_as
+            from modeldrop.local.emulator.iam.enforcement import acting_as
 
             with acting_as(None):
                 served = [k for k in stack.client("s3").list_objects_v2(Bucket=stack.bucket, Prefix="modeldrop-served/")
@@ -343,7 +343,7 @@ def test_teardown_all_stops_running_executions_first(stack: Any, archive: bytes)
 def test_the_bucket_policy_protects_itself_from_everyone_but_the_deploy_role(make_stack: Any) -> None:
     """With DeployRoleArn set, an s3:* holder cannot delete or replace the bucket policy (and with it the
     served copies' protection); the deploy role can."""
-    from modeldrop.local.iam_enforcement import Principal, acting_as
+    from modeldrop.local.emulator.iam.enforcement import Principal, acting_as
 
     deployer = "arn:aws:iam::123456789012:role/modeldrop-deployer"
     stack = make_stack({"DeployRoleArn": deployer})
@@ -371,7 +371,7 @@ def test_delete_objects_answers_per_key_errors_and_the_caller_reads_them(stack: 
     instead of reporting it deleted."""
     from modeldrop.aws.served_copy import delete_served
     from modeldrop.contracts.errors import TeardownIncomplete
-    from modeldrop.local.iam_enforcement import Principal, acting_as
+    from modeldrop.local.emulator.iam.enforcement import Principal, acting_as
 
     key = "modeldrop-served/held-1/model.tar.gz"
     s3 = stack.client("s3")

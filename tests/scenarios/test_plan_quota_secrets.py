@@ -150,7 +150,7 @@ def test_secret_references_are_checked_and_resolved_without_leaking(stack: Any) 
 
 
 def test_quota_precheck_counts_creating_endpoints(make_stack: Any, archive: bytes) -> None:
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     stack = make_stack(real_startup_grace=0.5)
     moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g5.xlarge": 0})

@@ -14,7 +14,7 @@ from modeldrop.contracts import clock
 
 
 def _create(stack: Any, name: str, tags: list[dict[str, str]]) -> None:
-    from modeldrop.local.sample_checkpoint import tar_gz_bytes, write_checkpoint
+    from modeldrop.local.samples.checkpoint import tar_gz_bytes, write_checkpoint
 
     sample = stack.hosting.scratch / "reaper-sample"
     archive = tar_gz_bytes(sample if sample.exists() else write_checkpoint(sample))
@@ -164,7 +164,7 @@ def test_a_failed_deployments_endpoint_is_reaped_whatever_its_ttl(stack: Any, ar
 def test_the_reaper_deletes_served_copies_of_ended_deployments_only(stack: Any, archive: bytes) -> None:
     """A Lambda that ran on after its execution stopped may have written a served copy after the
     cleanup: the reaper deletes the copies of ended deployments (and, after an hour, of unknown ones)."""
-    from modeldrop.local.iam_enforcement import acting_as
+    from modeldrop.local.emulator.iam.enforcement import acting_as
 
     registry = stack.registry()
     for deployment_id, status in (("ended-1", "aborted"), ("serving-1", None)):

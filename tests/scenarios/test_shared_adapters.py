@@ -11,7 +11,7 @@ from typing import Any
 
 from conftest import ROOT
 
-from modeldrop.local.run import run_local
+from modeldrop.local.scenarios.run import run_local
 
 COMMAND = [sys.executable, "-m", "modeldrop"]
 REGION = ["--stack", "modeldrop-local", "--region", "us-east-1"]

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from modeldrop.cli import app
 from modeldrop.contracts import clock
-from modeldrop.local.sample_adapter import write_adapter
-from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+from modeldrop.local.samples.adapter import write_adapter
+from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
 REGION = ["--stack", "modeldrop-local", "--region", "us-east-1"]
 PROBE = json.dumps({"inputs": "Say hello.", "parameters": {"max_new_tokens": 8}}).encode()

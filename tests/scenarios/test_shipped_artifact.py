@@ -157,7 +157,7 @@ class _Tail:
 def shipped(make_stack: Any) -> Any:
     from moto.server import ThreadedMotoServer
 
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     build, python = _built()
     stack = make_stack()
@@ -225,8 +225,8 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
     )
     _wait(stack, 3, functions)
     # And a LoRA adapter on that base: the adapter's validation and serving run in the runtime too.
-    from modeldrop.local.sample_adapter import write_adapter
-    from modeldrop.local.sample_checkpoint import write_tar_gz
+    from modeldrop.local.samples.adapter import write_adapter
+    from modeldrop.local.samples.checkpoint import write_tar_gz
 
     packed = write_tar_gz(write_adapter(tmp_path / "lora-shipped"), tmp_path / "adapter.tar.gz")
     s3.upload_file(str(packed), stack.bucket, "direct/shipped/lora/adapter.tar.gz")

@@ -8,7 +8,7 @@ from typing import Any
 
 from conftest import subscribe
 
-from modeldrop.local.sample_checkpoint import tar_gz_bytes, write_checkpoint
+from modeldrop.local.samples.checkpoint import tar_gz_bytes, write_checkpoint
 
 
 def _executions(stack: Any) -> list[dict[str, Any]]:
@@ -301,7 +301,7 @@ def test_quota_exceeded_is_not_retried(stack: Any, archive: bytes, monkeypatch: 
 
 
 def test_quota_precheck_refuses_before_anything_is_created(stack: Any, archive: bytes) -> None:
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 0})
     _upload(stack, "noquota/model.tar.gz", archive)

@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from modeldrop.checkpoint.validation import validate_source
 from modeldrop.cli import app
-from modeldrop.local.sample_adapter import PREFIX, adapter_config, adapter_tensors, write_adapter
-from modeldrop.local.sample_checkpoint import TINY_CONFIG, write_checkpoint, write_tar_gz
+from modeldrop.local.samples.adapter import PREFIX, adapter_config, adapter_tensors, write_adapter
+from modeldrop.local.samples.checkpoint import TINY_CONFIG, write_checkpoint, write_tar_gz
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_a_peft_adapter_on_a_multimodal_base_saved_in_its_original_layout_is_dep
     """PEFT writes the in-memory names (`model.language_model.layers.*`); transformers 5 saves the base
     in its original layout (`language_model.model.layers.*`, or `model.layers.*` for Qwen2.5-VL). vLLM's
     mapper reads one as the other; so does the validation."""
-    from modeldrop.local.sample_checkpoint import safetensors_bytes, tiny_gemma4_tensors
+    from modeldrop.local.samples.checkpoint import safetensors_bytes, tiny_gemma4_tensors
 
     original = tmp_path / "base-original"
     original.mkdir()

@@ -17,7 +17,7 @@ from modeldrop.checkpoint.chat_contract import chat_contract, drift, template_so
 from modeldrop.checkpoint.chat_template_render import RenderRefused, compile_template, render
 from modeldrop.checkpoint.vocabulary import sentencepiece_pieces
 from modeldrop.cli import app
-from modeldrop.local.sample_checkpoint import write_checkpoint
+from modeldrop.local.samples.checkpoint import write_checkpoint
 
 CHATML = (
     "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>' + '\\n' }}"

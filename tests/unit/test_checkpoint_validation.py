@@ -18,7 +18,7 @@ from modeldrop.checkpoint.artifact_scan import scan_local, scan_source, scan_tar
 from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
-from modeldrop.local.sample_checkpoint import TINY_CONFIG, safetensors_bytes, tar_gz_bytes, write_checkpoint
+from modeldrop.local.samples.checkpoint import TINY_CONFIG, safetensors_bytes, tar_gz_bytes, write_checkpoint
 
 
 def _parse(blob: bytes) -> None:
@@ -100,7 +100,7 @@ def test_kv_shared_tensors_found_missing_in_both_namings(tmp_path: Path) -> None
     assert not bad.deployable
     assert sorted(bad.kv_shared.missing)[0] == "model.language_model.layers.4.self_attn.k_norm.weight"
     text_only = {**TINY_CONFIG["text_config"], "architectures": ["Gemma4ForCausalLM"]}
-    from modeldrop.local import sample_checkpoint
+    from modeldrop.local.samples import checkpoint as sample_checkpoint
 
     d = tmp_path / "text"
     d.mkdir()

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from modeldrop.local.iam_calls import RULES, Call, UnmappedCall, requests_for
-from modeldrop.local.iam_policy import AuthRequest
-from modeldrop.local.iam_sar import NotInReference, check, table
+from modeldrop.local.emulator.iam.calls import RULES, Call, UnmappedCall, requests_for
+from modeldrop.local.emulator.iam.policy import AuthRequest
+from modeldrop.local.emulator.iam.sar import NotInReference, check, table
 
 ROOT = Path(__file__).resolve().parents[2]
 ENDPOINT = "arn:aws:sagemaker:us-east-1:123456789012:endpoint/modeldrop-x"

@@ -15,7 +15,7 @@ import pytest
 from modeldrop.checkpoint.artifact_scan import scan_local, scan_tar_stream
 from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header
 from modeldrop.checkpoint.validation import validate_scan, validate_source
-from modeldrop.local.sample_checkpoint import TINY_CONFIG, write_checkpoint
+from modeldrop.local.samples.checkpoint import TINY_CONFIG, write_checkpoint
 
 
 def _codes(path: Path) -> set[str]:

@@ -56,7 +56,7 @@ def test_the_plan_serves_the_adapter_and_counts_its_memory() -> None:
 def _serve(model_dir: Path, env: dict[str, str]) -> tuple[Any, str]:
     from http.server import ThreadingHTTPServer
 
-    from modeldrop.local import reference_engine
+    from modeldrop.local.engines import reference_engine
 
     engine = reference_engine.Engine(model_dir, env)
     engine.load()
@@ -80,8 +80,8 @@ def _ask(url: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
 
 
 def test_the_reference_engine_answers_per_adapter_and_refuses_unknown_names(tmp_path: Path) -> None:
-    from modeldrop.local.sample_adapter import write_adapter
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.adapter import write_adapter
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     model = write_checkpoint(tmp_path / "model")
     write_adapter(model / "adapters" / "lora-a", seed=3)

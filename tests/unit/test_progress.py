@@ -11,7 +11,7 @@ import pytest
 from modeldrop.checkpoint import tar_scan
 from modeldrop.checkpoint.artifact_scan import scan_local
 from modeldrop.contracts import progress
-from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
 
 def _weights_like(tmp_path: Path, mib: int) -> Path:

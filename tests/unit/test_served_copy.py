@@ -18,7 +18,7 @@ from modeldrop.contracts.errors import CheckpointUnreadable
 
 @pytest.fixture
 def s3() -> Any:
-    from modeldrop.local import s3_shims
+    from modeldrop.local.emulator.s3 import shims as s3_shims
 
     s3_shims.install()  # S3's copy preconditions, which moto ignores
     with mock_aws():
@@ -87,7 +87,7 @@ def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkey
 
     from modeldrop.aws import served_writer
     from modeldrop.checkpoint.validation import validate_archive_stream
-    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+    from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
     monkeypatch.setattr(served_writer, "PART_BYTES", 5 * 1024 * 1024)
     checkpoint = write_checkpoint(tmp_path / "ck")

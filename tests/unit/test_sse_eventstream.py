@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from modeldrop.evaluation.sse import SSEDecoder, SSEEvent
-from modeldrop.local import eventstream
+from modeldrop.local.emulator.sagemaker import eventstream
 
 # Text with multi-byte characters (2, 3 and 4 bytes in UTF-8), but no line breaks inside a data line.
 TEXT = st.text(alphabet=st.sampled_from(list('ab {}":,é모델😀\\[]')), max_size=40)

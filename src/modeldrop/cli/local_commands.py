@@ -122,9 +122,9 @@ def run_local_cmd(
     json_mode(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
     request.update(request_fields({**locals(), **(named_settings or {})}))
-    from modeldrop.local import interrupts
-    from modeldrop.local.engines import EngineUnavailable
-    from modeldrop.local.run import run_local
+    from modeldrop.local.engines.launch import EngineUnavailable
+    from modeldrop.local.scenarios import interrupts
+    from modeldrop.local.scenarios.run import run_local
 
     problem = _input_problem(fault, engine, deploy_engine, artifact, adapter, adapter_mode, adapters, prefix, key)
     if not problem and channel is not None:
@@ -192,7 +192,7 @@ def _input_problem(
     key: str | None,
 ) -> str | None:
     """What is wrong with run-local's options, before anything starts (None: nothing)."""
-    from modeldrop.local.engines import LOCAL_ENGINES
+    from modeldrop.local.engines.launch import LOCAL_ENGINES
 
     unknown = next((f for f in fault.split(",") if f.strip() not in FAULTS), None)
     checks = [
@@ -228,7 +228,7 @@ def _input_problem(
 
 
 def _interrupted(exc: KeyboardInterrupt) -> None:
-    from modeldrop.local import interrupts
+    from modeldrop.local.scenarios import interrupts
 
     code = exc.exit_code if isinstance(exc, interrupts.Interrupted) else 130
     left = exc.still_running if isinstance(exc, interrupts.Interrupted) else []

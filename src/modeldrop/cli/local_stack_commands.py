@@ -24,7 +24,7 @@ START_SECONDS = 300.0
 
 
 def _running() -> dict[str, Any] | None:
-    from modeldrop.local.daemon import state_path
+    from modeldrop.local.stack.daemon import state_path
 
     path = state_path()
     if not path.is_file():
@@ -49,13 +49,13 @@ def _is_daemon(pid: int) -> bool:
     """PID is alive and runs the local stack (a signal never goes to a pid the file merely names)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
-            return b"modeldrop.local.daemon" in fh.read() and _alive(pid)
+            return b"modeldrop.local.stack.daemon" in fh.read() and _alive(pid)
     except OSError:
         return False
 
 
 def _print_env(state: dict[str, Any], as_json: bool) -> None:
-    from modeldrop.local.daemon import client_env
+    from modeldrop.local.stack.daemon import client_env
 
     env = client_env(state)
     if as_json:
@@ -73,7 +73,7 @@ def local_up(
     """Start the emulated stack in the background and print the env that points commands at it:
     eval "$(modeldrop local up)", then deploy, upload, list, status, extend, teardown, doctor, eval."""
     json_mode(as_json)
-    from modeldrop.local.daemon import state_path
+    from modeldrop.local.stack.daemon import state_path
 
     state = _running()
     if state is None:
@@ -81,7 +81,7 @@ def local_up(
         log = path.with_suffix(".log")
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "modeldrop.local.daemon", str(port)],
+                [sys.executable, "-m", "modeldrop.local.stack.daemon", str(port)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from modeldrop.local.iam_policy import AuthRequest, allowed, statements_of
+from modeldrop.local.emulator.iam.policy import AuthRequest, allowed, statements_of
 
 _DECISIONS = {"allow": "allowed", "deny": "explicitDeny", "implicit": "implicitDeny"}
 

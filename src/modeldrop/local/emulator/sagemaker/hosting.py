@@ -35,11 +35,11 @@ from typing import Any
 from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
-from modeldrop.local import engines
-from modeldrop.local.component_hosting import ComponentHost
+from modeldrop.local.emulator.iam.enforcement import acting_as
+from modeldrop.local.emulator.sagemaker.component_hosting import ComponentHost
+from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint, free_port
+from modeldrop.local.engines import launch as engines
 from modeldrop.local.faults import FAULTS
-from modeldrop.local.hosted import HostedEndpoint, free_port
-from modeldrop.local.iam_enforcement import acting_as
 from modeldrop.serving.host import amis, default_driver, driver_runs, image_cuda
 
 PING_FAILED = (
@@ -327,7 +327,7 @@ class LocalHosting:
         env.update(engines.process_env(self.engine))
         env.update(hosted.env)
         # The engine modules must import from this checkout even under another interpreter.
-        src = str(Path(engines.__file__).resolve().parents[2])
+        src = str(Path(engines.__file__).resolve().parents[3])
         env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH", "")) if p)
         env.update(
             {

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from modeldrop.contracts import clock
-from modeldrop.local.hosted import HostedEndpoint
+from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint
 
 GREEN = "@green"
 # The bake also ends after this many DescribeEndpoint calls during it: a caller in another process
@@ -189,7 +189,7 @@ def install(get_hosting: Any) -> None:
     from moto.sagemaker.responses import SageMakerResponse
     from moto.sagemaker.utils import arn_formatter
 
-    from modeldrop.local.sagemaker_components import is_component_endpoint
+    from modeldrop.local.emulator.sagemaker.components import is_component_endpoint
 
     def update_endpoint(self: Any) -> Any:
         backend = self.sagemaker_backend

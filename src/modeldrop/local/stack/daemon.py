@@ -74,9 +74,9 @@ def serve(port: int | None = None) -> int:
     from moto.server import ThreadedMotoServer
 
     from modeldrop.contracts import clock
-    from modeldrop.local.hosting import LocalHosting
-    from modeldrop.local.run import hermetic_aws
-    from modeldrop.local.stack_build import build_stack
+    from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+    from modeldrop.local.stack.build import build_stack
+    from modeldrop.local.stack.hermetic import hermetic_aws
 
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

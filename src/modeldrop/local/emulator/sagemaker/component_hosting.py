@@ -18,16 +18,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 from modeldrop.checkpoint.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
-from modeldrop.local.hosted import HostedComponent
-from modeldrop.local.iam_enforcement import acting_as
+from modeldrop.local.emulator.iam.enforcement import acting_as
+from modeldrop.local.emulator.sagemaker.hosted import HostedComponent
 
 if TYPE_CHECKING:
-    from modeldrop.local.hosted import HostedEndpoint
-    from modeldrop.local.sagemaker_components import Component
+    from modeldrop.local.emulator.sagemaker.components import Component
+    from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint
 
 
 class EndpointHosting(Protocol):
-    """What a component's host borrows from the endpoint hosting (modeldrop.local.hosting.LocalHosting):
+    """What a component's host borrows from the endpoint hosting (`hosting.LocalHosting`):
     its processes, logs and clock, so that a base component runs exactly as an endpoint's model does."""
 
     endpoints: dict[str, HostedEndpoint]

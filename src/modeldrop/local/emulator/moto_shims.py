@@ -33,14 +33,13 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from modeldrop.contracts import clock
-from modeldrop.local import (
-    endpoint_updates,
-    file_backed_s3,
-    iam_simulator,
-    s3_shims,
-    sagemaker_components,
-    stepfunctions_shims,
-)
+from modeldrop.local.emulator import stepfunctions as stepfunctions_shims
+from modeldrop.local.emulator.iam import enforcement as iam_enforcement
+from modeldrop.local.emulator.iam import simulator as iam_simulator
+from modeldrop.local.emulator.s3 import file_backed as file_backed_s3
+from modeldrop.local.emulator.s3 import shims as s3_shims
+from modeldrop.local.emulator.sagemaker import components as sagemaker_components
+from modeldrop.local.emulator.sagemaker import endpoint_updates
 
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
@@ -54,7 +53,7 @@ _default_endpoint_quotas: dict[str, float] = {}
 
 
 class Hosting(Protocol):
-    """What decides a created endpoint's fate (modeldrop.local.hosting.LocalHosting)."""
+    """What decides a created endpoint's fate (modeldrop.local.emulator.sagemaker.hosting.LocalHosting)."""
 
     def on_create(self, name: str, backend: Any) -> None: ...
 
@@ -146,6 +145,7 @@ def install() -> None:
         iam_simulator.install()
         s3_shims.install()
         sagemaker_components.install()
+        iam_enforcement.register_tag_table("inference-component", sagemaker_components.components_of)
         endpoint_updates.install(lambda: _hosting)
         clock.use_virtual_sleep()
         file_backed_s3.install()

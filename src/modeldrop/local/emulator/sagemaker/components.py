@@ -80,7 +80,7 @@ class Component:
 
 
 class ComponentHosting(Protocol):
-    """What runs a component (modeldrop.local.component_hosting.ComponentHost)."""
+    """What runs a component (modeldrop.local.emulator.sagemaker.component_hosting.ComponentHost)."""
 
     def created(self, component: Component, model_container: dict[str, Any] | None) -> None: ...
 

@@ -30,7 +30,7 @@ from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from modeldrop.local.http_base import StreamingJSONHandler
+from modeldrop.local.engines.http_base import StreamingJSONHandler
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 # A few multi-byte words so that streamed answers split UTF-8 characters across chunks.

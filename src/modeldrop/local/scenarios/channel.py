@@ -47,7 +47,7 @@ def channel_parameters(deploy_engine: str | None, faults: frozenset[str]) -> dic
 
 
 def channel_context(stack: Any) -> ChannelContext:
-    from modeldrop.local.stack import REGION, STACK_NAME
+    from modeldrop.local.stack.emulated import REGION, STACK_NAME
 
     registry = stack.registry()
     runtime = boto3.client(
@@ -78,7 +78,7 @@ def run_channel(
     gates and promotes); DEPLOY is run-local's own deploy (keep=True leaves the endpoint up). The
     sample serves first; CANDIDATE (run-local's ARTIFACT, else a second generated checkpoint) is
     promoted onto it."""
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     ctx = channel_context(stack)
     asks = {"channel": channel, "gate": GATE, "promotion_grace_hours": GRACE.total_seconds() / 3600}
@@ -127,9 +127,9 @@ def adapter_day(
     """A shared base with one adapter creates channel NAME; the next adapter arrives as files and a
     marker naming the channel (as a training pipeline uploads it) and is promoted onto the running
     base without a new endpoint; a rollback returns to the first; the channel is closed."""
-    from modeldrop.local import run_inputs
-    from modeldrop.local.sample_adapter import write_adapter
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.adapter import write_adapter
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.scenarios import inputs as run_inputs
 
     base_dir = write_checkpoint(workdir / "lora-base")
     steps: list[dict[str, Any]] = []

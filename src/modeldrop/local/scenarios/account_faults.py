@@ -12,7 +12,7 @@ from typing import Any
 def stop_running(stack: Any) -> None:
     """The abort faults: StopExecution on every running execution, by the user (not the function
     whose call set it off)."""
-    from modeldrop.local.iam_enforcement import acting_as
+    from modeldrop.local.emulator.iam.enforcement import acting_as
 
     stack.after.pop("CreateEndpointFunction", None)
     with acting_as(None):
@@ -51,7 +51,7 @@ MID_STEP_ABORTS: dict[str, tuple[str, tuple[str, ...], Callable[[Any], bool]]] =
 def stop_during(stack: Any, service: str, operations: tuple[str, ...], matches: Callable[[Any], bool]) -> None:
     """StopExecution as soon as a matching call succeeds, inside the step that made it: the ABORTED
     event and its cleanup run at once, and the step's Lambda goes on afterwards, as on AWS."""
-    from modeldrop.local.iam_enforcement import after_call
+    from modeldrop.local.emulator.iam.enforcement import after_call
 
     fired: list[bool] = []
 
@@ -86,8 +86,8 @@ SHARED_FAULTS = frozenset({"adapter-load", "abort-mid-attach", "slow-component-d
 def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | None) -> None:
     """Set the emulated account up for FAULTS before the run starts (the endpoint's own faults are
     the hosting's)."""
-    from modeldrop.local import run_inputs
-    from modeldrop.local.hosting import FUNCTION_FAULTS
+    from modeldrop.local.emulator.sagemaker.hosting import FUNCTION_FAULTS
+    from modeldrop.local.scenarios import inputs as run_inputs
 
     for name in faults & set(FUNCTION_FAULTS):
         function, error = FUNCTION_FAULTS[name]
@@ -127,7 +127,7 @@ def first_type(stack: Any, request: dict[str, Any] | None) -> str:
 
 def occupy_quota(stack: Any, instance_type: str) -> None:
     """The quota-busy fault: the type's quota is 1, and another team's endpoint holds it for 10 virtual min."""
-    from modeldrop.local import moto_shims
+    from modeldrop.local.emulator import moto_shims
 
     moto_shims.set_endpoint_quota(instance_type, 1)
     sm = stack.client("sagemaker")
@@ -186,7 +186,7 @@ def deny_start_execution(stack: Any) -> None:
 
 def trust_only_bedrock(stack: Any) -> None:
     """The untrusted-role fault: the source lab's role, which SageMaker could not assume."""
-    from modeldrop.local.stack_build import trust_policy
+    from modeldrop.local.stack.build import trust_policy
 
     name = stack.parameters["SageMakerExecutionRoleArn"].rsplit("/", 1)[-1]
     policy = json.dumps(trust_policy("bedrock.amazonaws.com"))

@@ -16,12 +16,13 @@ import boto3
 
 from modeldrop.aws import clients
 from modeldrop.aws.execution_role import SAGEMAKER
-from modeldrop.local import iam_enforcement, moto_shims
-from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.iam_enforcement import ACCOUNT, Principal
-from modeldrop.local.iam_policy import statements_of
-from modeldrop.local.runtime_endpoint import LocalRuntime
-from modeldrop.local.stack import REGION, STACK_NAME, EmulatedStack, FunctionSpec, load_template, project_root
+from modeldrop.local.emulator import moto_shims
+from modeldrop.local.emulator.iam import enforcement as iam_enforcement
+from modeldrop.local.emulator.iam.enforcement import ACCOUNT, Principal
+from modeldrop.local.emulator.iam.policy import statements_of
+from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+from modeldrop.local.emulator.sagemaker.runtime import LocalRuntime
+from modeldrop.local.stack.emulated import REGION, STACK_NAME, EmulatedStack, FunctionSpec, load_template, project_root
 
 LOCAL_PARAMETERS = {
     "SageMakerExecutionRoleArn": f"arn:aws:iam::{ACCOUNT}:role/modeldrop-local-sagemaker",

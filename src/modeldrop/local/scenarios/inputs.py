@@ -24,7 +24,7 @@ def artifact_file(artifact: Path | None, workdir: Path) -> Path:
     import gzip
     import shutil
 
-    from modeldrop.local.sample_checkpoint import write_checkpoint, write_tar_gz
+    from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
     if artifact is not None and artifact.is_file() and artifact.name.endswith((".tar.gz", ".tgz")):
         return artifact
@@ -43,8 +43,8 @@ def adapter_request(
     """COUNT generated PEFT adapters for the base (each its own weights), uploaded where no rule
     watches: the run starts with the first as artifact_uri, the others as `adapters` (shared mode),
     and the checkpoint (uploaded by _deploy under direct/) as their base. Ranks 8, 16, ... unless RANK."""
-    from modeldrop.local.sample_adapter import write_adapter
-    from modeldrop.local.sample_checkpoint import write_tar_gz
+    from modeldrop.local.samples.adapter import write_adapter
+    from modeldrop.local.samples.checkpoint import write_tar_gz
 
     base_config = None
     if artifact is not None and artifact.is_dir() and (artifact / "config.json").is_file():
@@ -54,7 +54,7 @@ def adapter_request(
     for i in range(1, count + 1):
         name = "lora-sample" if count == 1 else f"lora-sample-{i}"
         if cpu:  # the CPU checkpoint's own adapter, whose effect on the real engine's answers is known
-            from modeldrop.local.cpu_checkpoint import write_cpu_adapter
+            from modeldrop.local.samples.cpu_checkpoint import write_cpu_adapter
 
             folder = write_cpu_adapter(workdir / name, r=rank or 8 * i)
         else:
@@ -72,7 +72,7 @@ def upload_prefix(
     """The checkpoint directory as an S3 prefix (the way `modeldrop upload` leaves it); returns the
     directory. The marker goes last: the S3 starter starts the deployment from it."""
     from modeldrop.aws.checkpoint_upload import upload_directory
-    from modeldrop.local.sample_checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import write_checkpoint
 
     directory = artifact if artifact is not None and artifact.is_dir() else write_checkpoint(workdir / "sample")
     if "kill-mid-copy" in faults:  # an object the Map copies as parallel parts
@@ -102,7 +102,7 @@ KILL_AFTER_PARTS = 3
 
 def report_size(stack: Any, size: int) -> None:
     """HeadObject on an uploaded artifact (not the served copy) reports SIZE bytes."""
-    from modeldrop.local.iam_enforcement import after_call
+    from modeldrop.local.emulator.iam.enforcement import after_call
 
     def grow(params: Any, result: Any) -> None:
         if not writes_served_copy(params) and str(params.get("Key", "")).endswith(".tar.gz"):
@@ -114,7 +114,7 @@ def report_size(stack: Any, size: int) -> None:
 def kill_copy_after_parts(stack: Any, parts: int) -> None:
     """The CopyShard Lambda copying a large object dies (as at its timeout) after PARTS part copies:
     from then on it makes no call at all, so its own abort of the upload never runs."""
-    from modeldrop.local.iam_enforcement import after_call, kill_current
+    from modeldrop.local.emulator.iam.enforcement import after_call, kill_current
 
     copied: list[bool] = []
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from queue import Queue
 from typing import Any
 
-from modeldrop.local.reference_engine import MAX_LEN_KEYS, Engine, Generation, log, serve
+from modeldrop.local.engines.reference_engine import MAX_LEN_KEYS, Engine, Generation, log, serve
 
 
 class TransformersEngine(Engine):

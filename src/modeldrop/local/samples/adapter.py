@@ -12,7 +12,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from modeldrop.local.sample_checkpoint import TINY_CONFIG, safetensors_bytes, tiny_gemma4_tensors
+from modeldrop.local.samples.checkpoint import TINY_CONFIG, safetensors_bytes, tiny_gemma4_tensors
 
 PREFIX = "base_model.model."
 

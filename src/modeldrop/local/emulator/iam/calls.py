@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from modeldrop.local.iam_policy import AuthRequest, ContextValue
-from modeldrop.local.iam_sar import NotInReference, check
+from modeldrop.local.emulator.iam.policy import AuthRequest, ContextValue
+from modeldrop.local.emulator.iam.sar import NotInReference, check
 
 
 class Lookups(Protocol):

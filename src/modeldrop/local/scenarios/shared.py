@@ -20,7 +20,7 @@ def shared_check(stack: Any, deployment_id: str) -> dict[str, Any] | None:
     record = registry.get(deployment_id)
     if record is None or not adapter_components(record):
         return None
-    from modeldrop.local.stack import REGION
+    from modeldrop.local.stack.emulated import REGION
 
     sm = stack.client("sagemaker")
     runtime = boto3.client("sagemaker-runtime", region_name=REGION, endpoint_url=stack.runtime.url)

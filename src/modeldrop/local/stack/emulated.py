@@ -28,10 +28,10 @@ from modeldrop.aws import clients
 from modeldrop.aws.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.local import moto_shims
-from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.iam_enforcement import ACCOUNT, Principal, acting_as
-from modeldrop.local.runtime_endpoint import LocalRuntime
+from modeldrop.local.emulator import moto_shims
+from modeldrop.local.emulator.iam.enforcement import ACCOUNT, Principal, acting_as
+from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+from modeldrop.local.emulator.sagemaker.runtime import LocalRuntime
 
 REGION = "us-east-1"
 STACK_NAME = "modeldrop-local"

@@ -65,7 +65,7 @@ def vllm_python() -> str:
     else this one."""
     if os.environ.get(VLLM_PYTHON_ENV):
         return os.environ[VLLM_PYTHON_ENV]
-    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+    for root in (Path.cwd(), Path(__file__).resolve().parents[4]):
         candidate = root / ".venv-vllm" / "bin" / "python"
         if candidate.is_file():
             return str(candidate)
@@ -110,7 +110,7 @@ def command(engine: str, env: dict[str, str], model_dir: Path, port: int) -> lis
     """The server process for one endpoint (availability is checked once, by the hosting)."""
     if engine in ("reference", "transformers"):
         python = sys.executable if engine == "reference" else torch_python()
-        module = f"modeldrop.local.{engine}_engine"
+        module = f"modeldrop.local.engines.{engine}_engine"
         return [python, "-m", module, "--port", str(port), "--model-dir", str(model_dir)]
     if not any(key.startswith(ENGINE_PREFIX[engine][0]) for key in env):
         raise EngineUnavailable(f"the deployment's container env has no {ENGINE_PREFIX[engine][0]}* keys for {engine}")

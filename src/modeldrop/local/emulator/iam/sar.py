@@ -20,7 +20,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from modeldrop.local.iam_policy import AuthRequest
+from modeldrop.local.emulator.iam.policy import AuthRequest
 
 # The IAM prefix of each boto3 service name that differs from it.
 IAM_PREFIX = {"sagemaker-runtime": "sagemaker", "stepfunctions": "states", "service-quotas": "servicequotas"}
@@ -60,7 +60,7 @@ def _arn_pattern(arn: str) -> re.Pattern[str]:
 
 @cache
 def table() -> dict[str, ActionSpec]:
-    raw = json.loads(resources.files("modeldrop.local").joinpath("data/iam_sar.json").read_text())
+    raw = json.loads(resources.files("modeldrop.local.emulator.iam").joinpath("data/iam_sar.json").read_text())
     return {
         name: ActionSpec(
             tuple(

@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import re
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,20 +16,22 @@ from pydantic import BaseModel, Field
 from modeldrop.aws.execution_watch import StateRun, watch
 from modeldrop.contracts.errors import cause_message
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.local import interrupts, run_inputs
-from modeldrop.local.engines import ENGINE_NOTES
-from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.run_channel import CHANNEL_FAULTS, channel_parameters, run_channel
-from modeldrop.local.run_faults import (
+from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+from modeldrop.local.engines.launch import ENGINE_NOTES
+from modeldrop.local.scenarios import inputs as run_inputs
+from modeldrop.local.scenarios import interrupts
+from modeldrop.local.scenarios.account_faults import (
     ABORT_FAULTS,
     SHARED_FAULTS,
     arm_faults,
     hold_secrets,
     reap_until_clean,
 )
-from modeldrop.local.run_inputs import upload_config
-from modeldrop.local.run_shared import shared_check
-from modeldrop.local.stack import TIMED_OUT
+from modeldrop.local.scenarios.channel import CHANNEL_FAULTS, channel_parameters, run_channel
+from modeldrop.local.scenarios.inputs import upload_config
+from modeldrop.local.scenarios.shared import shared_check
+from modeldrop.local.stack.emulated import TIMED_OUT
+from modeldrop.local.stack.hermetic import hermetic_aws
 
 
 class RunResult(BaseModel):
@@ -69,29 +68,6 @@ class RunResult(BaseModel):
     engine: str = "reference"
     fault: str = "none"
     seconds: float = 0.0
-
-
-# The shell's AWS settings point at a real account (or another endpoint): the emulated account ignores
-# every one of them for the run, and gets them back after.
-_SHELL_AWS = re.compile(
-    r"^AWS_(ENDPOINT_URL.*|PROFILE|DEFAULT_PROFILE|ACCESS_KEY_ID|SECRET_ACCESS_KEY|SESSION_TOKEN|SECURITY_TOKEN|"
-    r"CONFIG_FILE|SHARED_CREDENTIALS_FILE|CA_BUNDLE|USE_FIPS_ENDPOINT|USE_DUALSTACK_ENDPOINT|IGNORE_CONFIGURED_.*|"
-    r"ROLE_ARN|WEB_IDENTITY_TOKEN_FILE|CONTAINER_.*|EC2_METADATA_.*)$"
-)
-
-
-@contextlib.contextmanager
-def hermetic_aws() -> Iterator[None]:
-    saved = {k: v for k, v in os.environ.items() if _SHELL_AWS.match(k)}
-    for key in saved:
-        del os.environ[key]
-    os.environ.update({"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
-    try:
-        yield
-    finally:
-        for key in [k for k in os.environ if _SHELL_AWS.match(k)]:
-            del os.environ[key]
-        os.environ.update(saved)
 
 
 def run_local(
@@ -140,7 +116,7 @@ def _run_local(
     from moto import mock_aws
 
     from modeldrop.contracts import clock
-    from modeldrop.local.stack_build import build_stack
+    from modeldrop.local.stack.build import build_stack
 
     if deploy_engine is None and engine in ("vllm", "sglang"):
         deploy_engine = engine
@@ -162,7 +138,7 @@ def _run_local(
             hold_secrets(stack, (request or {}).get("secrets") or {})
             cpu = engine == "vllm" and artifact is None  # the real engine on a CPU: a model it can serve
             if cpu:
-                from modeldrop.local.cpu_checkpoint import write_cpu_checkpoint
+                from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
 
                 artifact = write_cpu_checkpoint(Path(tmp) / "cpu-llama")
             if adapter and engine == "vllm" and (request or {}).get("adapter_mode") is None:

@@ -25,9 +25,8 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from modeldrop.local.iam_calls import Call, requests_for
-from modeldrop.local.iam_policy import AuthRequest, allowed, statements_of
-from modeldrop.local.sagemaker_components import components_of
+from modeldrop.local.emulator.iam.calls import Call, requests_for
+from modeldrop.local.emulator.iam.policy import AuthRequest, allowed, statements_of
 
 ACCOUNT = "123456789012"
 
@@ -214,6 +213,16 @@ def _bucket_policy(resource: str) -> Sequence[Mapping[str, Any]]:
     return statements_of(json.loads(raw))
 
 
+# Resources moto does not model, kept by the emulator's own services beside moto's backends: a kind
+# (as an ARN writes it) and how to find its table in the SageMaker backend. The services register
+# them (moto_shims.install), so that IAM needs to know none of them.
+_TAG_TABLES: dict[str, Callable[[Any], Mapping[str, Any]]] = {}
+
+
+def register_tag_table(kind: str, table_of: Callable[[Any], Mapping[str, Any]]) -> None:
+    _TAG_TABLES[kind] = table_of
+
+
 class _MotoLookups:
     """Resource facts the services know, read from moto's backends (never through a client call)."""
 
@@ -225,11 +234,11 @@ class _MotoLookups:
 
         backend = sagemaker_backends[ACCOUNT][self.region]
         kind, _, name = arn.rsplit(":", 1)[-1].partition("/")
-        table: dict[str, dict[str, Any]] = {
+        table: dict[str, Mapping[str, Any]] = {
             "endpoint": backend.endpoints,
             "endpoint-config": backend.endpoint_configs,
             "model": backend._models,
-            "inference-component": components_of(backend),
+            **{kind: table_of(backend) for kind, table_of in _TAG_TABLES.items()},
         }
         # SageMaker names are case-insensitive, and its ARNs are written in lower case.
         for key, resource in table.get(kind, {}).items():

@@ -16,11 +16,11 @@ import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from modeldrop.local import eventstream
-from modeldrop.local.hosted import HostedEndpoint
-from modeldrop.local.hosting import LocalHosting
-from modeldrop.local.http_base import StreamingJSONHandler
-from modeldrop.local.reference_engine import ADAPTER_HEADER
+from modeldrop.local.emulator.sagemaker import eventstream
+from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint
+from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
+from modeldrop.local.engines.http_base import StreamingJSONHandler
+from modeldrop.local.engines.reference_engine import ADAPTER_HEADER
 
 COMPONENT_HEADER = "X-Amzn-SageMaker-Inference-Component"
 COMPONENT_REQUIRED = (
