@@ -26,6 +26,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             max_ttl=timedelta(hours=settings.max_ttl_hours),
             s3=clients.s3(),
             bucket=settings.artifact_bucket,
+            cloudwatch=clients.cloudwatch(),
         )
     deletions = len(result.expired) + len(result.orphans_deleted) + len(result.served_copies_deleted)
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=deletions)

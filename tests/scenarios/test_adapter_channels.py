@@ -15,8 +15,8 @@ import pytest
 
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ChannelInvalid, PromotionBlocked
+from modeldrop.evaluation.eval_sets import load_eval_set
 from modeldrop.evaluation.gate import GateThresholds
-from modeldrop.evaluation.smoke_eval import load_eval_set
 from modeldrop.local.samples.checkpoint import write_checkpoint
 from modeldrop.local.scenarios import inputs as run_inputs
 from modeldrop.local.scenarios.channel import channel_context

@@ -137,11 +137,11 @@ def test_fallback_re_plans_the_env_for_each_type_and_announces_the_attempt(make_
 
 
 def test_two_artifacts_for_a_quota_of_one(make_stack: Any, archive: bytes, checkpoint: Path) -> None:
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
     from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     stack = make_stack()
-    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 1)
     (checkpoint / "notes.txt").write_text("a second training run")
     other = tar_gz_bytes(checkpoint)
     first = _start(stack, archive, "first-run")
@@ -251,11 +251,11 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     create in flight): SageMaker's own ResourceLimitExceeded sends the second back to waiting, no lock."""
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
     from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
 
-    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 1)
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 1)
     monkeypatch.setattr(endpoint_steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot
     stack.client("s3").put_object(Bucket=stack.bucket, Key="direct/sweep/model.tar.gz", Body=archive)
     uri = f"s3://{stack.bucket}/direct/sweep/model.tar.gz"
@@ -316,11 +316,11 @@ def test_instance_count_reaches_the_endpoint_the_quota_and_the_cost(
     make_stack: Any, archive: bytes, checkpoint: Path
 ) -> None:
     from modeldrop.contracts.record import DeploymentRecord
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
     from modeldrop.local.samples.checkpoint import tar_gz_bytes
 
     stack = make_stack()
-    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 3)
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 3)
     arn = _start(stack, archive, "two-instances", instance_count=2, instance_type="ml.g6.2xlarge")
     assert stack.wait(arn)["status"] == "SUCCEEDED"
     record = _record(stack, "two-instances")
@@ -393,10 +393,10 @@ def test_run_local_untrusted_role_is_refused_before_anything_is_created() -> Non
 
 
 def test_a_quota_below_the_instance_count_on_every_type_fails_at_registration(make_stack: Any, archive: bytes) -> None:
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
 
     stack = make_stack()
-    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 0})
+    service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 0})
     arn = _start(stack, archive, "too-few", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"], instance_count=2)
     desc = stack.wait(arn)
     assert desc["error"] == "QuotaExceeded" and "below the 2 instance(s)" in desc["cause"], desc
@@ -404,7 +404,7 @@ def test_a_quota_below_the_instance_count_on_every_type_fails_at_registration(ma
     assert "ValidateCheckpoint" not in _states(stack, arn)
     assert stack.leftover_resources() == []
     # One type with enough quota is enough: the preflight passes and records what it saw.
-    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 2})
+    service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g6e.2xlarge": 2})
     arn = _start(stack, archive, "enough", instance_types=["ml.g6.2xlarge", "ml.g6e.2xlarge"], instance_count=2)
     stack.wait(arn)
     assert _record(stack, "enough")["steps"]["preflight"]["quota"].startswith("ml.g6e.2xlarge: 2")

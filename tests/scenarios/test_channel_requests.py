@@ -24,7 +24,7 @@ def _run(stack: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack: Any, tmp_path: Path) -> None:
-    stack = make_stack({"MaxEvalTolerance": "10"})
+    stack = make_stack({"MaxEvalTolerance": "10", "MaxGateLatencySlack": "30"})
     sm = stack.client("sagemaker")
     gate = {"latency_slack_s": 30}
     first = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "day1"), "channel": "main", "gate": gate})
@@ -90,7 +90,7 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
     from modeldrop.aws.channel_store import ChannelStore
     from modeldrop.local.samples.adapter import write_adapter
 
-    stack = make_stack()
+    stack = make_stack({"MaxGateLatencySlack": "30"})
     s3, sm = stack.client("s3"), stack.client("sagemaker")
     base = _upload(stack, tmp_path, "base")
     packed = write_tar_gz(write_adapter(tmp_path / "day1", seed=1), tmp_path / "day1.tar.gz")
@@ -149,7 +149,7 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     from modeldrop.pipeline.promotion import promote, start_promotion
     from modeldrop.pipeline.promotion_steps import promotion_step
 
-    stack = make_stack()
+    stack = make_stack({"MaxGateLatencySlack": "30"})
     ctx = channel_context(stack)
     cases_gate = {"latency_slack_s": 30}
     runs = [
@@ -165,8 +165,8 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
         for i in (1, 2, 3)
     ]
     assert all(r.status == "succeeded" for r in runs)
+    from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.evaluation.smoke_eval import load_eval_set
 
     cases, gate = load_eval_set(None, None), GateThresholds(**cases_gate)
     promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
@@ -180,8 +180,10 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     # Another deployment meanwhile is refused as busy ...
     with pytest.raises(ChannelInvalid, match="busy"):
         start_promotion(ctx, str(runs[2].deployment_id), "main", cases, gate)
-    # ... until nobody has checked the one under way for longer than the budget: then it is settled first.
-    clock.advance(2 * 3600)
+    # ... until nobody has checked the one under way for longer than its budget (its update's own timeout,
+    # from the candidate's plan, and a margin): then it is settled first.
+    assert 600 + 600 <= pending.candidate.budget_seconds <= 28_800 + 600
+    clock.advance(pending.candidate.budget_seconds + 60)
     channel = promote(ctx, str(runs[2].deployment_id), "main", cases, gate)
     assert channel.live is not None and channel.live.deployment_id == runs[2].deployment_id
     assert [e.kind for e in channel.history] == ["created", "promoted", "promoted"]
@@ -196,8 +198,8 @@ def test_a_channel_name_taken_by_another_endpoint_is_refused_and_that_endpoint_l
 
     from modeldrop.aws.channel_store import ChannelStore
     from modeldrop.contracts.errors import PromotionFailed
+    from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.evaluation.smoke_eval import load_eval_set
     from modeldrop.local.scenarios.channel import channel_context
     from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.promotion import promote
@@ -211,3 +213,190 @@ def test_a_channel_name_taken_by_another_endpoint_is_refused_and_that_endpoint_l
     sm = stack.client("sagemaker")
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointStatus"] != "Deleting"
     assert ChannelStore(stack.registry().table).get("main") is None  # the claim is undone
+
+
+def test_a_marker_cannot_choose_the_cases_the_gate_judges_by(make_stack: Any, tmp_path: Path) -> None:
+    """A bucket writer's marker names its own one-case eval set (max_tokens 1: both answers cut) for a
+    candidate whose every answer truncates: the gate still judges by the channel's pinned cases, and the
+    candidate is PromotionBlocked, the champion serving on. The same set overwritten is refused too."""
+    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+
+    stack = make_stack({"MaxEvalTolerance": "100", "MaxGateLatencySlack": "30"})
+    s3 = stack.client("s3")
+    gate = {"latency_slack_s": 30}
+    first = _run(stack, {"artifact_uri": _upload(stack, tmp_path, "day1"), "channel": "main", "gate": gate})
+    assert first["status"] == "SUCCEEDED", (first.get("error"), first.get("cause"))
+    store = ChannelStore(stack.registry().table)
+    pinned = store.get("main")
+    assert pinned is not None and pinned.eval_set is not None and pinned.eval_set.source is None  # built-in
+    one = {"id": "one", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+    s3.put_object(Bucket=stack.bucket, Key="evals/one.jsonl", Body=(json.dumps(one) + "\n").encode())
+
+    stack.hosting.plan("truncate")  # the candidate cuts every answer
+    day2 = write_checkpoint(tmp_path / "day2", shards=3)
+    for path in sorted(day2.iterdir()):
+        s3.upload_file(str(path), stack.bucket, f"runs/day2/{path.name}")
+    marker = {"channel": "main", "gate": gate, "eval_set_uri": f"s3://{stack.bucket}/evals/one.jsonl",
+              "eval_thresholds": {"max_truncated": 100}}  # fmt: skip
+    s3.put_object(Bucket=stack.bucket, Key="runs/day2/modeldrop.json", Body=json.dumps(marker).encode())
+    stack.settle()
+    sfn = stack.client("stepfunctions")
+    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+               if e["executionArn"] != first["executionArn"]]  # fmt: skip
+    assert len(started) == 1
+    second = _run_existing(stack, started[0]["executionArn"])
+    assert second["status"] == "FAILED" and second["error"] == "PromotionBlocked", (second.get("cause"),)
+    channel = store.get("main")
+    assert channel is not None and channel.live is not None and channel.candidate is None
+    assert channel.live.deployment_id == first["output"]["deployment_id"]
+    assert channel.history[-1].kind == "blocked" and channel.history[-1].gate is not None
+    assert len(channel.history[-1].gate["cases"]) == pinned.eval_set.cases  # the pinned cases, not the marker's
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.pipeline.channel_admin import close_channel
+
+    close_channel(channel_context(stack), "main")
+    assert stack.leftover_resources() == []
+
+
+def test_a_pinned_eval_set_overwritten_in_the_bucket_is_refused(make_stack: Any) -> None:
+    import pytest
+
+    from modeldrop.contracts.errors import ChannelInvalid
+    from modeldrop.evaluation.eval_sets import pin_eval_set, pinned_cases
+
+    stack = make_stack()
+    s3 = stack.client("s3")
+    case = {"id": "a", "messages": [{"role": "user", "content": "hi"}]}
+    s3.put_object(Bucket=stack.bucket, Key="evals/gate.jsonl", Body=(json.dumps(case) + "\n").encode())
+    pin, cases = pin_eval_set(f"s3://{stack.bucket}/evals/gate.jsonl", s3, "2026-01-01T00:00:00Z")
+    assert pin.cases == len(cases) == 1 and len(pinned_cases(pin, s3)) == 1
+    s3.put_object(Bucket=stack.bucket, Key="evals/gate.jsonl", Body=b'{"id": "b", "messages": []}\n')
+    if pin.version_id:  # a versioned bucket: the pinned version is read, whatever was written since
+        assert [c.id for c in pinned_cases(pin, s3)] == ["a"]
+    else:
+        with pytest.raises(ChannelInvalid, match="changed since it was pinned"):
+            pinned_cases(pin, s3)
+    unversioned = pin.model_copy(update={"version_id": None})
+    with pytest.raises(ChannelInvalid, match="changed since it was pinned"):
+        pinned_cases(unversioned, s3)
+
+
+def test_a_promotion_is_refused_busy_while_a_rollback_is_in_flight(make_stack: Any, tmp_path: Path) -> None:
+    """A rollback claims the channel before it touches the endpoint, as a promotion does: a promotion that
+    starts while it is in flight is refused busy with the endpoint untouched, one that read the channel
+    before the claim fails its own claim (ChannelChanged), and the record names the config served."""
+    from datetime import timedelta
+
+    import pytest
+
+    from modeldrop.aws.channel_store import ChannelChanged
+    from modeldrop.contracts.errors import ChannelInvalid
+    from modeldrop.evaluation.eval_sets import load_eval_set
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
+    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channel_context import promotion_timeouts, start_update
+    from modeldrop.pipeline.promotion import promote, start_promotion
+    from modeldrop.pipeline.promotion_settle import claim_rollback, settle_rollback
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    runs = [
+        _deploy(
+            stack,
+            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
+            tmp_path,
+            None,
+            key=f"local/v{i}/model.tar.gz",
+            request={"ttl_hours": 2},
+            keep=True,
+        )
+        for i in (1, 2, 3)
+    ]
+    assert all(r.status == "succeeded" for r in runs)
+    cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
+    promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
+    channel = promote(ctx, str(runs[1].deployment_id), "main", cases, gate)
+    stale_read = ctx.channels.get("main")  # a promotion's twin read, before the rollback claims
+    target = channel.last_known_good()
+    assert target is not None and target.deployment_id == runs[0].deployment_id
+    timeout, budget = promotion_timeouts(ctx.registry.get(str(runs[0].deployment_id)))
+    claimed = claim_rollback(ctx, channel, target, timedelta(hours=1), budget)
+    start_update(ctx, claimed, target, 1, timeout)  # the rollback's update, in flight
+    sm = stack.client("sagemaker")
+    assert sm.describe_endpoint(EndpointName=channel.endpoint_name)["EndpointStatus"] == "Updating"
+    with pytest.raises(ChannelInvalid, match="busy"):
+        start_promotion(ctx, str(runs[2].deployment_id), "main", cases, gate)
+    assert stale_read is not None
+    with pytest.raises(ChannelChanged):
+        ctx.channels.save(stale_read.model_copy(update={"candidate": claimed.candidate}))
+    # The record still names the config the endpoint serves until the rollback has settled ...
+    record = ctx.channels.get("main")
+    assert record is not None and record.live is not None
+    assert record.live.endpoint_config == sm.describe_endpoint(EndpointName=channel.endpoint_name)["EndpointConfigName"]
+    from modeldrop.contracts import clock
+
+    clock.advance(3600)
+    for _ in range(20):
+        if sm.describe_endpoint(EndpointName=channel.endpoint_name)["EndpointStatus"] == "InService":
+            break
+    settled = settle_rollback(ctx, ctx.channels.get("main"))
+    # ... and names the rollback's target once it does.
+    served = sm.describe_endpoint(EndpointName=channel.endpoint_name)["EndpointConfigName"]
+    assert settled.candidate is None and settled.live is not None and settled.live.endpoint_config == served
+    assert settled.live.deployment_id == runs[0].deployment_id and settled.history[-1].kind == "rolled_back"
+    close_channel(ctx, "main")
+
+
+def test_an_update_refused_for_quota_ends_promotion_failed_with_the_channel_free(
+    make_stack: Any, tmp_path: Path
+) -> None:
+    """UpdateEndpoint's green fleet counts against the account's endpoint quota as SageMaker counts it: a
+    refusal (ResourceLimitExceeded) ends the promotion PromotionFailed, the claim released, the candidate's
+    record saying why and nothing of it left but what its TTL governs."""
+    import pytest
+
+    from modeldrop.contracts.errors import PromotionFailed
+    from modeldrop.evaluation.eval_sets import load_eval_set
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.local.emulator import service_quotas
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
+    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.promotion import promote
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    runs = [
+        _deploy(
+            stack,
+            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
+            tmp_path,
+            None,
+            key=f"local/v{i}/model.tar.gz",
+            request={"ttl_hours": 2},
+            keep=True,
+        )
+        for i in (1, 2)
+    ]
+    assert all(r.status == "succeeded" for r in runs)
+    cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
+    promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
+    candidate = ctx.registry.get(str(runs[1].deployment_id))
+    assert candidate is not None and candidate.instance_type
+    service_quotas.set_endpoint_quota(candidate.instance_type, 1)  # the channel's own fleet fills it
+    with pytest.raises(PromotionFailed, match="ResourceLimitExceeded"):
+        promote(ctx, str(runs[1].deployment_id), "main", cases, gate)
+    channel = ctx.channels.get("main")
+    assert channel is not None and channel.candidate is None
+    assert channel.live is not None and channel.live.deployment_id == runs[0].deployment_id
+    assert channel.history[-1].kind == "promotion_failed" and "ResourceLimitExceeded" in channel.history[-1].reason
+    record = ctx.registry.get(str(runs[1].deployment_id))
+    assert record is not None and record.error == "PromotionFailed" and record.status == "torn_down"
+    assert "ResourceLimitExceeded" in (record.failure_reason or "")
+    close_channel(ctx, "main")
+    assert stack.leftover_resources() == []

@@ -12,8 +12,8 @@ import pytest
 from conftest import create_endpoint
 
 from modeldrop.contracts import clock
+from modeldrop.evaluation.eval_sets import load_eval_set
 from modeldrop.evaluation.gate import GateThresholds
-from modeldrop.evaluation.smoke_eval import load_eval_set
 from modeldrop.local.scenarios.run import run_local
 
 
@@ -76,8 +76,12 @@ def test_a_candidate_that_is_not_promoted_leaves_the_champion_serving(fault: str
     assert channel["serving"] == first
     refused = channel["history"][-1]
     assert refused["kind"] in ("blocked", "promotion_failed") and reason in refused["reason"]
-    # The candidate's own endpoint, config and model went with the refusal.
-    assert f"endpoint/modeldrop-{refused['deployment_id']}" in refused["reason"]
+    # The candidate's own endpoint, config and model went with the refusal (its endpoint before the update
+    # already, once the gate passed: the green fleet never needs a third fleet's quota).
+    candidate = f"modeldrop-{refused['deployment_id']}"
+    assert f"endpoint-config/{candidate}" in refused["reason"] and f"model/{candidate}" in refused["reason"]
+    if fault == "regression":
+        assert f"endpoint/{candidate}" in refused["reason"]
     assert result.record is not None and result.record.error == error and result.record.status == "torn_down"
     assert result.leftover_resources == []
 

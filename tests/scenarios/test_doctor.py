@@ -25,14 +25,14 @@ def _trust(service: str) -> str:
 def account() -> Iterator[Any]:
     from moto import mock_aws
 
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import moto_shims, service_quotas
 
     moto_shims.install()
     with mock_aws():
-        moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 2.0})
+        service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 2.0})
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
         yield lambda service: boto3.client(service, region_name=REGION)
-    moto_shims.set_endpoint_quotas({})
+    service_quotas.set_endpoint_quotas({})
 
 
 def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
@@ -104,10 +104,10 @@ def test_a_role_that_trusts_only_bedrock_fails_with_the_fix(account: Any) -> Non
 
 
 def test_a_quota_of_zero_fails_with_the_increase_command(account: Any) -> None:
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
 
     _stack(account, "sagemaker.amazonaws.com")
-    moto_shims.set_endpoint_quota("ml.g6.2xlarge", 0)
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 0)
     code, data = _doctor()
     quota = _by_name(data)["endpoint quota for ml.g6.2xlarge"]
     assert code == 1 and quota["status"] == "fail" and "is 0" in quota["detail"]

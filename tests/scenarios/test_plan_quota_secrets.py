@@ -150,14 +150,14 @@ def test_secret_references_are_checked_and_resolved_without_leaking(stack: Any) 
 
 
 def test_quota_precheck_counts_creating_endpoints(make_stack: Any, archive: bytes) -> None:
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
 
     stack = make_stack(real_startup_grace=0.5)
-    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g5.xlarge": 0})
+    service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 1, "ml.g5.xlarge": 0})
     sm = stack.client("sagemaker")
     quotas = stack.client("service-quotas")
     seen = check_endpoint_quota(quotas, sm, "ml.g6.2xlarge")
-    assert (seen.quota, seen.in_use, seen.quota_code) == (1.0, 0, moto_shims.local_quota_code("ml.g6.2xlarge"))
+    assert (seen.quota, seen.in_use, seen.quota_code) == (1.0, 0, service_quotas.local_quota_code("ml.g6.2xlarge"))
     assert check_endpoint_quota(quotas, sm, "ml.p5.48xlarge").note == "quota not listed by Service Quotas"
     with pytest.raises(QuotaExceeded) as zero:
         check_endpoint_quota(quotas, sm, "ml.g5.xlarge")

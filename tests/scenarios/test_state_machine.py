@@ -301,9 +301,9 @@ def test_quota_exceeded_is_not_retried(stack: Any, archive: bytes, monkeypatch: 
 
 
 def test_quota_precheck_refuses_before_anything_is_created(stack: Any, archive: bytes) -> None:
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
 
-    moto_shims.set_endpoint_quotas({"ml.g6.2xlarge": 0})
+    service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 0})
     _upload(stack, "noquota/model.tar.gz", archive)
     desc = _only_execution(stack)
     assert desc["error"] == "QuotaExceeded"

@@ -7,8 +7,8 @@ from typing import Any
 
 from modeldrop.contracts import clock
 from modeldrop.contracts.models import EvalThresholds
+from modeldrop.evaluation.eval_sets import default_eval_set
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, case_seconds, run_eval
-from modeldrop.evaluation.smoke_eval import default_eval_set
 
 
 class _Unreachable:

@@ -10,16 +10,9 @@ from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import EvalThresholds
 from modeldrop.evaluation.chat_protocol import Completion, ProtocolError, StreamAssembler, build_body, parse_completion
 from modeldrop.evaluation.context_budget import budget_for, parse_context_overflow
+from modeldrop.evaluation.eval_sets import default_eval_set, parse_eval_set
 from modeldrop.evaluation.report import emit_metrics, to_markdown
-from modeldrop.evaluation.smoke_eval import (
-    EvalCase,
-    Timing,
-    default_eval_set,
-    judge,
-    parse_eval_set,
-    percentiles,
-    verdict,
-)
+from modeldrop.evaluation.smoke_eval import EvalCase, Timing, judge, percentiles, verdict
 
 CASE = EvalCase.model_validate(
     {"id": "c", "messages": [{"role": "user", "content": "hi"}], "checks": {"contains": ["Hello"]}}

@@ -58,7 +58,12 @@ def _grace(text: str) -> Any:
 def promote_cmd(
     deployment: Annotated[str, typer.Argument(help="a succeeded deployment's id")],
     channel: Annotated[str, typer.Option(help="the channel (its endpoint is <prefix>-ch-<channel>)")],
-    eval_set: Annotated[str | None, typer.Option(help="JSONL eval set for the gate (default: the built-in)")] = None,
+    eval_set: Annotated[
+        str | None,
+        typer.Option(
+            help="JSONL eval set for the gate; an s3:// one is pinned for the channel (default: its pinned set)"
+        ),
+    ] = None,
     max_regressed_cases: Annotated[int, typer.Option(min=0, help="cases that may regress")] = 0,
     latency_slack: Annotated[float, typer.Option(min=0, help="seconds of latency difference that are noise")] = 0.25,
     grace: Annotated[str, typer.Option(help="how long the replaced version is kept for a rollback")] = "1h",
@@ -72,16 +77,16 @@ def promote_cmd(
     alarms, read back. Exit 0 serving, 1 PromotionBlocked or PromotionFailed, 2 bad input."""
     json_mode(as_json)
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.evaluation.smoke_eval import load_eval_set
+    from modeldrop.pipeline.gate_cases import operator_gate_cases
     from modeldrop.pipeline.promotion import promote
 
     name = _channel_name(channel)
     with aws_errors():
         ctx = _context(stack, region, profile)
-        cases = load_eval_set(eval_set, ctx.s3 if eval_set else None)
+        cases, pin = operator_gate_cases(ctx, name, eval_set)
         thresholds = GateThresholds(max_regressed_cases=max_regressed_cases, latency_slack_s=latency_slack)
         try:
-            record = promote(ctx, deployment, name, cases, thresholds, _grace(grace))
+            record = promote(ctx, deployment, name, cases, thresholds, _grace(grace), pin)
         except (PromotionBlocked, PromotionFailed) as exc:  # the channel is fine: the candidate is not
             fail(exc.message, exc.hint, error=type(exc).__name__, code=1)
     _show(record, as_json)

@@ -79,9 +79,9 @@ def eval_cmd(
     """Run the truncation-aware smoke eval against an endpoint. Exit 0 pass, 1 fail, 2 bad input."""
     json_mode(as_json)
     from modeldrop.contracts.models import EvalThresholds
+    from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.report import to_markdown
     from modeldrop.evaluation.runner import evaluate_endpoint, runtime_client_config
-    from modeldrop.evaluation.smoke_eval import load_eval_set
 
     chosen = _schema(schema)
     with aws_errors():
@@ -127,9 +127,9 @@ def compare_cmd(
     (outcome, truncation, empty or refused answers, JSON validity, length, TTFT, tokens/s).
     Exit 0 promotable, 1 PromotionBlocked, 2 bad input."""
     json_mode(as_json)
+    from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.evaluation.runner import compare_endpoints, runtime_client_config
-    from modeldrop.evaluation.smoke_eval import load_eval_set
 
     chosen = _schema(schema)
     thresholds = GateThresholds(

@@ -26,6 +26,17 @@ class ChannelVersion(BaseModel):
     remove_after: str | None = None  # its config and models are deleted after this (the grace period)
 
 
+class EvalSetPin(BaseModel):
+    """The cases a channel's gate judges by, pinned by content when the channel was created (or by its
+    operator since): a marker names no eval set for the gate, and an overwritten object is refused."""
+
+    source: str | None = None  # an s3:// URI; None: the built-in set
+    version_id: str | None = None  # the S3 version read, where the bucket keeps versions
+    sha256: str
+    cases: int
+    pinned_at: str
+
+
 class ChannelEvent(BaseModel):
     at: str
     kind: EventKind
@@ -38,15 +49,20 @@ class ChannelEvent(BaseModel):
 
 
 class PendingPromotion(BaseModel):
-    """A promotion under way: the channel's endpoint is being created or updated onto VERSION; the
-    check that finds it settled (the CLI's loop, or the state machine's) completes or refuses it."""
+    """The channel's claim while its endpoint changes: being created or updated onto VERSION (a
+    promotion), or rolled back onto it. The check that finds it settled (the CLI's loop, the state
+    machine's, or the reaper's past the budget) completes or refuses it; until then the channel is busy."""
 
     version: ChannelVersion
     event: ChannelEvent  # the history entry it becomes, with the gate's report
-    phase: Literal["creating", "updating"]
+    phase: Literal["creating", "updating", "rolling_back", "closing"]
     started_at: str
     grace_seconds: float = 3600.0
     instances: int = 1
+    # How long the change may take before a check gives up on it: the endpoint's deployment timeout
+    # (from the candidate's own plan: provisioning, download, start-up, bake) and a margin.
+    budget_seconds: float = 3600.0
+    update_timeout_seconds: int | None = None  # the UpdateEndpoint's MaximumExecutionTimeoutInSeconds
 
 
 class ChannelRecord(BaseModel):
@@ -56,7 +72,8 @@ class ChannelRecord(BaseModel):
     live: ChannelVersion | None = None
     kept: list[ChannelVersion] = Field(default_factory=list)  # superseded, newest first, within grace
     history: list[ChannelEvent] = Field(default_factory=list)
-    candidate: PendingPromotion | None = None  # while a promotion's endpoint work is under way
+    candidate: PendingPromotion | None = None  # while a promotion's (or a rollback's) endpoint work is under way
+    eval_set: EvalSetPin | None = None  # the gate's cases (None: a channel from before pins; the built-in set)
     # An adapter channel: the shared deployment whose endpoint and base component its adapters run on
     # (clients call the endpoint with the live version's component name).
     base_deployment: str | None = None

@@ -66,10 +66,14 @@ class GateThresholds(_Strict):
         default=0.25, description="latency differences under this many seconds are noise"
     )
 
-    def looser_in_quality(self, other: GateThresholds) -> list[str]:
-        """The quality thresholds on which this gate lets through more than OTHER does (the latency ones
-        are noise tolerance, a property of the hardware rather than of the model)."""
-        return [n for n in ("max_regressed_cases", "max_length_ratio") if getattr(self, n) > getattr(other, n)]
+    def looser_than(self, other: GateThresholds) -> list[str]:
+        """The thresholds on which this gate lets through more than OTHER does (the latency slack, noise
+        in seconds, is bounded by the stack's MaxGateLatencySlack instead)."""
+        looser = [n for n in ("max_regressed_cases", "max_length_ratio", "max_ttft_ratio") if getattr(self, n) >
+                  getattr(other, n)]  # fmt: skip
+        return looser + (
+            ["min_tokens_per_s_ratio"] if self.min_tokens_per_s_ratio < other.min_tokens_per_s_ratio else []
+        )
 
 
 class SpeculativeDecoding(_Strict):

@@ -11,19 +11,12 @@ import difflib
 import json
 import math
 import re
-from importlib import resources
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from modeldrop.contracts.errors import RequestInvalid, describe_validation
 from modeldrop.contracts.models import ChatMessage, EvalThresholds
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.evaluation.chat_protocol import Completion
-
-if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
 
 CaseOutcome = Literal["pass", "check_failed", "truncated", "context_overflow", "error", "timeout"]
 OUTCOMES: tuple[CaseOutcome, ...] = ("pass", "check_failed", "truncated", "context_overflow", "error", "timeout")
@@ -108,56 +101,6 @@ class EvalReport(BaseModel):
     tokens_per_s: Percentiles
     summary: str
     fixes: list[str] = Field(default_factory=list)
-
-
-def parse_eval_set(text: str, source: str) -> list[EvalCase]:
-    cases: list[EvalCase] = []
-    seen: set[str] = set()
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            case = EvalCase.model_validate_json(line)
-        except ValidationError as exc:
-            raise RequestInvalid(
-                f"{source} line {lineno}: {describe_validation(exc)}", "each line is a JSON object with id and messages"
-            ) from None
-        if case.id in seen:
-            raise RequestInvalid(
-                f"{source} line {lineno}: case id {case.id!r} is used twice", "give every case its own id"
-            )
-        if (case.checks.json_equals_reference or case.checks.min_similarity is not None) and case.reference is None:
-            raise RequestInvalid(f"{source} line {lineno}: case {case.id!r} checks against a reference it lacks")
-        seen.add(case.id)
-        cases.append(case)
-    if not cases:
-        raise RequestInvalid(f"{source} has no eval cases", "one JSON object per line")
-    return cases
-
-
-def default_eval_set() -> list[EvalCase]:
-    text = resources.files("modeldrop.evaluation").joinpath("data/default_eval.jsonl").read_text()
-    return parse_eval_set(text, "default eval set")
-
-
-def load_eval_set(source: str | None, s3: S3Client | None = None) -> list[EvalCase]:
-    """The default set, an s3:// JSONL object (read with the client passed in) or a local JSONL file."""
-    if not source:
-        return default_eval_set()
-    if source.startswith("s3://"):
-        if s3 is None:
-            raise RequestInvalid(f"cannot read eval set {source}: no S3 client was given", "")
-        uri = parse_s3_uri(source)
-        try:
-            text = s3.get_object(Bucket=uri.bucket, Key=uri.key)["Body"].read().decode()
-        except Exception as exc:  # the eval set is user input: name it, whatever went wrong
-            raise RequestInvalid(f"cannot read eval set {source}: {exc}", "") from None
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise RequestInvalid(f"eval set {source}: no such file", "")
-        text = path.read_text()
-    return parse_eval_set(text, source)
 
 
 def recommended_max_tokens(used: int) -> int:

@@ -7,23 +7,18 @@ component stays for a rollback until its grace period ends."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from modeldrop.aws.inference_components import describe
 from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, list_tags
-from modeldrop.aws.served_copy import MARKER as MARKER_NAME
-from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.pipeline.component_steps import adapter_components
 
 if TYPE_CHECKING:
-    from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
 
 
@@ -115,24 +110,3 @@ def _live_base(sm: SageMakerClient, channel: ChannelRecord) -> str | None:
     desc = describe(sm, channel.live.component)
     base = (desc or {}).get("Specification", {}).get("BaseInferenceComponentName")
     return str(base) if base else None
-
-
-def seconds_from_upload(s3: S3Client | None, record: DeploymentRecord) -> tuple[float | None, str]:
-    """Seconds from the upload that started RECORD (its marker for a prefix, else its archive) to now,
-    and what they count from; the record's creation when the object cannot be read."""
-    started: datetime | None = None
-    origin = "request"
-    uri = str(record.artifact_uri) if record.artifact_uri else ""
-    if s3 is not None and uri.startswith("s3://"):
-        location = parse_s3_uri(uri)
-        key = location.key + MARKER_NAME if location.key.endswith("/") or not location.key else location.key
-        try:
-            started = s3.head_object(Bucket=location.bucket, Key=key)["LastModified"]
-            origin = "marker" if key.endswith(MARKER_NAME) else "upload"
-        except ClientError:
-            started = None
-    if started is None and record.created_at:
-        started, origin = clock.parse_iso(record.created_at), "request"
-    if started is None:
-        return None, origin
-    return round(max(0.0, (clock.utcnow() - started).total_seconds()), 1), origin

@@ -6,42 +6,58 @@ from __future__ import annotations
 from datetime import timedelta
 
 from modeldrop.aws.channel_alarms import delete_alarms
-from modeldrop.contracts.channel import ChannelEvent, ChannelRecord
-from modeldrop.contracts.errors import ChannelInvalid, TeardownIncomplete
+from modeldrop.aws.sagemaker_resources import describe_endpoint
+from modeldrop.contracts.channel import ChannelEvent, ChannelRecord, ChannelVersion, PendingPromotion
+from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed, TeardownIncomplete
 from modeldrop.pipeline.adapter_promotion import verify_component
-from modeldrop.pipeline.channel_context import DEFAULT_GRACE, ChannelContext, delete_channel_endpoint, retire, switch
+from modeldrop.pipeline.channel_context import (
+    DEFAULT_GRACE,
+    SETTLE_BUDGET_SECONDS,
+    TRANSITIONAL,
+    ChannelContext,
+    delete_channel_endpoint,
+    promotion_timeouts,
+    switch,
+)
 from modeldrop.pipeline.channel_context import now_iso as _now
 from modeldrop.pipeline.channel_upkeep import delete_version
+from modeldrop.pipeline.promotion_settle import claim_rollback, finish_rollback, release_rollback, settle_stale
 from modeldrop.pipeline.teardown import held_by
 from modeldrop.pipeline.teardown import teardown as teardown_now
 
 
 def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_GRACE) -> ChannelRecord:
-    """CHANNEL_NAME back to its last known-good version in one step (no gate: it served before)."""
+    """CHANNEL_NAME back to its last known-good version in one step (no gate: it served before). The
+    channel is claimed (one conditional write) before its endpoint is touched, as a promotion claims
+    it: a promotion or a twin rollback is refused busy until this one has completed or been released."""
     channel = ctx.channels.get(channel_name)
     if channel is None:
         raise ChannelInvalid(f"no channel {channel_name}")
     if channel.candidate is not None:
-        raise ChannelInvalid(
-            f"channel {channel_name} is busy: {channel.candidate.version.deployment_id} is being promoted",
-            f"wait for it (`modeldrop status {channel_name}`), then roll back",
-        )
+        channel = settle_stale(ctx, channel)
     target = channel.last_known_good()
     if target is None:
         raise ChannelInvalid(f"channel {channel_name} keeps no earlier version to roll back to",
                              "a superseded version is kept for the grace period of its promotion")  # fmt: skip
     record = ctx.registry.get(target.deployment_id)
-    channel = ctx.channels.save(channel)  # claimed first, as promote does: a twin that read it is refused
-    if channel.adapter_only:
-        verify_component(ctx.sm, channel, target)
-    else:
-        switch(ctx, channel, target, record.instance_count if record else 1)
-    previous = channel.live.deployment_id if channel.live else None
-    channel = retire(channel, target.model_copy(update={"served_at": _now(), "retired_at": None,
-                                                         "remove_after": None}), grace)  # fmt: skip
-    channel.history.append(ChannelEvent(at=_now(), kind="rolled_back", deployment_id=target.deployment_id,
-                                        previous=previous, reason="modeldrop rollback"))  # fmt: skip
-    return ctx.channels.save(channel)
+    timeout, budget = promotion_timeouts(record) if record else (SETTLE_BUDGET_SECONDS, float(SETTLE_BUDGET_SECONDS))
+    channel = claim_rollback(ctx, channel, target, grace, budget)
+    try:
+        if channel.adapter_only:
+            verify_component(ctx.sm, channel, target)
+        else:
+            switch(ctx, channel, target, record.instance_count if record else 1, timeout)
+    except PromotionFailed as exc:
+        if channel.adapter_only or not _moving(ctx, channel):
+            release_rollback(ctx, channel, f"rollback failed: {exc.message}")
+        raise
+    return finish_rollback(ctx, channel)
+
+
+def _moving(ctx: ChannelContext, channel: ChannelRecord) -> bool:
+    """Whether the channel's endpoint is still changing: then the claim stands until it settles."""
+    desc = describe_endpoint(ctx.sm, channel.endpoint_name)
+    return desc is not None and desc["EndpointStatus"] in TRANSITIONAL
 
 
 def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
@@ -49,6 +65,13 @@ def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
     channel = ctx.channels.get(channel_name)
     if channel is None:
         raise ChannelInvalid(f"no channel {channel_name}")
+    if channel.candidate is not None and channel.candidate.phase != "closing":  # a close resumed is no twin
+        channel = settle_stale(ctx, channel)
+    if channel.candidate is None:  # claimed before anything is deleted: a promotion after this sees it busy
+        version = channel.live or ChannelVersion(deployment_id="")
+        claim = PendingPromotion(version=version, phase="closing", started_at=_now(),
+                                 event=ChannelEvent(at=_now(), kind="retired", reason="channel closed"))  # fmt: skip
+        channel = ctx.channels.save(channel.model_copy(update={"candidate": claim}))
     deleted = [] if channel.adapter_only else delete_channel_endpoint(ctx, channel)
     for version in ([channel.live] if channel.live else []) + channel.kept:
         deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version, channel.base_deployment)

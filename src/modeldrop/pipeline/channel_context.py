@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from modeldrop.aws.channel_alarms import alarms_in_alarm
 from modeldrop.aws.channel_store import ChannelStore
 from modeldrop.aws.registry import Registry
@@ -16,6 +18,7 @@ from modeldrop.aws.sagemaker_resources import MANAGED_BY_TAG, describe_endpoint,
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
+from modeldrop.contracts.record import DeploymentRecord
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
@@ -29,6 +32,11 @@ DEFAULT_GRACE = timedelta(hours=1)
 WAIT_INTERVAL_SECONDS = 300
 TERMINATION_WAIT_SECONDS = 300
 SETTLE_BUDGET_SECONDS = 3600
+# UpdateEndpoint's MaximumExecutionTimeoutInSeconds (the API's range): past it SageMaker rolls back.
+MIN_UPDATE_TIMEOUT_SECONDS = 600
+MAX_UPDATE_TIMEOUT_SECONDS = 28_800
+# A check gives up this long after the update's own timeout: SageMaker has rolled it back by then.
+CHECK_MARGIN_SECONDS = 600
 POLL_SECONDS = 30
 FIRST_POLL_SECONDS = 2  # then doubling up to POLL_SECONDS: a quick update is seen quickly
 TRANSITIONAL = ("Creating", "Updating", "RollingBack", "SystemUpdating")
@@ -38,7 +46,7 @@ DEFAULT_MAX_CHANNELS = 20
 @dataclass
 class ChannelContext:
     sm: SageMakerClient
-    runtime: SageMakerRuntimeClient
+    runtime: SageMakerRuntimeClient | None  # the gate's invocations (the reaper, settling claims, has none)
     cloudwatch: CloudWatchClient
     registry: Registry
     channels: ChannelStore
@@ -52,28 +60,45 @@ def now_iso() -> str:
     return clock.iso(clock.utcnow())
 
 
-def settle(ctx: ChannelContext, name: str) -> dict[str, Any]:
-    """The endpoint once it is no longer Creating, Updating or RollingBack (virtual time in the emulator)."""
-    deadline = time.monotonic() + SETTLE_BUDGET_SECONDS
+def settle(ctx: ChannelContext, name: str, timeout: int | None = None) -> dict[str, Any]:
+    """The endpoint once it is no longer Creating, Updating or RollingBack (virtual time in the emulator),
+    waiting past an update's own TIMEOUT by the check margin."""
+    budget = (timeout or SETTLE_BUDGET_SECONDS) + CHECK_MARGIN_SECONDS
+    deadline = time.monotonic() + budget
     waited, pause = 0.0, FIRST_POLL_SECONDS
     while True:
         desc: dict[str, Any] = dict(ctx.sm.describe_endpoint(EndpointName=name))
         if desc["EndpointStatus"] not in TRANSITIONAL:
             return desc
-        if time.monotonic() > deadline or waited > SETTLE_BUDGET_SECONDS:
+        if time.monotonic() > deadline or waited > budget:
             raise PromotionFailed(f"endpoint {name} is still {desc['EndpointStatus']} after {waited:.0f} s")
         clock.sleep(pause)
         waited, pause = waited + pause, min(pause * 2, POLL_SECONDS)
 
 
-def blue_green(alarms: list[str], instances: int) -> dict[str, Any]:
+def promotion_timeouts(record: DeploymentRecord) -> tuple[int, float]:
+    """(MaximumExecutionTimeoutInSeconds, the checks' budget) for promoting RECORD: the green fleet
+    provisions, downloads and starts the candidate as its first deployment did (the planned deadline
+    its create step recorded), then bakes; the checks wait past that for SageMaker's own rollback."""
+    planned = [
+        int((step.get("deadline") or {}).get("planned_seconds") or 0)
+        for key, step in record.steps.items()
+        if key.startswith("create_endpoint") and isinstance(step, dict)
+    ]
+    planned_load = max(planned, default=0) or SETTLE_BUDGET_SECONDS
+    needed = planned_load + WAIT_INTERVAL_SECONDS + TERMINATION_WAIT_SECONDS
+    timeout = min(MAX_UPDATE_TIMEOUT_SECONDS, max(MIN_UPDATE_TIMEOUT_SECONDS, needed))
+    return timeout, float(timeout + CHECK_MARGIN_SECONDS)
+
+
+def blue_green(alarms: list[str], instances: int, timeout: int = SETTLE_BUDGET_SECONDS) -> dict[str, Any]:
     routing: dict[str, Any] = {"Type": "ALL_AT_ONCE", "WaitIntervalInSeconds": WAIT_INTERVAL_SECONDS}
     if instances > 1:  # a canary needs an instance of its own
         routing = {**routing, "Type": "CANARY", "CanarySize": {"Type": "INSTANCE_COUNT", "Value": 1}}
     policy = {
         "TrafficRoutingConfiguration": routing,
         "TerminationWaitInSeconds": TERMINATION_WAIT_SECONDS,
-        "MaximumExecutionTimeoutInSeconds": SETTLE_BUDGET_SECONDS,
+        "MaximumExecutionTimeoutInSeconds": timeout,
     }
     config: dict[str, Any] = {"BlueGreenUpdatePolicy": policy}
     if alarms:
@@ -81,16 +106,33 @@ def blue_green(alarms: list[str], instances: int) -> dict[str, Any]:
     return config
 
 
-def start_update(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int) -> None:
-    """UpdateEndpoint the channel onto VERSION (blue/green, rolled back on its alarms); it must be InService."""
+def start_update(
+    ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int, timeout: int | None = None
+) -> None:
+    """UpdateEndpoint the channel onto VERSION (blue/green, rolled back on its alarms); it must be InService.
+    A refusal (ResourceLimitExceeded for the green fleet's instances, a throttle) is PromotionFailed."""
     desc = ctx.sm.describe_endpoint(EndpointName=channel.endpoint_name)
     if desc["EndpointStatus"] != "InService":
         raise PromotionFailed(f"channel {channel.name}'s endpoint is {desc['EndpointStatus']}, not InService")
-    ctx.sm.update_endpoint(
-        EndpointName=channel.endpoint_name,
-        EndpointConfigName=version.endpoint_config,
-        DeploymentConfig=blue_green(channel.alarms, instances),  # type: ignore[arg-type]
-    )
+    try:
+        ctx.sm.update_endpoint(
+            EndpointName=channel.endpoint_name,
+            EndpointConfigName=version.endpoint_config,
+            DeploymentConfig=blue_green(channel.alarms, instances, timeout or SETTLE_BUDGET_SECONDS),  # type: ignore[arg-type]
+        )
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        hint = (
+            "the green fleet runs beside the serving one: raise the account's endpoint quota for the type to "
+            "twice the channel's instances (Service Quotas), or promote onto a type with room"
+            if error.get("Code") == "ResourceLimitExceeded"
+            else "see the reason; the channel still serves its previous version"
+        )
+        raise PromotionFailed(
+            f"SageMaker refused to update channel {channel.name}'s endpoint: "
+            f"{error.get('Code')}: {error.get('Message')}",
+            hint,
+        ) from None
 
 
 def not_taken(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, desc: dict[str, Any]) -> str | None:
@@ -110,12 +152,14 @@ def not_taken(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersi
     return f"channel {channel.name} still serves {desc.get('EndpointConfigName')}: {reason}"
 
 
-def switch(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int) -> None:
+def switch(
+    ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, instances: int, timeout: int | None = None
+) -> None:
     """UpdateEndpoint the channel onto VERSION, then read it back (waiting here): anything but
     InService on VERSION's config is a failed switch, with the reason the endpoint or its alarms give."""
-    settle(ctx, channel.endpoint_name)
-    start_update(ctx, channel, version, instances)
-    problem = not_taken(ctx, channel, version, settle(ctx, channel.endpoint_name))
+    settle(ctx, channel.endpoint_name, timeout)
+    start_update(ctx, channel, version, instances, timeout)
+    problem = not_taken(ctx, channel, version, settle(ctx, channel.endpoint_name, timeout))
     if problem:
         raise PromotionFailed(problem)
 

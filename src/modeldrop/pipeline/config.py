@@ -65,6 +65,7 @@ class DefaultsSettings(_EnvSettings):
     allow_trust_remote_code: bool = False
     max_eval_tolerance: int = Field(1, ge=0)
     max_gate_regressions: int = Field(0, ge=0)
+    max_gate_latency_slack: float = Field(5.0, ge=0)
 
     def limits(self) -> StackLimits:
         return StackLimits.model_validate(self.model_dump(include=set(StackLimits.model_fields)))

@@ -10,9 +10,10 @@ from modeldrop.aws.registry import Registry
 from modeldrop.contracts.errors import EvalFailed
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.step_payloads import AdapterComponent, EndpointRef, EnginePlan, EvalVerdict
+from modeldrop.evaluation.eval_sets import load_eval_set
 from modeldrop.evaluation.report import MetricSink, emit_metrics, to_markdown
 from modeldrop.evaluation.runner import EvalTarget, RetryPolicy, adapter_ignored, run_eval
-from modeldrop.evaluation.smoke_eval import EvalReport, error_count, load_eval_set
+from modeldrop.evaluation.smoke_eval import EvalReport, error_count
 from modeldrop.pipeline.reports import put_json, report_prefix
 from modeldrop.serving.plan import max_tokens_ceiling
 

@@ -33,6 +33,8 @@ class StackLimits(BaseModel):
     max_eval_tolerance: int = Field(1, ge=0)
     # The most regressed cases a channel's gate may let through, whatever a request (or marker) asks.
     max_gate_regressions: int = Field(0, ge=0)
+    # The most seconds of latency difference the gate may call noise: past it, slower is a regression.
+    max_gate_latency_slack: float = Field(5.0, ge=0, allow_inf_nan=False)
 
     @field_validator("allowed_instance_types", mode="before")
     @classmethod
@@ -117,6 +119,14 @@ class StackLimits(BaseModel):
                     "MaxGateRegressions",
                     f"gate.max_regressed_cases {request.gate.max_regressed_cases} is over "
                     f"{self.max_gate_regressions}: the champion/challenger gate could let a regression through",
+                )
+            )
+        if request.gate.latency_slack_s > self.max_gate_latency_slack:
+            problems.append(
+                (
+                    "MaxGateLatencySlack",
+                    f"gate.latency_slack_s {request.gate.latency_slack_s:g} is over {self.max_gate_latency_slack:g}: "
+                    "the gate would call that much slower noise",
                 )
             )
         if request.promotion_grace_hours > self.max_ttl_hours:

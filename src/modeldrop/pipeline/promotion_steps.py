@@ -5,6 +5,7 @@ PromotionFailed or ChannelInvalid, the champion serving on."""
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import Literal
 
@@ -13,8 +14,8 @@ from pydantic import BaseModel
 from modeldrop.contracts.channel import ChannelRecord
 from modeldrop.contracts.errors import RecordNotOwned
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.evaluation.smoke_eval import load_eval_set
 from modeldrop.pipeline.channel_context import POLL_SECONDS, ChannelContext
+from modeldrop.pipeline.gate_cases import request_gate_cases
 from modeldrop.pipeline.promotion import check_promotion, start_promotion
 
 
@@ -42,9 +43,10 @@ def promotion_step(
     if action == "start" and _started(ctx, channel_name, request.deployment_id):
         action = "check"  # a retried start: the first attempt got as far as the claim
     if action == "start":
-        cases = load_eval_set(request.eval_set_uri, ctx.s3)
+        # The channel's own cases: a marker's eval_set_uri is its candidate's smoke eval, never the gate's.
+        cases, pin = request_gate_cases(ctx, channel_name, request.eval_set_uri, request.source == "s3-event")
         grace = timedelta(hours=request.promotion_grace_hours)
-        channel = start_promotion(ctx, request.deployment_id, channel_name, cases, request.gate, grace)
+        channel = start_promotion(ctx, request.deployment_id, channel_name, cases, request.gate, grace, pin)
     else:
         channel = check_promotion(ctx, channel_name, request.deployment_id)
     return _progress(channel, request.deployment_id)
@@ -58,12 +60,19 @@ def _started(ctx: ChannelContext, channel_name: str, deployment_id: str) -> bool
     return pending or (channel.live is not None and channel.live.deployment_id == deployment_id)
 
 
+# Checks of one promotion at most: the wait between them stretches to fit its budget, so that the
+# WaitForPromotion/CheckPromotion loop stays inside the execution's 25,000 events (a contract test adds it up).
+MAX_PROMOTION_CHECKS = 60
+
+
 def _progress(channel: ChannelRecord, deployment_id: str) -> PromotionProgress:
     pending = channel.candidate
+    wait = max(POLL_SECONDS, math.ceil(pending.budget_seconds / MAX_PROMOTION_CHECKS)) if pending else POLL_SECONDS
     event = pending.event if pending else (channel.history[-1] if channel.history else None)
     gate = (event.gate or {}).get("summary") if event else None
     return PromotionProgress(
         status="pending" if pending else "serving",
+        wait_seconds=wait,
         channel=channel.name,
         deployment_id=deployment_id,
         endpoint_name=channel.endpoint_name,

@@ -37,6 +37,8 @@ class ReapResult(BaseModel):
     budget_released: list[str] = Field(default_factory=list)
     # Versions a channel kept for a rollback whose grace ended: their configs, models and served copies.
     retired: list[str] = Field(default_factory=list)
+    # Channel claims (a promotion, a rollback, a close) nobody completed within their budget, settled.
+    settled: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 

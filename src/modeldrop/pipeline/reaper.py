@@ -29,12 +29,15 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.pipeline.teardown import stranded_of
 
 if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
+from modeldrop.pipeline.channel_context import ChannelContext
 from modeldrop.pipeline.channel_upkeep import channel_held, retire_due
+from modeldrop.pipeline.promotion_settle import settle_all
 from modeldrop.pipeline.reap_model import BUSY_STATES, ORPHAN_GRACE, ReapResult, _dead, _ended_at, _managed
 from modeldrop.pipeline.reaper_orphans import _remove_orphans
 
@@ -69,6 +72,7 @@ def reap(
     s3: S3Client | None = None,
     bucket: str | None = None,
     max_ttl: timedelta = timedelta(hours=72),
+    cloudwatch: CloudWatchClient | None = None,
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -82,6 +86,14 @@ def reap(
     # A channel's endpoint has no TTL, and what it keeps for a rollback is no orphan: as its record says.
     store = ChannelStore(registry.table)
     channels = store.all()
+    if cloudwatch is not None:  # a claim nobody completed within its budget does not hold its channel
+        try:
+            ctx = ChannelContext(sm=sm, runtime=None, cloudwatch=cloudwatch, registry=registry, channels=store,
+                                 resource_prefix=resource_prefix, stack_tag=stack_tag, s3=s3)  # fmt: skip
+            result.settled = settle_all(ctx, channels)
+            channels = store.all() if result.settled else channels
+        except (ClientError, ModeldropError) as exc:
+            result.errors.append(f"channel claims: {exc}")
     channel_endpoints, channel_names, channel_deployments = channel_held(channels)
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]

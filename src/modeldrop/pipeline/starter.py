@@ -100,13 +100,13 @@ def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
 
 
 def _gate_not_loosened(gate: Any, uri: str) -> None:
-    """A marker may tighten a channel's quality gate, never loosen it: anyone who can write to the bucket
-    could otherwise wave a regression onto a channel (a direct start may, within the stack's limits).
-    Its latency slack and ratios it may set: they tolerate the hardware's noise, not a worse model."""
+    """A marker may tighten a channel's gate, never loosen it: anyone who can write to the bucket could
+    otherwise wave a regression onto a channel (a direct start may, within the stack's limits). Its
+    latency slack is noise in seconds, bounded for every request by the stack's MaxGateLatencySlack."""
     if not isinstance(gate, dict):
         return  # absent, or not an object: the request's own validation says what is wrong
     try:
-        looser = GateThresholds.model_validate(gate).looser_in_quality(GateThresholds())
+        looser = GateThresholds.model_validate(gate).looser_than(GateThresholds())
     except ValidationError:
         return
     if looser:

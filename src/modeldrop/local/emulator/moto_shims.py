@@ -23,7 +23,6 @@ One place, used by the tests and by `modeldrop run-local`:
 # mypy: disable-error-code="method-assign,assignment,unused-ignore,attr-defined,typeddict-item"
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import threading
@@ -33,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, Protocol, cast
 
 from modeldrop.contracts import clock
+from modeldrop.local.emulator import service_quotas
 from modeldrop.local.emulator import stepfunctions as stepfunctions_shims
 from modeldrop.local.emulator.iam import enforcement as iam_enforcement
 from modeldrop.local.emulator.iam import simulator as iam_simulator
@@ -41,6 +41,8 @@ from modeldrop.local.emulator.s3 import shims as s3_shims
 from modeldrop.local.emulator.sagemaker import components as sagemaker_components
 from modeldrop.local.emulator.sagemaker import endpoint_updates
 
+# Re-exported: run-local and the tests set the emulated account's quotas through the patches' module.
+
 Dispatcher = Callable[[str, dict[str, Any]], tuple[str, bool, str]]
 
 _installed = False
@@ -48,8 +50,6 @@ _lock = threading.Lock()
 _dispatcher: Dispatcher | None = None
 _async_invoker: Callable[[str, dict[str, Any]], None] | None = None
 _hosting: Hosting | None = None
-_endpoint_quotas: dict[str, float] = {}
-_default_endpoint_quotas: dict[str, float] = {}
 
 
 class Hosting(Protocol):
@@ -102,27 +102,6 @@ def s3_event_as_sent(event: Any) -> Any:
     return sent
 
 
-def set_endpoint_quotas(quotas: dict[str, float]) -> None:
-    """The local account's 'ml.X for endpoint usage' quotas (instance type -> instances), applied."""
-    _endpoint_quotas.clear()
-    _endpoint_quotas.update(quotas)
-    _default_endpoint_quotas.clear()
-
-
-def set_endpoint_quota(instance_type: str, value: float, applied: bool = True) -> None:
-    """An applied quota value (listed by ListServiceQuotas), or, with APPLIED=False, only the AWS
-    default (listed by ListAWSDefaultServiceQuotas alone)."""
-    if applied:
-        _endpoint_quotas[instance_type] = value
-    else:
-        _endpoint_quotas.pop(instance_type, None)
-        _default_endpoint_quotas[instance_type] = value
-
-
-def local_quota_code(instance_type: str) -> str:
-    return "L-" + hashlib.sha256(instance_type.encode()).hexdigest()[:8].upper()
-
-
 def set_hosting(hosting: Hosting | None) -> None:
     global _hosting
     _hosting = hosting
@@ -140,13 +119,15 @@ def install() -> None:
         _patch_timing()
         _patch_sagemaker()
         _patch_events()
-        _patch_service_quotas()
+        service_quotas.install()
         stepfunctions_shims.install()
         iam_simulator.install()
         s3_shims.install()
         sagemaker_components.install()
         iam_enforcement.register_tag_table("inference-component", sagemaker_components.components_of)
-        endpoint_updates.install(lambda: _hosting)
+        endpoint_updates.install(
+            lambda: _hosting, lambda backend, config: service_quotas.check(backend, config, _in_flight())
+        )
         clock.use_virtual_sleep()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.
@@ -209,8 +190,7 @@ def _patch_sagemaker() -> None:
     class Throttled(SagemakerClientError):
         code = "ThrottlingException"
 
-    class ResourceLimitExceeded(SagemakerClientError):
-        code = "ResourceLimitExceeded"
+    ResourceLimitExceeded = service_quotas.limit_error()
 
     def validate_instance_type(self: Any, instance_type: str) -> None:
         if instance_type not in hosting_instance_types():
@@ -263,7 +243,7 @@ def _patch_sagemaker() -> None:
             refuse_existing(self, "endpoint", "endpoint", endpoint_name)
         if _hosting is not None and _hosting.throttle_create(endpoint_name, model_attempts.get(endpoint_name, 0)):
             raise Throttled("Rate exceeded")
-        over = quota_problem(self, endpoint_config_name)
+        over = service_quotas.quota_problem(self, endpoint_config_name, _in_flight())
         if over:
             raise ResourceLimitExceeded(over)
         endpoint = original_create(self, endpoint_name, endpoint_config_name, tags)
@@ -322,35 +302,9 @@ def _deleting(backend: Any) -> dict[str, int]:
     return cast("dict[str, int]", backend.__dict__.setdefault("_modeldrop_deleting", {}))
 
 
-def quota_problem(backend: Any, config_name: str) -> str | None:
-    """SageMaker's ResourceLimitExceeded message when CONFIG's instances would pass the local quota
-    (endpoints count in the states the pre-check counts them in)."""
-    from modeldrop.aws.endpoint_quota import COUNTED_STATUSES
-
-    config = backend.endpoint_configs.get(config_name)
-    if config is None:
-        return None
-    for variant in config.production_variants:
-        instance_type = variant.get("InstanceType")
-        limit = _endpoint_quotas.get(instance_type, _default_endpoint_quotas.get(instance_type))
-        if limit is None:
-            continue
-        delta = int(variant.get("InitialInstanceCount") or 1)
-        used = 0
-        for endpoint in backend.endpoints.values():
-            if endpoint.endpoint_status not in COUNTED_STATUSES:
-                continue
-            other = backend.endpoint_configs.get(endpoint.endpoint_config_name)
-            for v in other.production_variants if other else []:
-                if v.get("InstanceType") == instance_type:
-                    used += int(v.get("InitialInstanceCount") or 1)
-        if used + delta > limit:
-            return (
-                f"The account-level service limit '{instance_type} for endpoint usage' is {limit:g} Instances, with "
-                f"current utilization of {used} Instances and a request delta of {delta} Instances. Please use AWS "
-                "Service Quotas to request an increase for this quota."
-            )
-    return None
+def _in_flight() -> list[str]:
+    """The configs of the new fleets updates are starting beside their endpoints' serving ones."""
+    return [u.config for u in getattr(_hosting, "updates", {}).values()]
 
 
 def ami_problem(ami: str | None) -> str | None:
@@ -406,36 +360,6 @@ def _patch_events() -> None:
         original(self, original_event, transform_input)
 
     ev.Rule.send_to_targets = send_to_targets
-
-
-def _patch_service_quotas() -> None:
-    from moto.servicequotas.responses import ServiceQuotasResponse
-
-    def listing(values: dict[str, float]) -> Callable[[Any], str]:
-        def respond(self: Any) -> str:
-            params = json.loads(self.body)
-            if params.get("ServiceCode") != "sagemaker":
-                return json.dumps({"Quotas": []})
-            quotas = [
-                {
-                    "ServiceCode": "sagemaker",
-                    "ServiceName": "Amazon SageMaker",
-                    "QuotaCode": local_quota_code(instance_type),
-                    "QuotaName": f"{instance_type} for endpoint usage",
-                    "Value": value,
-                    "Unit": "None",
-                    "Adjustable": True,
-                }
-                for instance_type, value in sorted(values.items())
-            ]
-            return json.dumps({"Quotas": quotas})
-
-        return respond
-
-    # As Service Quotas answers: ListServiceQuotas lists only the quotas with an applied value;
-    # ListAWSDefaultServiceQuotas lists the defaults, which the others are at.
-    ServiceQuotasResponse.list_service_quotas = listing(_endpoint_quotas)
-    ServiceQuotasResponse.list_aws_default_service_quotas = listing(_default_endpoint_quotas)
 
 
 def error_payload(exc: BaseException) -> str:

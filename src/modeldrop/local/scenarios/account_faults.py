@@ -127,9 +127,9 @@ def first_type(stack: Any, request: dict[str, Any] | None) -> str:
 
 def occupy_quota(stack: Any, instance_type: str) -> None:
     """The quota-busy fault: the type's quota is 1, and another team's endpoint holds it for 10 virtual min."""
-    from modeldrop.local.emulator import moto_shims
+    from modeldrop.local.emulator import service_quotas
 
-    moto_shims.set_endpoint_quota(instance_type, 1)
+    service_quotas.set_endpoint_quota(instance_type, 1)
     sm = stack.client("sagemaker")
     stack.hosting.hold(OTHER_TEAM, QUOTA_HOLD_SECONDS)
     role = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"

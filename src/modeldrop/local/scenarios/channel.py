@@ -35,15 +35,19 @@ CHANNEL_FAULTS = frozenset({"regression", "alarm-during-bake", "silent-rollback"
 GRACE = timedelta(hours=1)
 # Local processes on a shared CPU: latency differences this large are the machine, not the model.
 LOCAL_LATENCY_SLACK_S = 30.0
+CHANNEL_QUOTA = 2.0
 GATE = {"latency_slack_s": LOCAL_LATENCY_SLACK_S}
 
 
-def channel_parameters(deploy_engine: str | None, faults: frozenset[str]) -> dict[str, str] | None:
-    """The emulated stack's parameters for the run (None: the template's defaults)."""
-    parameters = {"DefaultEngine": deploy_engine} if deploy_engine else {}
+def channel_parameters(deploy_engine: str | None, faults: frozenset[str]) -> dict[str, str]:
+    """The emulated stack's parameters for a channel's run."""
+    # The local engines' latency is a busy laptop's: the gate's noise tolerance is the local stack's to raise.
+    parameters = {"MaxGateLatencySlack": f"{LOCAL_LATENCY_SLACK_S:g}"}
+    if deploy_engine:
+        parameters["DefaultEngine"] = deploy_engine
     if "regression" in faults:  # the candidate's own smoke eval tolerates what the gate refuses
         parameters["MaxEvalTolerance"] = "100"
-    return parameters or None
+    return parameters
 
 
 def channel_context(stack: Any) -> ChannelContext:
@@ -78,8 +82,13 @@ def run_channel(
     gates and promotes); DEPLOY is run-local's own deploy (keep=True leaves the endpoint up). The
     sample serves first; CANDIDATE (run-local's ARTIFACT, else a second generated checkpoint) is
     promoted onto it."""
+    from modeldrop.local.emulator import service_quotas
     from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.serving.memory_plan import instance_catalog
 
+    # A quota of 2 per type, common for GPU types: the candidate's preview beside the channel, then the
+    # green fleet beside the serving one (the preview gone first), never three at once.
+    service_quotas.set_endpoint_quotas({name: CHANNEL_QUOTA for name in instance_catalog()["instances"]})
     ctx = channel_context(stack)
     asks = {"channel": channel, "gate": GATE, "promotion_grace_hours": GRACE.total_seconds() / 3600}
     first = deploy(stack, None, workdir, on_state, request=asks, key="local/first/model.tar.gz", keep=True)

@@ -16,7 +16,7 @@ import boto3
 
 from modeldrop.aws import clients
 from modeldrop.aws.execution_role import SAGEMAKER
-from modeldrop.local.emulator import moto_shims
+from modeldrop.local.emulator import moto_shims, service_quotas
 from modeldrop.local.emulator.iam import enforcement as iam_enforcement
 from modeldrop.local.emulator.iam.enforcement import ACCOUNT, Principal
 from modeldrop.local.emulator.iam.policy import statements_of
@@ -86,9 +86,9 @@ def trust_policy(service: str) -> dict[str, Any]:
     }
 
 
-def sagemaker_role_policy(bucket: str) -> dict[str, Any]:
+def sagemaker_role_policy(bucket: str, resource_prefix: str = "modeldrop") -> dict[str, Any]:
     """What the deploy guide asks of SageMakerExecutionRoleArn: read the artifact bucket, pull the
-    image, write the endpoint's logs."""
+    image, write the endpoint's logs, read the channels' auto-rollback alarms (a blue/green update)."""
     return {
         "Version": "2012-10-17",
         "Statement": [
@@ -103,6 +103,11 @@ def sagemaker_role_policy(bucket: str) -> dict[str, Any]:
                 "Effect": "Allow",
                 "Action": ["logs:CreateLogStream", "logs:PutLogEvents", "logs:CreateLogGroup"],
                 "Resource": "*",
+            },
+            {
+                "Effect": "Allow",
+                "Action": "cloudwatch:DescribeAlarms",
+                "Resource": f"arn:aws:cloudwatch:{REGION}:{ACCOUNT}:alarm:{resource_prefix}-ch-*",
             },
         ],
     }
@@ -239,7 +244,9 @@ def build_stack(
     iam.put_role_policy(
         RoleName="modeldrop-local-sagemaker",
         PolicyName="serve",
-        PolicyDocument=json.dumps(sagemaker_role_policy(bucket)),
+        PolicyDocument=json.dumps(
+            sagemaker_role_policy(bucket, str(stack.parameters.get("ResourcePrefix", "modeldrop")))
+        ),
     )
     function_ids = _functions(stack, template, role)
     _state_machine(stack, template["Resources"], role)
@@ -255,5 +262,5 @@ def build_stack(
     moto_shims.set_hosting(stack.hosting)
     from modeldrop.serving.memory_plan import instance_catalog
 
-    moto_shims.set_endpoint_quotas({name: LOCAL_ENDPOINT_QUOTA for name in instance_catalog()["instances"]})
+    service_quotas.set_endpoint_quotas({name: LOCAL_ENDPOINT_QUOTA for name in instance_catalog()["instances"]})
     return stack

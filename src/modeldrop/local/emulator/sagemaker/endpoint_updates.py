@@ -45,6 +45,8 @@ class PendingUpdate:
     bake_started: datetime | None = None
     rolling_back: bool = False
     polls_in_bake: int = 0
+    started: datetime | None = None
+    timeout_seconds: int = 3600  # MaximumExecutionTimeoutInSeconds: past it, the update rolls back
 
 
 def _problem(config: dict[str, Any]) -> str | None:
@@ -65,7 +67,7 @@ def _problem(config: dict[str, Any]) -> str | None:
         for key, low, high in (
             ("WaitIntervalInSeconds", 0, 3600),
             ("TerminationWaitInSeconds", 0, 3600),
-            ("MaximumExecutionTimeoutInSeconds", 600, 14400),
+            ("MaximumExecutionTimeoutInSeconds", 600, 28800),
         ):
             source = routing if key == "WaitIntervalInSeconds" else blue_green
             if key in source and not low <= int(source[key]) <= high:
@@ -120,6 +122,11 @@ def advance(hosting: Any, backend: Any, endpoint: Any) -> None:
         _finish(hosting, backend, endpoint, switch=False, reason=f"the new fleet failed: {green.failure_reason}")
         return
     if green.status != "InService":
+        # The new fleet must be up within the deployment's MaximumExecutionTimeoutInSeconds: else SageMaker
+        # stops it and the endpoint stays on the serving config.
+        if update.started and (clock.utcnow() - update.started).total_seconds() > update.timeout_seconds:
+            reason = f"the new fleet was not up within MaximumExecutionTimeoutInSeconds ({update.timeout_seconds} s)"
+            _finish(hosting, backend, endpoint, switch=False, reason=reason)
         return
     if update.bake_started is None:
         update.bake_started = clock.utcnow()
@@ -183,7 +190,34 @@ def _start_green(hosting: Any, backend: Any, name: str, config_name: str) -> Hos
     return green
 
 
-def install(get_hosting: Any) -> None:
+def _alarm_reader_problem(backend: Any, config_name: str, alarms: list[str]) -> str | None:
+    """Why the new config's execution role may not read the rollback alarms (the guardrails guide asks it
+    of the role: SageMaker reads them as that role), or None."""
+    from moto.iam.models import iam_backends
+
+    from modeldrop.local.emulator.iam.policy import AuthRequest, allowed
+    from modeldrop.local.emulator.iam.simulator import role_statements
+
+    variants = backend.endpoint_configs[config_name].production_variants
+    model = backend._models.get(variants[0].get("ModelName")) if variants else None
+    role = str(getattr(model, "execution_role_arn", "") or "")
+    try:
+        statements = role_statements(iam_backends[backend.account_id]["global"], role)
+    except Exception:
+        return f"The execution role {role or '(none)'} cannot be assumed to read the rollback alarms."
+    for alarm in alarms:
+        arn = f"arn:aws:cloudwatch:{backend.region_name}:{backend.account_id}:alarm:{alarm}"
+        if allowed(statements, AuthRequest("cloudwatch:DescribeAlarms", arn)) != "allow":
+            return (
+                f"The execution role {role} is not authorized to perform cloudwatch:DescribeAlarms on {arn}: "
+                "auto-rollback alarms must be readable by the role."
+            )
+    return None
+
+
+def install(get_hosting: Any, check_quota: Any = None) -> None:
+    """UpdateEndpoint in moto; CHECK_QUOTA(backend, config) raises ResourceLimitExceeded for a green
+    fleet the account's endpoint quota cannot hold beside every running fleet."""
     from moto.core.responses import ActionResult
     from moto.sagemaker.exceptions import ValidationError
     from moto.sagemaker.responses import SageMakerResponse
@@ -215,6 +249,12 @@ def install(get_hosting: Any) -> None:
             raise ValidationError(
                 message="BlueGreenUpdatePolicy is not supported for an endpoint with inference components."
             )
+        alarms = [a["AlarmName"] for a in (deployment.get("AutoRollbackConfiguration") or {}).get("Alarms") or []]
+        unreadable = _alarm_reader_problem(backend, config_name, alarms) if alarms else None
+        if unreadable:
+            raise ValidationError(message=unreadable)
+        if check_quota is not None:  # the new fleet runs beside the serving one until the switch
+            check_quota(backend, config_name)
         hosting = get_hosting()
         endpoint = backend.endpoints[name]
         if hosting is None:  # no hosting to emulate: the switch is immediate
@@ -223,12 +263,13 @@ def install(get_hosting: Any) -> None:
         policy = deployment.get("BlueGreenUpdatePolicy") or {}
         routing = policy.get("TrafficRoutingConfiguration") or {}
         bake = int(routing.get("WaitIntervalInSeconds") or 0) + int(policy.get("TerminationWaitInSeconds") or 0)
-        alarms = [a["AlarmName"] for a in (deployment.get("AutoRollbackConfiguration") or {}).get("Alarms") or []]
+        timeout = int(policy.get("MaximumExecutionTimeoutInSeconds") or 3600)
         fault = next((f for f in ("alarm-during-bake", "silent-rollback") if f in hosting.faults), "none")
         if not hasattr(hosting, "updates"):
             hosting.updates = {}
         green = _start_green(hosting, backend, name, config_name)
-        hosting.updates[name] = PendingUpdate(config_name, alarms, bake, fault, green)
+        hosting.updates[name] = PendingUpdate(config_name, alarms, bake, fault, green, started=clock.utcnow(),
+                                              timeout_seconds=timeout)  # fmt: skip
         hosting.faults = hosting.faults - {fault}  # one update plays the fault
         endpoint.endpoint_status = "Updating"
         return ActionResult({"EndpointArn": endpoint_arn})
