@@ -235,12 +235,14 @@ def test_every_task_outlasts_its_lambda() -> None:
 def test_an_execution_stays_within_the_history_limit() -> None:
     """Standard workflows end at 25,000 history events. The worst case adds up every loop at its bound:
     each instance type's poll loop (MAX_POLLS, the Wait stretched to fit the deadline), its quota
-    re-checks (MAX_QUOTA_CHECKS) and its teardown passes (deadline / recheck), for MAX_INSTANCE_TYPES."""
+    re-checks (MAX_QUOTA_CHECKS) and its teardown passes (deadline / recheck), for MAX_INSTANCE_TYPES;
+    then a channel's promotion, its checks stretched to at most MAX_PROMOTION_CHECKS."""
     from modeldrop.aws.served_copy import MAX_COPY_BATCHES, copy_batches
     from modeldrop.contracts.models import MAX_INSTANCE_TYPES
     from modeldrop.contracts.served import CopyItem
     from modeldrop.pipeline.attempts import MAX_QUOTA_CHECKS
     from modeldrop.pipeline.endpoint_steps import MAX_POLLS
+    from modeldrop.pipeline.promotion_steps import MAX_PROMOTION_CHECKS
     from modeldrop.pipeline.register_steps import MAX_COPY_ITEMS
     from modeldrop.pipeline.teardown import TEARDOWN_DEADLINE_SECONDS, TEARDOWN_RECHECK_SECONDS
 
@@ -262,8 +264,9 @@ def test_an_execution_stays_within_the_history_limit() -> None:
     items = [CopyItem(key=f"f{i:04d}.safetensors", size=1 + i % 7, etag="e") for i in range(MAX_COPY_ITEMS)]
     _ordered, batches = copy_batches(items)
     copy = len(batches) * (2 + 5) + 4
-    worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + copy + 500  # every state once, and retries
-    print(f"worst-case history: {worst} events ({len(batches)} copy batches)")
+    promotion = MAX_PROMOTION_CHECKS * loop("WaitForPromotion", "CheckPromotion", "PromotionSettled")
+    worst = MAX_INSTANCE_TYPES * per_type + sum(events.values()) + copy + promotion + 500  # every state, retries
+    print(f"worst-case history: {worst} events ({len(batches)} copy batches, {promotion} of promotion checks)")
     assert len(batches) <= MAX_COPY_BATCHES and worst < 25_000, (len(batches), worst)
 
 
@@ -317,3 +320,23 @@ def test_every_finding_code_is_in_the_docs_with_its_fix() -> None:
     table = page[page.index("## Finding codes") :]
     missing = sorted(c for c in codes if f"| `{c}` |" not in table)
     assert not missing, f"docs/validation.md's finding-code table lacks {missing}"
+
+
+def test_the_deploy_guides_sagemaker_role_policy_is_the_local_stacks() -> None:
+    """docs/deploying.md's policy for SageMakerExecutionRoleArn is, placeholders filled, exactly what the
+    local stack's SageMaker role has (and so what the emulator's UpdateEndpoint holds a channel to)."""
+    import re
+
+    from modeldrop.local.stack.build import ACCOUNT, REGION, sagemaker_role_policy
+
+    text = (ROOT / "docs" / "deploying.md").read_text()
+    block = re.search(r"Its permissions.*?```json\n(.*?)```", text, re.S)
+    assert block is not None
+    filled = (
+        block.group(1)
+        .replace("<ArtifactBucketName>", "b")
+        .replace("<region>", REGION)
+        .replace("<account>", ACCOUNT)
+        .replace("<ResourcePrefix>", "modeldrop")
+    )
+    assert json.loads(filled) == sagemaker_role_policy("b", "modeldrop")

@@ -223,3 +223,57 @@ def test_update_endpoint_is_as_strict_as_the_api_reference(make_stack: Any, arch
     for name in ("modeldrop-blue", "modeldrop-green"):
         sm.delete_endpoint(EndpointName=name)
     assert not [p for p in stack.hosting.running() if p.startswith("modeldrop-blue")]
+
+
+def test_update_endpoint_holds_the_green_fleet_to_the_quota_the_role_to_its_alarms_and_the_timeout(
+    make_stack: Any, archive: bytes
+) -> None:
+    """What the API reference and the guardrails guide ask, and moto accepts: the new fleet counts against
+    the endpoint quota (ResourceLimitExceeded, UpdateEndpoint's only modeled error); the execution role
+    must be allowed cloudwatch:DescribeAlarms on the rollback alarms; MaximumExecutionTimeoutInSeconds is
+    600-28,800, and a new fleet not up within it is rolled back."""
+    from modeldrop.contracts import clock
+    from modeldrop.local.emulator import service_quotas
+
+    stack, sm = _two_endpoints(make_stack, archive)
+    cw = stack.client("cloudwatch")
+    policy = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", **WAIT}}}
+
+    def timing_out(seconds: int) -> dict[str, Any]:
+        blue_green = {**policy["BlueGreenUpdatePolicy"], "MaximumExecutionTimeoutInSeconds": seconds}
+        return {"BlueGreenUpdatePolicy": blue_green}
+
+    update = {"EndpointName": "modeldrop-blue", "EndpointConfigName": "modeldrop-green"}
+    with pytest.raises(sm.exceptions.ClientError, match="MaximumExecutionTimeoutInSeconds"):
+        sm.update_endpoint(**update, DeploymentConfig=timing_out(28_801))  # botocore itself refuses under 600
+    # Two running fleets of the type fill a quota of 2: the green fleet of a third is refused (past the
+    # timeout's check: 28,800 is the API's own maximum, accepted).
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 2)
+    with pytest.raises(sm.exceptions.ClientError) as over:
+        sm.update_endpoint(**update, DeploymentConfig=timing_out(28_800))
+    assert over.value.response["Error"]["Code"] == "ResourceLimitExceeded"
+    assert sm.describe_endpoint(EndpointName="modeldrop-blue")["EndpointStatus"] == "InService"
+    service_quotas.set_endpoint_quota("ml.g6.2xlarge", 3)
+    # An alarm the role may not read: refused. The local role reads <prefix>-ch-* alarms only.
+    cw.put_metric_alarm(AlarmName="someone-elses", MetricName="m", Namespace="n", Statistic="Sum", Period=60,
+                        EvaluationPeriods=1, Threshold=1, ComparisonOperator="GreaterThanThreshold")  # fmt: skip
+    alarmed = {**policy, "AutoRollbackConfiguration": {"Alarms": [{"AlarmName": "someone-elses"}]}}
+    with pytest.raises(sm.exceptions.ClientError, match="cloudwatch:DescribeAlarms"):
+        sm.update_endpoint(**update, DeploymentConfig=alarmed)
+    # A new fleet that is not up within the timeout is rolled back, the serving config kept.
+    from modeldrop.local.emulator.sagemaker.endpoint_updates import GREEN
+
+    sm.update_endpoint(**update, DeploymentConfig=timing_out(600))
+    green = stack.hosting.endpoints["modeldrop-blue" + GREEN]
+    stack.hosting._stop(green)  # a fleet still starting (nothing answers its ping) when the timeout passes
+    green.process, green.status, green.startup_timeout = None, "Creating", 10**6
+    clock.advance(601)
+    desc = sm.describe_endpoint(EndpointName="modeldrop-blue")
+    for _ in range(5):
+        if desc["EndpointStatus"] != "Updating":
+            break
+        desc = sm.describe_endpoint(EndpointName="modeldrop-blue")
+    assert desc["EndpointStatus"] == "InService" and desc["EndpointConfigName"] == "modeldrop-blue", desc
+    assert "MaximumExecutionTimeoutInSeconds" in desc.get("FailureReason", "")
+    for name in ("modeldrop-blue", "modeldrop-green"):
+        sm.delete_endpoint(EndpointName=name)

@@ -38,7 +38,8 @@ def account() -> Iterator[Any]:
 def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
     iam = client("iam")
     arn = iam.create_role(RoleName="team-sagemaker", AssumeRolePolicyDocument=_trust(role_service))["Role"]["Arn"]
-    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+    alarms = {"Effect": "Allow", "Action": "cloudwatch:DescribeAlarms", "Resource": "arn:aws:cloudwatch:*:*:alarm:*"}
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}, alarms]}
     iam.put_role_policy(RoleName="team-sagemaker", PolicyName="read", PolicyDocument=json.dumps(policy))
     outputs = {
         "StateMachineArn": "arn:sm",
@@ -148,3 +149,22 @@ def test_the_emulator_simulates_the_roles_policies_for_the_bucket_check(account:
     policy = {"Version": "2012-10-17", "Statement": [objects, listing]}
     iam.put_role_policy(RoleName="half-reader", PolicyName="p", PolicyDocument=json.dumps(policy))
     assert check_role_reads_bucket(iam, arn, BUCKET).status == "ok"
+
+
+def test_doctor_fails_a_role_that_cannot_read_the_channel_alarms(account: Any) -> None:
+    """A channel's blue/green update rolls back on alarms SageMaker reads as the execution role: the
+    deploy guide's policy passes, one without cloudwatch:DescribeAlarms on <prefix>-ch-* fails."""
+    from modeldrop.local.stack.build import sagemaker_role_policy
+    from modeldrop.operate.doctor import check_role_reads_channel_alarms
+
+    iam = account("iam")
+    arn = iam.create_role(RoleName="no-alarms", AssumeRolePolicyDocument=_trust("sagemaker.amazonaws.com"))["Role"][
+        "Arn"
+    ]
+    guide = sagemaker_role_policy(BUCKET, "modeldrop")
+    without = {**guide, "Statement": [s for s in guide["Statement"] if "cloudwatch" not in str(s["Action"])]}
+    iam.put_role_policy(RoleName="no-alarms", PolicyName="p", PolicyDocument=json.dumps(without))
+    missing = check_role_reads_channel_alarms(iam, arn, "us-east-1", "modeldrop")
+    assert missing.status == "fail" and "cloudwatch:DescribeAlarms" in (missing.fix or "")
+    iam.put_role_policy(RoleName="no-alarms", PolicyName="p", PolicyDocument=json.dumps(guide))
+    assert check_role_reads_channel_alarms(iam, arn, "us-east-1", "modeldrop").status == "ok"

@@ -113,6 +113,26 @@ def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -
     )
 
 
+def check_role_reads_channel_alarms(iam: IAMClient, role_arn: str, region: str, resource_prefix: str) -> Check:
+    """A channel's blue/green update rolls back on its CloudWatch alarms, which SageMaker reads as the
+    endpoint's execution role (the deployment guardrails guide): without it every promotion is refused."""
+    name = "role reads the channel alarms"
+    account = role_arn.split(":")[4] if role_arn.count(":") >= 5 else "*"
+    alarms = f"arn:aws:cloudwatch:{region}:{account}:alarm:{resource_prefix}-ch-*"
+    fix = f"attach a policy allowing cloudwatch:DescribeAlarms on {alarms}"
+    try:
+        results = iam.simulate_principal_policy(
+            PolicySourceArn=role_arn, ActionNames=["cloudwatch:DescribeAlarms"], ResourceArns=[alarms]
+        )["EvaluationResults"]
+    except (ClientError, BotoCoreError, NotImplementedError) as exc:
+        return Check(name=name, status="warn", detail=f"could not simulate the role's policy ({type(exc).__name__})",
+                     fix=fix)  # fmt: skip
+    if any(r.get("EvalDecision") != "allowed" for r in results):
+        return Check(name=name, status="fail", detail="the role may not cloudwatch:DescribeAlarms on the channels' "
+                     "rollback alarms: every channel promotion would be refused", fix=fix)  # fmt: skip
+    return Check(name=name, status="ok", detail=f"cloudwatch:DescribeAlarms on {alarms}")
+
+
 # Each action is judged on the resource it applies to: the top-level EvalDecision is the most
 # restrictive across every resource asked about (GetObject on the bucket ARN is always denied).
 _RESOURCE_OF = {"s3:GetObject": "arn:aws:s3:::{bucket}/*", "s3:ListBucket": "arn:aws:s3:::{bucket}"}
@@ -234,6 +254,8 @@ def run_checks(
         iam = client("iam")
         checks.append(check_role_trust(iam, role))
         checks.append(check_role_reads_bucket(iam, role, view.outputs.get("ArtifactBucketName")))
+        prefix = view.parameters.get("ResourcePrefix") or "modeldrop"
+        checks.append(check_role_reads_channel_alarms(iam, role, region, prefix))
     else:
         checks.append(Check(name="SageMaker execution role", status="fail", detail="the stack has no role parameter"))
     default_type = instance_type or view.parameters.get("DefaultInstanceType") or "ml.g6.2xlarge"
