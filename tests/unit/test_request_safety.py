@@ -119,9 +119,11 @@ def test_markers_may_not_carry_capabilities_and_secrets_are_never_echoed() -> No
     for field, value in capabilities:
         with pytest.raises(RequestInvalid, match="may not set"):
             parse_marker(json.dumps({field: value}).encode(), "s3://b/p/modeldrop.json")
-    # A channel's gate: a marker may tighten its quality thresholds and set its latency noise
-    # tolerance, but not let more regressions or wilder answer lengths through than the defaults.
-    for loose in ({"max_regressed_cases": 1}, {"max_length_ratio": 50}):
+    # A channel's gate: a marker may tighten every threshold and set its latency noise tolerance (bounded
+    # by the stack's MaxGateLatencySlack), but loosen none past the defaults.
+    loosened = ({"max_regressed_cases": 1}, {"max_length_ratio": 50}, {"max_ttft_ratio": 100},
+                {"min_tokens_per_s_ratio": 0.01})  # fmt: skip
+    for loose in loosened:
         with pytest.raises(RequestInvalid, match="may not loosen the channel's gate"):
             parse_marker(json.dumps({"channel": "main", "gate": loose}).encode(), "s3://b/p/modeldrop.json")
     tight = {"channel": "main", "gate": {"max_length_ratio": 1.5, "latency_slack_s": 30}}

@@ -31,7 +31,9 @@ def test_execution_name_is_deterministic_per_version() -> None:
 
 
 def test_marker_overrides_are_checked() -> None:
-    assert parse_marker(b"", "u") == {}
+    assert parse_marker(b"{}", "u") == {}
+    with pytest.raises(RequestInvalid, match="empty"):  # not JSON: the schema's verdict, with the fix
+        parse_marker(b"", "u")
     assert parse_marker(b'{"engine": "lmi"}', "u") == {"engine": "lmi"}
     with pytest.raises(RequestInvalid, match="unknown override"):
         parse_marker(b'{"role_arn": "x"}', "u")

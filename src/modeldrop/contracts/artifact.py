@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
-from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri
+from modeldrop.contracts.s3uri import ARTIFACT_URI_PATTERN, S3Uri, parse_s3_uri
 
 ArtifactKind = Literal["tar.gz", "prefix"]
 
@@ -60,7 +60,7 @@ ArtifactUri = Annotated[
     Artifact,
     PlainValidator(_artifact),
     PlainSerializer(str, return_type=str),
-    WithJsonSchema({"type": "string", "pattern": r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]/.+(\.tar\.gz|/)$"}),
+    WithJsonSchema({"type": "string", "pattern": ARTIFACT_URI_PATTERN}),
 ]
 
 

@@ -10,6 +10,7 @@ are redacted with the same shapes.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # An environment variable name as SageMaker's Environment map takes it (and as shells read it).
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,1023}$")
@@ -64,6 +65,28 @@ def env_problem(key: str, value: str) -> str | None:
             "record and DescribeModel; pass it by reference in `secrets` (secretsmanager:... or ssm:...)"
         )
     return None
+
+
+def _any_case(pattern: str) -> str:
+    """PATTERN (letters, `_`, groups and `?` only) matching either case, without an inline flag: JSON
+    Schema's regular expressions (ECMA-262) have none."""
+    return "".join(f"[{c.upper()}{c.lower()}]" if c.isalpha() and c.isascii() else c for c in pattern)
+
+
+def env_json_schema() -> dict[str, Any]:
+    """env_problem's rules as JSON Schema (engine_env's keys and values), for the published schemas."""
+    remote = "|".join(_any_case(k) for k in sorted(REMOTE_CODE_KEYS))
+    return {
+        "propertyNames": {
+            "pattern": ENV_KEY.pattern,
+            "not": {"anyOf": [{"pattern": f"^(?:{remote})$"}, {"pattern": _any_case(_SECRET_NAME.pattern)}]},
+        },
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": MAX_ENV_VALUE,
+            "not": {"anyOf": [{"pattern": _CONTROL.pattern}, {"pattern": _TOKEN.pattern}]},
+        },
+    }
 
 
 def redact(text: str) -> str:

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.channel import CHANNEL_PATTERN
-from modeldrop.contracts.env_safety import env_problem
+from modeldrop.contracts.env_safety import env_json_schema, env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
-from modeldrop.contracts.s3uri import parse_s3_uri
+from modeldrop.contracts.s3uri import S3_URI_PATTERN, parse_s3_uri
 from modeldrop.contracts.served import AdapterInfo
 from modeldrop.contracts.step_payloads import AttachedBase, Engine
 
@@ -131,7 +131,10 @@ class DeploymentRequest(_Strict):
         None, description="e.g. ml.g6.2xlarge; stack default if omitted"
     )
     instance_types: (
-        Annotated[list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]], Field(max_length=MAX_INSTANCE_TYPES)]
+        Annotated[
+            list[Annotated[str, Field(pattern=INSTANCE_TYPE_PATTERN)]],
+            Field(min_length=1, max_length=MAX_INSTANCE_TYPES, json_schema_extra={"uniqueItems": True}),
+        ]
         | Literal["auto"]
         | None
     ) = Field(
@@ -173,7 +176,9 @@ class DeploymentRequest(_Strict):
     ttl_hours: Annotated[float, Field(gt=0, le=24 * 14)] | None = Field(
         None, description="Hours until the reaper deletes the endpoint; stack default if omitted"
     )
-    eval_set_uri: str | None = Field(None, description="s3:// URI of a JSONL eval set")
+    eval_set_uri: str | None = Field(
+        None, description="s3:// URI of a JSONL eval set", json_schema_extra={"pattern": S3_URI_PATTERN}
+    )
     base: ArtifactUri | None = Field(
         None,
         description=(
@@ -229,6 +234,7 @@ class DeploymentRequest(_Strict):
     engine_env: dict[str, str] = Field(
         default_factory=dict,
         description="Expert passthrough of raw container env keys; each must carry the engine's own prefix",
+        json_schema_extra=env_json_schema(),
     )
     secrets: dict[str, str] = Field(
         default_factory=dict,
@@ -240,27 +246,13 @@ class DeploymentRequest(_Strict):
     force_plan: bool = Field(False, description="Deploy even when the memory plan predicts a CUDA OOM")
     source: Literal["direct", "s3-event"] = "direct"
 
-    @field_validator("instance_type")
-    @classmethod
-    def _instance_type(cls, value: str | None) -> str | None:
-        if value is not None:
-            problem = instance_type_problem(value)
-            if problem:
-                raise ValueError(f"{problem[0]}; {problem[1]}")
-        return value
-
+    # Whether a type exists in SageMaker and has a GPU is botocore's list, which changes with its version:
+    # NormalizeRequest asks it (instance_type_problems), not the grammar the published schema states.
     @field_validator("instance_types")
     @classmethod
     def _instance_types(cls, value: list[str] | str | None) -> list[str] | str | None:
-        if isinstance(value, list):
-            if not value:
-                raise ValueError("instance_types needs at least one type (or 'auto')")
-            if len(set(value)) != len(value):
-                raise ValueError("instance_types names a type twice")
-            for item in value:
-                problem = instance_type_problem(item)
-                if problem:
-                    raise ValueError(f"{problem[0]}; {problem[1]}")
+        if isinstance(value, list) and len(set(value)) != len(value):
+            raise ValueError("instance_types names a type twice")
         return value
 
     @field_validator("eval_set_uri")
@@ -278,6 +270,31 @@ class DeploymentRequest(_Strict):
             if problem:
                 raise ValueError(problem)
         return value
+
+
+def instance_type_problems(request: DeploymentRequest) -> list[str]:
+    """Each named instance type SageMaker does not host, or that has no GPU, with its fix."""
+    names = [request.instance_type] if request.instance_type else []
+    names += request.instance_types if isinstance(request.instance_types, list) else []
+    return [f"{p[0]}; {p[1]}" for name in names if (p := instance_type_problem(name))]
+
+
+def _integral(value: Any) -> Any:
+    """JSON's numbers as JSON Schema reads them: 2.0 is the integer 2 (RFC 8259 has one number type)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def parse_request(raw: Any) -> DeploymentRequest:
+    """A request read from JSON (a direct start's input, a marker's overrides) exactly as its published
+    schema states it: no string taken for a number, no number for a boolean (pydantic's lax coercions
+    would accept what the schema refuses). Raises pydantic's ValidationError."""
+    return DeploymentRequest.model_validate(_integral(raw), strict=True)
 
 
 class NamedAdapter(BaseModel):

@@ -6,7 +6,15 @@ import re
 from dataclasses import dataclass
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+BUCKET_PATTERN = r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]"
+_BUCKET = re.compile(f"^{BUCKET_PATTERN}$")
+# The same rules as a JSON Schema pattern (ECMA-262 and Python alike): a key of no control character
+# and no '..' segment.
+_KEY_CHAR = r"[^\x00-\x1f\x7f]"
+_NO_DOTDOT = rf"(?!(?:{_KEY_CHAR}*/)?\.\.(?:/|$))"
+S3_URI_PATTERN = rf"^s3://{BUCKET_PATTERN}(?:/{_NO_DOTDOT}{_KEY_CHAR}*)?$"
+# An artifact: a key ending in .tar.gz, or a prefix ending in '/'.
+ARTIFACT_URI_PATTERN = rf"^s3://{BUCKET_PATTERN}/{_NO_DOTDOT}(?:{_KEY_CHAR}*\.tar\.gz|{_KEY_CHAR}*/)$"
 
 
 @dataclass(frozen=True)

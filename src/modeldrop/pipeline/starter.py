@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from modeldrop.aws.served_copy import SERVED_PREFIX
 from modeldrop.contracts.errors import ModeldropError, RequestInvalid, describe_validation
-from modeldrop.contracts.models import DeploymentRequest, GateThresholds
+from modeldrop.contracts.models import DeploymentRequest, GateThresholds, parse_request
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -75,15 +75,35 @@ def execution_name(bucket: str, key: str, version_id: str | None) -> str:
     return f"s3-{digest[:24]}"
 
 
+# A marker is a few overrides: anything larger, or nested deeper, is not one (and a deep one would
+# exhaust the parser's recursion).
+MAX_MARKER_BYTES = 64 * 1024
+MAX_MARKER_DEPTH = 32
+
+
 def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
-    if not raw.strip():
-        return {}
+    """The marker's overrides, read as schemas/modeldrop-marker.schema.json states them: UTF-8 JSON (RFC
+    8259: no byte-order mark, no UTF-16), one object, only the fields a marker may set. Anything else is
+    RequestInvalid naming what is wrong -- never an exception."""
+    fix = f'{MARKER_NAME} holds {{}} or overrides such as {{"engine": "vllm"}} (UTF-8 JSON)'
+    if len(raw) > MAX_MARKER_BYTES:
+        raise RequestInvalid(f"{uri} is {len(raw)} bytes, over {MAX_MARKER_BYTES}: a marker holds a few overrides", fix)
+    if raw.startswith(b"\xef\xbb\xbf"):
+        raise RequestInvalid(f"{uri} starts with a UTF-8 byte-order mark, which JSON (RFC 8259) does not allow", fix)
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise RequestInvalid(f"{uri} is not UTF-8 (UTF-16 or another encoding?)", fix) from None
+    if not text.strip():
         raise RequestInvalid(
-            f"{uri} is not valid JSON: {exc}", f'{MARKER_NAME} holds {{}} or overrides such as {{"engine": "vllm"}}'
-        ) from None
+            f"{uri} is empty: a marker is a JSON object", "write {} to close the prefix with no overrides"
+        )
+    if _depth(text) > MAX_MARKER_DEPTH:
+        raise RequestInvalid(f"{uri} nests deeper than {MAX_MARKER_DEPTH} levels: not a marker", fix)
+    try:
+        data = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, NaN/Infinity, an integer of 4,300+ digits
+        raise RequestInvalid(f"{uri} is not valid JSON: {str(exc)[:200]}", fix) from None
     if not isinstance(data, dict):
         raise RequestInvalid(f"{uri} must hold a JSON object")
     reserved = sorted(set(data) & MARKER_ONLY_BY_DIRECT_START)
@@ -94,9 +114,32 @@ def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
         )
     unknown = set(data) - OVERRIDE_FIELDS
     if unknown:
-        raise RequestInvalid(f"{uri}: unknown override(s) {sorted(unknown)}", f"allowed: {sorted(OVERRIDE_FIELDS)}")
+        raise RequestInvalid(
+            f"{uri}: unknown override(s) {sorted(unknown)[:10]}", f"allowed: {sorted(OVERRIDE_FIELDS)}"
+        )
     _gate_not_loosened(data.get("gate"), uri)
     return data
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _depth(text: str) -> int:
+    """How deep TEXT's arrays and objects nest (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for char in text:
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
 
 
 def _gate_not_loosened(gate: Any, uri: str) -> None:
@@ -128,7 +171,7 @@ def request_for(bucket: str, key: str, marker: dict[str, Any] | None) -> Deploym
             **(marker or {}),
         }
     try:
-        return DeploymentRequest.model_validate(raw)
+        return parse_request(raw)
     except ValidationError as exc:
         raise RequestInvalid(f"s3://{bucket}/{key}: {describe_validation(exc)}") from None
 

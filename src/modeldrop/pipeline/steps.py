@@ -34,6 +34,8 @@ from modeldrop.contracts.models import (
     ValidationSummary,
     deployment_id_for,
     epoch_ms,
+    instance_type_problems,
+    parse_request,
     resource_name_for,
 )
 from modeldrop.contracts.s3uri import parse_s3_uri
@@ -69,9 +71,12 @@ def normalize(
     A request for an adapter channel that names no base is an adapter on the channel's base
     (CHANNEL_BASE resolves it): the daily adapter needs only its upload and the channel's name."""
     try:
-        request = DeploymentRequest.model_validate(raw)
+        request = parse_request(raw)
     except ValidationError as exc:
         raise RequestInvalid(f"invalid deployment request: {describe_validation(exc, limit=5)}") from None
+    unhosted = instance_type_problems(request)
+    if unhosted:
+        raise RequestInvalid(f"invalid deployment request: {unhosted[0]}")
     if request.channel and channel_base and request.base is None and request.base_endpoint is None:
         base = channel_base(request.channel)
         if base:
