@@ -66,10 +66,22 @@ def _markers() -> list[bytes]:
                                  ("eval_thresholds", "max_errors"), ("engine_settings", "dtype"))
               for value in VALUES]  # fmt: skip
     encodings = [
-        b"", b"   ", b"{}", b"\xef\xbb\xbf{}", '{"engine": "vllm"}'.encode("utf-16"), b"[]", b"null", b"{",
-        b'{"ttl_hours": NaN}', b'{"ttl_hours": Infinity}', b'{"max_num_seqs": ' + b"9" * 5000 + b"}",
-        b"[" * 100_000 + b"]" * 100_000, b'{"gate": ' + b"{" * 5000 + b"}" * 5001, b'{"engine": "\xff"}',
-        b'{"engine": "vllm", "engine": "sglang"}', b'{"ttl_hours": 2, "max_num_seqs": 32.0}',
+        b"",
+        b"   ",
+        b"{}",
+        b"\xef\xbb\xbf{}",
+        '{"engine": "vllm"}'.encode("utf-16"),
+        b"[]",
+        b"null",
+        b"{",
+        b'{"ttl_hours": NaN}',
+        b'{"ttl_hours": Infinity}',
+        b'{"max_num_seqs": ' + b"9" * 5000 + b"}",
+        b"[" * 100_000 + b"]" * 100_000,
+        b'{"gate": ' + b"{" * 5000 + b"}" * 5001,
+        b'{"engine": "\xff"}',
+        b'{"engine": "vllm", "engine": "sglang"}',
+        b'{"ttl_hours": 2, "max_num_seqs": 32.0}',
     ]
     return one + nested + encodings
 

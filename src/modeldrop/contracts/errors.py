@@ -194,6 +194,14 @@ class PromotionFailed(ModeldropError):
     default_hint = "the channel still serves its previous version; see the reason, then promote again"
 
 
+class EvalOutOfTime(ModeldropError):
+    """An eval that must finish (the channel's gate: a verdict on half the cases judges nothing) would
+    outlive its Lambda: it stops before the next case, saying how many ran."""
+
+    failure_class = "request"
+    default_hint = "gate on fewer or shorter cases (the operator pins the channel's set: promote --eval-set)"
+
+
 class ChannelInvalid(ModeldropError):
     """A promotion or rollback the channel cannot take (no such channel, nothing to roll back to, ...)."""
 

@@ -20,7 +20,7 @@ from botocore.exceptions import ClientError, EventStreamError, ReadTimeoutError
 
 from modeldrop.aws.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
 from modeldrop.contracts import clock
-from modeldrop.contracts.errors import RequestInvalid
+from modeldrop.contracts.errors import EvalOutOfTime, RequestInvalid
 from modeldrop.contracts.models import EvalThresholds
 from modeldrop.evaluation.chat_protocol import (
     Completion,
@@ -234,12 +234,20 @@ def run_eval(
     thresholds: EvalThresholds,
     ceiling: int,
     retry: RetryPolicy | None = None,
+    must_finish: bool = False,
 ) -> EvalReport:
+    """CASES against TARGET, one after another, inside the Lambda's remaining time: a case that could
+    outlive it is not sent (and says why), or with MUST_FINISH the run stops there (EvalOutOfTime)."""
     retry = retry or RetryPolicy()
     results: list[CaseResult] = []
     for case in cases:
         time_left = clock.time_left()
         if time_left is not None and time_left < case_seconds(retry):
+            if must_finish:
+                raise EvalOutOfTime(
+                    f"{target.endpoint_name}: ran {len(results)} of {len(cases)} eval cases, then the Lambda had "
+                    f"{time_left:.0f} s left, less than one case may take ({case_seconds(retry):.0f} s)"
+                )
             # A case started now could outlive the Lambda: it is not sent, and says why.
             results.append(_not_sent(case, target, time_left, case_seconds(retry)))
             continue
@@ -310,6 +318,7 @@ def evaluate_endpoint(
     schema: Schema = "chat",
     retry: RetryPolicy | None = None,
     component: str | None = None,
+    must_finish: bool = False,
 ) -> EvalReport:
     """The smoke eval against any existing endpoint (COMPONENT: through that inference component),
     with its max model length read from its container env."""
@@ -327,7 +336,7 @@ def evaluate_endpoint(
         raise RequestInvalid(f"{what} is {status}, not InService", "wait for InService, then retry")
     engine = engine_of_env(env) or "vllm"
     target = EvalTarget(endpoint_name, max_model_len_of_env(env), schema=schema, stream=stream, component=component)
-    return run_eval(runtime, target, cases, thresholds, max_tokens_ceiling(engine), retry)
+    return run_eval(runtime, target, cases, thresholds, max_tokens_ceiling(engine), retry, must_finish)
 
 
 def compare_endpoints(
@@ -343,10 +352,13 @@ def compare_endpoints(
 ) -> GateReport:
     """The champion/challenger gate: one eval set on both endpoints (or on both inference COMPONENTS,
     champion's then candidate's), compared case by case. Every case may fail on its own: the gate
-    judges change, not the smoke verdict."""
+    judges change, not the smoke verdict. Both runs must finish inside the Lambda's time (EvalOutOfTime
+    otherwise): a candidate whose cases were never sent has not regressed."""
     lenient = EvalThresholds(max_truncated=len(cases), max_errors=len(cases), max_check_failures=len(cases))
     reports = [
-        evaluate_endpoint(sm, runtime, name, cases, lenient, stream=stream, schema=schema, component=component)
+        evaluate_endpoint(
+            sm, runtime, name, cases, lenient, stream=stream, schema=schema, component=component, must_finish=True
+        )
         for name, component in zip((champion, candidate), components, strict=True)
     ]
     return compare(reports[0], reports[1], thresholds)
