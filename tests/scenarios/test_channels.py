@@ -277,3 +277,48 @@ def test_update_endpoint_holds_the_green_fleet_to_the_quota_the_role_to_its_alar
     assert "MaximumExecutionTimeoutInSeconds" in desc.get("FailureReason", "")
     for name in ("modeldrop-blue", "modeldrop-green"):
         sm.delete_endpoint(EndpointName=name)
+
+
+def test_rollback_alarms_let_one_error_and_a_long_answer_through_and_clear_after_a_rollback(
+    make_stack: Any, archive: bytes
+) -> None:
+    """The channel's alarms take neither one 5XX nor an allowed long generation (48 s under the 60 s cap)
+    for a broken fleet; after a guardrail rollback the alarm returns to OK once its evaluation periods
+    pass, so the next update is not rolled back by a stale ALARM; a blue/green update may not rename
+    the endpoint's variants."""
+    from modeldrop.aws.channel_alarms import alarms_in_alarm, put_channel_alarms
+    from modeldrop.contracts import clock
+    from modeldrop.local.emulator.sagemaker.endpoint_updates import ALARM_CLEARS_AFTER, _set_alarm
+
+    stack, sm = _two_endpoints(make_stack, archive)
+    cw = stack.client("cloudwatch")
+    names = put_channel_alarms(cw, "modeldrop-ch-x")
+    alarms = {a["AlarmName"]: a for a in cw.describe_alarms(AlarmNames=names)["MetricAlarms"]}
+    errors, latency = alarms["modeldrop-ch-x-5xx"], alarms["modeldrop-ch-x-latency"]
+    assert errors["Threshold"] >= 1 and errors["DatapointsToAlarm"] >= 2
+    assert latency["Threshold"] / 1e6 > 48
+    # A config naming another variant: refused for a blue/green update.
+    model = sm.describe_endpoint_config(EndpointConfigName="modeldrop-green")["ProductionVariants"][0]["ModelName"]
+    variant = {"VariantName": "Other", "ModelName": model, "InstanceType": "ml.g6.2xlarge", "InitialInstanceCount": 1}
+    sm.create_endpoint_config(EndpointConfigName="modeldrop-renamed", ProductionVariants=[variant])
+    policy = {"BlueGreenUpdatePolicy": {"TrafficRoutingConfiguration": {"Type": "ALL_AT_ONCE", **WAIT}}}
+    with pytest.raises(sm.exceptions.ClientError, match="production variants"):
+        sm.update_endpoint(
+            EndpointName="modeldrop-blue", EndpointConfigName="modeldrop-renamed", DeploymentConfig=policy
+        )
+    # An alarm that fired during a bake clears once its periods have passed after the rollback.
+    backend_alarm = "modeldrop-ch-x-5xx"
+    from moto.sagemaker.models import sagemaker_backends
+
+    backend = sagemaker_backends["123456789012"]["us-east-1"]
+    _set_alarm(backend, backend_alarm, "ALARM", "test: errors on the new fleet")
+    from modeldrop.local.emulator.sagemaker.endpoint_updates import _alarm_clears
+
+    _alarm_clears(backend)[backend_alarm] = clock.utcnow() + ALARM_CLEARS_AFTER
+    sm.describe_endpoint(EndpointName="modeldrop-blue")
+    assert alarms_in_alarm(cw, names) == [backend_alarm]  # still within its evaluation periods
+    clock.advance(ALARM_CLEARS_AFTER.total_seconds() + 1)
+    sm.describe_endpoint(EndpointName="modeldrop-blue")
+    assert alarms_in_alarm(cw, names) == []
+    for name in ("modeldrop-blue", "modeldrop-green"):
+        sm.delete_endpoint(EndpointName=name)

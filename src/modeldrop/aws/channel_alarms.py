@@ -8,16 +8,26 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from mypy_boto3_cloudwatch import CloudWatchClient
 
-# Average model latency (microseconds, as SageMaker reports it) past which the new fleet is rolled back.
-LATENCY_MICROSECONDS = 30_000_000
+# Average model latency (microseconds, as SageMaker reports it) past which the new fleet is rolled back:
+# above the longest generation the 60 s invocation cap allows (48 s was seen for an allowed one), so that
+# a model answering long is not taken for a broken one.
+LATENCY_MICROSECONDS = 55_000_000
+# 5XX errors per minute, in 2 of 3 minutes: one error (a client's bad request the container refused,
+# a blip on the serving fleet before traffic moved) does not roll back a good candidate.
+ERRORS_PER_MINUTE = 2.0
 
 
 def put_channel_alarms(cw: CloudWatchClient, endpoint: str) -> list[str]:
     """Create (or overwrite) the channel's two alarms; returns their names."""
     dimensions = [{"Name": "EndpointName", "Value": endpoint}, {"Name": "VariantName", "Value": "AllTraffic"}]
     alarms = {
-        f"{endpoint}-5xx": ("Invocation5XXErrors", "Sum", 0.0, "the endpoint answered 5XX"),
-        f"{endpoint}-latency": ("ModelLatency", "Average", float(LATENCY_MICROSECONDS), "model latency over 30 s"),
+        f"{endpoint}-5xx": (
+            "Invocation5XXErrors",
+            "Sum",
+            ERRORS_PER_MINUTE,
+            "over 2 5XX a minute, 2 of 3 minutes",
+        ),
+        f"{endpoint}-latency": ("ModelLatency", "Average", float(LATENCY_MICROSECONDS), "model latency over 55 s"),
     }
     for name, (metric, statistic, threshold, what) in alarms.items():
         cw.put_metric_alarm(
@@ -28,7 +38,8 @@ def put_channel_alarms(cw: CloudWatchClient, endpoint: str) -> list[str]:
             Dimensions=dimensions,
             Statistic=statistic,
             Period=60,
-            EvaluationPeriods=1,
+            EvaluationPeriods=3,
+            DatapointsToAlarm=2,
             Threshold=threshold,
             ComparisonOperator="GreaterThanThreshold",
             TreatMissingData="notBreaching",

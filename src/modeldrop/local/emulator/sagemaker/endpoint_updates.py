@@ -10,8 +10,8 @@ guardrails run it, and as strict as the API reference.
 - Updating: the new config's fleet (green) starts beside the serving one (blue, which keeps
   answering). Once green is InService the traffic shifts and the bake runs (the wait interval and
   the termination wait, virtual time); an alarm of AutoRollbackConfiguration in ALARM during it
-  rolls back (RollingBack, then InService on the old config). Past the bake blue stops and the
-  endpoint names the new config.
+  rolls back (Updating while traffic returns, then InService on the old config, the alarm OK
+  again). Past the bake blue stops and the endpoint names the new config.
 - Faults: `alarm-during-bake` sets the first rollback alarm to ALARM once the bake starts;
   `silent-rollback` ends the update InService on the old config with no reason given (what
   terraform-provider-aws#48997 reports), so only reading the config back tells.
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from modeldrop.contracts import clock
@@ -95,12 +95,31 @@ def _set_alarm(backend: Any, name: str, state: str, reason: str) -> None:
         cloudwatch.set_alarm_state(name, reason, None, state)
 
 
+# How long an alarm stays in ALARM after the fleet that breached it stopped serving (its evaluation
+# periods: 3 of a minute each).
+ALARM_CLEARS_AFTER = timedelta(minutes=3)
+
+
+def _alarm_clears(backend: Any) -> dict[str, datetime]:
+    return backend.__dict__.setdefault("_modeldrop_alarm_clears", {})
+
+
+def clear_due_alarms(backend: Any) -> None:
+    """Alarms whose breaching fleet is gone, back to OK once their evaluation periods have passed."""
+    clears = _alarm_clears(backend)
+    for alarm, at in list(clears.items()):
+        if at <= clock.utcnow():
+            _set_alarm(backend, alarm, "OK", "modeldrop emulator: the rolled-back fleet no longer serves")
+            del clears[alarm]
+
+
 def pending(hosting: Any, name: str) -> bool:
     return name in getattr(hosting, "updates", {})
 
 
 def refresh(hosting: Any, backend: Any, endpoint: Any) -> None:
     """The endpoint's status as the hosting has it now (an update moved on first)."""
+    clear_due_alarms(backend)
     if pending(hosting, endpoint.endpoint_name):
         advance(hosting, backend, endpoint)
         return
@@ -135,8 +154,10 @@ def advance(hosting: Any, backend: Any, endpoint: Any) -> None:
                 backend, update.alarms[0], "ALARM", "modeldrop emulator: errors on the new fleet during the bake"
             )
     if _in_alarm(backend, update.alarms):
+        # A deployment guardrail's rollback: traffic goes back to the serving fleet while the endpoint
+        # reads Updating (RollingBack is a failed scaling or weight change's state, not this one).
         update.rolling_back = True
-        endpoint.endpoint_status = "RollingBack"
+        endpoint.endpoint_status = "Updating"
         return
     update.polls_in_bake += 1
     baked = (clock.utcnow() - update.bake_started).total_seconds() >= update.bake_seconds
@@ -159,7 +180,12 @@ def _finish(hosting: Any, backend: Any, endpoint: Any, switch: bool, reason: str
             backend.endpoint_configs[update.config].production_variants
         )
     else:
-        hosting._stop(update.green)  # an alarm that fired stays in ALARM: its metric is CloudWatch's
+        hosting._stop(update.green)
+        # The fleet that breached no longer serves: its alarms' metrics stop breaching, and CloudWatch
+        # returns them to OK once its evaluation periods have passed (they say why meanwhile).
+        clears = _alarm_clears(backend)
+        for alarm in _in_alarm(backend, update.alarms):
+            clears[alarm] = clock.utcnow() + ALARM_CLEARS_AFTER
     endpoint.endpoint_status = "InService"
     endpoint.failure_reason = reason
     endpoint.last_modified_time = clock.utcnow()
@@ -245,11 +271,20 @@ def install(get_hosting: Any, check_quota: Any = None) -> None:
             raise ValidationError(
                 message="The emulator updates an endpoint only to a config whose variants name a model."
             )
+        serving = backend.endpoint_configs.get(backend.endpoints[name].endpoint_config_name)
+        old_variants = sorted(v.get("VariantName") for v in (serving.production_variants if serving else []))
+        new_variants = sorted(v.get("VariantName") for v in backend.endpoint_configs[config_name].production_variants)
+        if deployment.get("BlueGreenUpdatePolicy") and serving is not None and old_variants != new_variants:
+            raise ValidationError(
+                message=f"A blue/green update cannot change the endpoint's production variants ({old_variants} to "
+                f"{new_variants}): the new config must name the same variants."
+            )
         if deployment.get("BlueGreenUpdatePolicy") and is_component_endpoint(backend, name):
             raise ValidationError(
                 message="BlueGreenUpdatePolicy is not supported for an endpoint with inference components."
             )
         alarms = [a["AlarmName"] for a in (deployment.get("AutoRollbackConfiguration") or {}).get("Alarms") or []]
+        clear_due_alarms(backend)
         unreadable = _alarm_reader_problem(backend, config_name, alarms) if alarms else None
         if unreadable:
             raise ValidationError(message=unreadable)
