@@ -400,3 +400,42 @@ def test_an_update_refused_for_quota_ends_promotion_failed_with_the_channel_free
     assert "ResourceLimitExceeded" in (record.failure_reason or "")
     close_channel(ctx, "main")
     assert stack.leftover_resources() == []
+
+
+def test_the_reaper_settles_a_promotion_nobody_checked(make_stack: Any, tmp_path: Path) -> None:
+    """A promotion whose execution stopped after its claim does not hold the channel until another one
+    happens to come: the reaper (the deployed function, under its own IAM) settles it on its schedule."""
+    from modeldrop.contracts import clock
+    from modeldrop.evaluation.eval_sets import load_eval_set
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.local.scenarios.run import _deploy
+    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.promotion import promote, start_promotion
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    runs = [
+        _deploy(stack, write_checkpoint(tmp_path / f"v{i}", shards=i + 1), tmp_path, None,
+                key=f"local/v{i}/model.tar.gz", request={"ttl_hours": 2}, keep=True)
+        for i in (1, 2)
+    ]  # fmt: skip
+    cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
+    promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
+    pending = start_promotion(ctx, str(runs[1].deployment_id), "main", cases, gate)
+    assert pending.candidate is not None
+    early = stack.invoke_function("ReaperFunction", {})
+    assert early["settled"] == [] and early["errors"] == []  # within its budget: left to its checks
+    clock.advance(pending.candidate.budget_seconds + 60)
+    sm = stack.client("sagemaker")
+    for _ in range(40):  # the emulated update moves on as it is described (SageMaker's has long finished)
+        if sm.describe_endpoint(EndpointName=pending.endpoint_name)["EndpointStatus"] != "Updating":
+            break
+    done = stack.invoke_function("ReaperFunction", {})
+    assert done["errors"] == [] and len(done["settled"]) == 1, done
+    channel = ctx.channels.get("main")
+    assert channel is not None and channel.candidate is None
+    assert channel.live is not None and channel.live.deployment_id == runs[1].deployment_id
+    close_channel(ctx, "main")
+    assert stack.leftover_resources() == []
