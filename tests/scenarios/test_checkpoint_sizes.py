@@ -90,7 +90,8 @@ def test_upload_puts_the_shards_then_the_marker_and_resumes(
     first = CliRunner().invoke(app, [*args, "--wait", "--json"])
     assert first.exit_code == 0, first.output
     run = json.loads(first.output.strip().splitlines()[-1])
-    assert run["status"] == "SUCCEEDED", run
+    assert run["status"] == "succeeded" and run["execution_status"] == "SUCCEEDED", run
+    assert run["deployment_id"] == run["output"]["deployment_id"]  # at the top, as run-local gives it
     assert sorted(run["upload"]["uploaded"]) == sorted(p.name for p in checkpoint.iterdir())
     # Every file went up before the marker: the deployment never saw half a prefix.
     ours = [k for k in writes if k.startswith("runs/big/model/")]

@@ -53,6 +53,27 @@ def test_bad_input_exits_2_without_traceback(tmp_path: Path) -> None:
     assert result.returncode == 2 and "unknown --fault" in result.stderr
     result = _run("run-local", "--engine", "vllm", env={"MODELDROP_VLLM_PYTHON": sys.executable})  # no vllm there
     assert result.returncode == 2 and "cannot import vllm" in result.stderr and "Traceback" not in result.stderr
+    # Inputs validate refuses as unreadable (or that hold no checkpoint at all) are refused before anything
+    # starts, with nothing on stderr but the error and its fix: no state ran, no library warning.
+    notes, empty = tmp_path / "notes.txt", tmp_path / "empty-dir"
+    notes.write_text("my notes\n")
+    empty.mkdir()
+    for given, says in ((notes, "not a tar archive"), (empty, "not a checkpoint: the directory holds")):
+        result = _run("run-local", str(given))
+        assert result.returncode == 2 and says in result.stderr, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert lines[0].startswith("error: ") and lines[1].startswith("  fix: ") and len(lines) == 2, lines
+        assert result.stdout == ""  # the state machine never started
+
+
+def test_sample_writes_a_checkpoint_that_validates_and_refuses_a_used_directory(tmp_path: Path) -> None:
+    target = tmp_path / "my-checkpoint"
+    wrote = _run("sample", str(target), "--json")
+    assert wrote.returncode == 0, wrote.stderr
+    assert "config.json" in json.loads(wrote.stdout)["files"]
+    assert _run("validate", str(target)).returncode == 0
+    again = _run("sample", str(target))
+    assert again.returncode == 2 and "not an empty directory" in again.stderr
 
 
 def test_validate_exit_codes(tmp_path: Path) -> None:

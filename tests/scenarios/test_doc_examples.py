@@ -63,7 +63,7 @@ def test_the_readme_is_short_and_every_example_is_a_known_kind() -> None:
 def _files(tmp: Path) -> dict[str, str]:
     from modeldrop.local.samples.checkpoint import write_checkpoint
 
-    checkpoint = write_checkpoint(tmp / "my-checkpoint")
+    checkpoint = tmp / "my-checkpoint"  # written by the README's own `modeldrop sample ./my-checkpoint`
     base = write_checkpoint(tmp / "base-model")
     broken = write_checkpoint(tmp / "broken-checkpoint", drop_kv_shared=True)  # what repair takes from a base
     cases = tmp / "cases.jsonl"

@@ -34,9 +34,9 @@ def test_deploy_wait_list_status_extend_teardown(
     started = _cli("deploy", f"s3://{stack.bucket}/runs/7/weights.tar.gz", *REGION, "--ttl", "2h", "--wait", "--json")
     assert started.exit_code == 0, started.output
     run = json.loads(started.output)
-    assert run["status"] == "SUCCEEDED" and "SmokeEval" in [s["name"] for s in run["states"]]
-    deployment_id = run["output"]["deployment_id"]
-    endpoint = run["output"]["endpoint_name"]
+    assert run["status"] == "succeeded" and "SmokeEval" in [s["name"] for s in run["states"]]
+    deployment_id, endpoint = run["deployment_id"], run["endpoint_name"]  # the shape run-local --json has
+    assert (deployment_id, endpoint) == (run["output"]["deployment_id"], run["output"]["endpoint_name"])
 
     clock.advance(3600)  # an hour of billing at the catalog price
     [row] = json.loads(_cli("list", *REGION, "--json").output)
@@ -158,3 +158,12 @@ def test_teardown_all_before_sam_delete_and_doctor_warns_while_endpoints_live(de
     assert result["endpoint"] == endpoint and f"endpoint/{endpoint}" in result["deleted"]
     assert stack.record_of(arn).status == "torn_down" and stack.leftover_resources() == []
     assert check_live_endpoints(sm, STACK, "modeldrop").status == "ok"
+    # Idempotent: what is already gone or going is said as such, exit 0 -- the deployment again (its
+    # endpoint still Deleting), and the whole stack again.
+    deployment_id = stack.record_of(arn).deployment_id
+    again = _cli("teardown", deployment_id, *REGION, "--json")
+    assert again.exit_code == 0, again.output
+    assert json.loads(again.output)["already_ended"] == "torn_down"
+    twice = _cli("teardown", deployment_id, *REGION)
+    assert twice.exit_code == 0 and "already torn_down" in twice.output, twice.output
+    assert _cli("teardown", "--all", *REGION, "--json").exit_code == 0

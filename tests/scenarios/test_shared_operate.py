@@ -45,8 +45,8 @@ def test_deploy_three_adapters_then_tear_one_down_while_the_others_serve(deploye
     )
     assert started.exit_code == 0, started.output
     run = json.loads(started.output)
-    assert run["status"] == "SUCCEEDED", run
-    deployment_id, endpoint = run["output"]["deployment_id"], run["output"]["endpoint_name"]
+    assert run["status"] == "succeeded", run
+    deployment_id, endpoint = run["deployment_id"], run["endpoint_name"]
     runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
 
     def invoke(component: str) -> str:

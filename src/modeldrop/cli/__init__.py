@@ -35,9 +35,15 @@ def main() -> None:
     """The command line; with --json, even an option the parser itself refuses is one JSON object."""
     import json
     import sys
+    import warnings
 
     import typer
     from typer._click import exceptions as click_errors
+
+    # A library's warning (Powertools' "no metrics to publish" from a handler run in-process, a
+    # deprecation) is the project's to act on, never a user's: it has no fix they could apply.
+    if not sys.warnoptions:
+        warnings.simplefilter("ignore")
 
     if "--json" not in sys.argv[1:]:
         app()

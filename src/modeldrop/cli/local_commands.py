@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,6 +32,7 @@ from modeldrop.cli._shared import (
 )
 from modeldrop.cli.run_summary import summary
 from modeldrop.cli.states import StatePrinter
+from modeldrop.contracts.text import printable
 from modeldrop.local.faults import FAULTS
 
 if TYPE_CHECKING:
@@ -131,6 +133,8 @@ def run_local_cmd(
         problem = _channel_problem(channel, adapter or prefix or engine != "reference")
     if problem:
         fail(problem)
+    if artifact is not None:
+        _readable_or_exit(artifact)
     if adapter_mode is not None:
         request["adapter_mode"] = adapter_mode
     banner = [
@@ -227,6 +231,27 @@ def _input_problem(
     return next((message for failed, message in checks if failed), None)
 
 
+def _readable_or_exit(artifact: Path) -> None:
+    """ARTIFACT read as `validate` reads it, before anything starts: what validate calls unreadable (a
+    text file, a broken archive) or no checkpoint at all is refused here with exit 2, not after a run
+    of the state machine. A readable checkpoint the rules refuse goes on: its refusal is a scenario."""
+    from modeldrop.checkpoint.validation import validate_source
+    from modeldrop.contracts.errors import ModeldropError
+
+    try:
+        with byte_progress("checking"):
+            report = validate_source(str(artifact))
+    except ModeldropError as exc:
+        fail(f"{artifact}: {exc.message}", exc.hint, error=type(exc).__name__)
+    if {"CONFIG_MISSING", "NO_SAFETENSORS"} <= {f.code for f in report.findings}:
+        kind = "directory" if artifact.is_dir() else "file"
+        fail(
+            f"{artifact}: not a checkpoint: the {kind} holds no config.json and no *.safetensors weights",
+            "give a model directory (or its .tar.gz); `modeldrop sample DIR` writes one to try",
+            error="CheckpointUnreadable",
+        )
+
+
 def _interrupted(exc: KeyboardInterrupt) -> None:
     from modeldrop.local.scenarios import interrupts
 
@@ -237,3 +262,29 @@ def _interrupted(exc: KeyboardInterrupt) -> None:
         raise typer.Exit(code)
     err.print("interrupted: the run was stopped and no local endpoint process is left running", markup=False)
     raise typer.Exit(code)
+
+
+@app.command("sample")
+def sample_cmd(
+    directory: Annotated[Path, typer.Argument(help="where to write it: a new or empty directory")],
+    broken: Annotated[
+        bool,
+        typer.Option("--broken", help="drop the KV-shared layers' tensors, as save_pretrained does (repair's case)"),
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Write a small checkpoint to try every command on: a Gemma-4-style config, real safetensors shards
+    and index, tokenizer files and chat template (random weights: it validates, plans and serves on the
+    local engines, but says nothing sensible). Exit 0 written, 2 the directory is not empty."""
+    json_mode(as_json)
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+
+    if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
+        fail(f"{directory} exists and is not an empty directory: nothing was written", "name a new directory")
+    written = write_checkpoint(directory, drop_kv_shared=broken)
+    files = sorted(p.name for p in written.iterdir())
+    if as_json:
+        print(json.dumps({"directory": str(written), "files": files, "broken": broken}))
+        return
+    console.print(f"wrote {len(files)} files to {printable(str(written))}", markup=False, highlight=False)
+    console.print(f"next: modeldrop validate {printable(str(written))}", markup=False, highlight=False)

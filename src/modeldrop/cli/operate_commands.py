@@ -166,6 +166,25 @@ def deploy_cmd(
         follow(sfn, arn, as_json)
 
 
+def waited_result(desc: dict[str, Any], arn: str, output: dict[str, Any] | None) -> dict[str, Any]:
+    """What every command that waits on a deployment prints as JSON (run-local, deploy --wait, upload
+    --wait; docs/deploying.md "What a waiting command prints"): the deployment id and its outcome at
+    the top, lower case, as run-local gives them; the execution and its raw output beside them."""
+    from modeldrop.contracts.models import deployment_id_of
+
+    status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
+    return {
+        "deployment_id": (output or {}).get("deployment_id") or deployment_id_of(desc),
+        "status": status,
+        "error": desc.get("error") or ("ExecutionAborted" if status == "aborted" else None),
+        "cause": cause_message(desc.get("cause")),
+        "endpoint_name": (output or {}).get("endpoint_name"),
+        "execution_arn": arn,
+        "execution_status": desc["status"],
+        "output": output,
+    }
+
+
 def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     """Follow the execution ARN state by state and print its outcome (as JSON: with EXTRA fields)."""
     from modeldrop.aws.execution_watch import watch
@@ -190,20 +209,8 @@ def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = Non
         printer.flush()
     output = json.loads(desc["output"]) if desc.get("output") else None
     if as_json:
-        print(
-            json.dumps(
-                {
-                    **(extra or {}),
-                    "execution_arn": arn,
-                    "status": desc["status"],
-                    "error": desc.get("error"),
-                    "cause": cause_message(desc.get("cause")),
-                    "output": output,
-                    "states": [s.model_dump() for s in states],
-                },
-                default=str,
-            )
-        )
+        result = {**(extra or {}), **waited_result(desc, arn, output), "states": [s.model_dump() for s in states]}
+        print(json.dumps(result, default=str))
     elif desc["status"] == "SUCCEEDED":
         out = output or {}
         console.print(

@@ -84,6 +84,10 @@ def teardown_cmd(
     if as_json:
         print(json.dumps({k: v for k, v in result.items() if k != "record"} | {"record": record}, default=str))
         return
+    if result.get("already_ended"):
+        going = f" ({', '.join(result['already_gone'])})" if result.get("already_gone") else ""
+        console.print(f"{record.get('deployment_id')} already {result['already_ended']}: nothing left to delete{going}")
+        return
     console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
     if record:
         from modeldrop.contracts.record import DeploymentRecord
@@ -162,7 +166,8 @@ def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool
                 console.print(f"execution {escape(str(r['execution']))}: stopped (it deletes what it made)")
                 continue
             label = r.get("endpoint") or r.get("deployment_id")
-            console.print(f"{label}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else "deleted"))
+            outcome = "being deleted already" if r.get("deleting") else "deleted"
+            console.print(f"{label}: " + (f"[red]{escape(r['error'])}[/]" if "error" in r else outcome))
         if not results:
             console.print("no endpoint of this stack is live")
     raise typer.Exit(1 if failed else 0)

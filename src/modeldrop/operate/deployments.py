@@ -347,8 +347,12 @@ def teardown(
         refuse_if_channel_holds(registry, item.deployment_id)
     name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
-    if item is not None and item.terminal and desc is None:
-        raise OperateError(f"deployment {item.deployment_id} already ended ({item.status}): nothing is left to delete")
+    going = desc is not None and desc.get("EndpointStatus") == "Deleting"
+    if item is not None and item.terminal and (desc is None or going):
+        # Torn down already (a second teardown, the state machine's, the reaper's): nothing to do is the
+        # outcome asked for, said as such.
+        gone = [f"endpoint/{name} (deleting)"] if going else []
+        return {"deleted": [], "already_gone": gone, "already_ended": item.status, "record": item.to_json()}
     owner = item.deployment_id if item is not None else _tagged_owner(sm, desc)
     try:
         # The state machine's own Teardown step: endpoint -> endpoint config -> model, recorded.
@@ -363,7 +367,7 @@ def teardown(
     except TeardownIncomplete as exc:
         raise OperateError(exc.message, "retry; the reaper also removes leftovers") from None
     attached = item is not None and item.step_dict("create_endpoint").get("attached_to")
-    if desc is not None and f"endpoint/{name}" not in done.deleted and not attached:
+    if desc is not None and f"endpoint/{name}" not in done.deleted and not attached and not going:
         raise OperateError(
             f"endpoint {name} was not deleted: {', '.join(done.not_ours) or 'it belongs to another deployment'}",
             "`modeldrop status NAME` names its owner",

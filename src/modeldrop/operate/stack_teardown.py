@@ -22,11 +22,14 @@ if TYPE_CHECKING:
 from modeldrop.operate.deployments import OperateError, StackInfo, find_deployment, refuse_if_channel_holds, teardown
 
 
-def live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str) -> list[str]:
-    """Every endpoint this stack manages that still exists (whatever its record says)."""
+def live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str, deleting: bool = False) -> list[str]:
+    """Every endpoint this stack manages that still exists (whatever its record says) and is not being
+    deleted already; with DELETING, only those that are."""
     names = []
     for endpoint in list_endpoints(sm):
         name = str(endpoint["EndpointName"])
+        if (endpoint.get("EndpointStatus") == "Deleting") != deleting:
+            continue
         if name.startswith(f"{resource_prefix}-") and list_tags(sm, endpoint["EndpointArn"]).get(MANAGED_BY_TAG) == (
             stack_tag
         ):
@@ -90,4 +93,8 @@ def teardown_all(
             results.append({"endpoint": name, "deleted": done["deleted"]})
         except ModeldropError as exc:
             results.append({"endpoint": name, "error": exc.message})
+    # Already going (a channel just closed, a teardown moments ago): nothing to do but say so.
+    handled = {r.get("endpoint") for r in results}
+    going = [n for n in live_endpoints(sm, info.stack_tag, info.resource_prefix, deleting=True) if n not in handled]
+    results += [{"endpoint": name, "deleting": True} for name in going]
     return results
