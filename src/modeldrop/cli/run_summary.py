@@ -102,16 +102,36 @@ def _component_rows(components: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def channel_lines(channel: dict[str, Any]) -> list[str]:
+    """A channel's day as run-local played it: each event with its seconds (from the upload to serving,
+    or the rollback's own), an adapter-only promotion said as such, and each gate's verdict."""
+    adapter_only = {
+        s.get("deployment_id") for s in channel.get("steps", []) if s.get("step") == "promoted, adapter only"
+    }
+    lines: list[str] = []
+    for event in channel.get("history", []):
+        kind = str(event["kind"]).replace("_", " ")
+        if kind == "promoted" and event.get("deployment_id") in adapter_only:
+            kind = "promoted, adapter only (no endpoint created)"
+        line = f"channel {channel['name']}: {kind} {event.get('deployment_id') or ''}".rstrip()
+        if event.get("seconds") is not None:  # a retired version: how long it was kept for a rollback
+            line += f" {'after' if kind == 'retired' else 'in'} {event['seconds']:.1f} s"
+        lines.append(line + (f" ({str(event['reason'])[:160]})" if event.get("reason") else ""))
+        if gate := (event.get("gate") or {}).get("summary"):
+            lines.append(f"  gate: {gate}")
+    if channel.get("error"):
+        lines.append(f"channel {channel['name']}: {channel['error']}")
+    return lines
+
+
 def summary(result: Any, verbose: bool = False) -> None:
     fields(_plan_rows(result) + _outcome_rows(result, verbose))
     if result.components:
         fields(_component_rows(result.components))
-    for event in (result.channel or {}).get("history", []):
-        gate = (event.get("gate") or {}).get("summary")
-        line = f"channel {result.channel['name']}: {event['kind']} {event.get('deployment_id') or ''}"
-        console.print(escape(line + (f" ({event['reason'][:160]})" if event.get("reason") else "")), soft_wrap=True)
-        if gate:
-            console.print(escape(f"  gate: {gate}"), soft_wrap=True)
+    channels = [result.channel, (result.channel or {}).get("adapter_channel")]
+    for channel in [c for c in channels if c]:
+        for line in channel_lines(channel):
+            console.print(escape(line), soft_wrap=True)
     if result.eval_report:
         from modeldrop.evaluation.smoke_eval import EvalReport
 

@@ -90,9 +90,10 @@ def retire_due(
             continue
         for version in due:
             deleted += delete_version(sm, registry, s3, version, channel.base_deployment)
+            kept = (now - clock.parse_iso(version.retired_at)).total_seconds() if version.retired_at else None
             channel.history.append(
                 ChannelEvent(at=clock.iso(now), kind="retired", deployment_id=version.deployment_id,
-                             reason="its grace period ended")
+                             reason="its grace period ended", seconds=round(kept, 1) if kept is not None else None)
             )  # fmt: skip
         channel.kept = [v for v in channel.kept if v not in due]
         store.save(channel)

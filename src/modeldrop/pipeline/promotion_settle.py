@@ -136,7 +136,7 @@ def finish_rollback(ctx: ChannelContext, channel: ChannelRecord) -> ChannelRecor
     assert pending is not None and pending.phase == "rolling_back"
     target = pending.version.model_copy(update={"served_at": _now(), "retired_at": None, "remove_after": None})
     done = retire(channel.model_copy(update={"candidate": None}), target, timedelta(seconds=pending.grace_seconds))
-    done.history.append(pending.event.model_copy(update={"at": _now()}))
+    done.history.append(pending.event.model_copy(update={"at": _now(), "seconds": round(waited(pending), 1)}))
     return ctx.channels.save(done)
 
 
