@@ -47,8 +47,11 @@ def _root(
 
 # Piped output gets room for the tables instead of rich's 80-column default.
 # Piped output gets COLUMNS (or 80), as a terminal would: nothing a user copies is cut at any width.
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+# NO_COLOR (no-color.org): rich drops colours for it but still bolds and highlights numbers; without a
+# colour system it prints no escape sequence at all.
+_PLAIN = {"color_system": None, "highlight": False} if os.environ.get("NO_COLOR") else {}
+console = Console(soft_wrap=True, **_PLAIN)  # type: ignore[arg-type]
+err = Console(stderr=True, soft_wrap=True, **_PLAIN)  # type: ignore[arg-type]
 
 
 _json_errors = False

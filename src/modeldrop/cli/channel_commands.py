@@ -70,7 +70,7 @@ def promote_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Put a deployment behind a channel's stable endpoint: the first creates the channel; later ones
     pass the champion/challenger gate, then a blue/green update with rollback on the channel's
@@ -99,7 +99,7 @@ def rollback_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Return a channel to the version it served before, in one step, verified by reading it back."""
     json_mode(as_json)
@@ -119,7 +119,7 @@ def channels_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Every channel: its endpoint, the version serving, the versions kept for a rollback."""
     json_mode(as_json)

@@ -55,7 +55,7 @@ def validate_cmd(
         str | None,
         typer.Option(help="the version serving now: report what changed in its chat contract (template, EOS)"),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
@@ -141,7 +141,7 @@ def repair_cmd(
     source: Annotated[str, typer.Argument(help="the fine-tuned checkpoint (dir, .tar(.gz), s3:// key or prefix)")],
     base: Annotated[str, typer.Option(help="the base checkpoint to restore missing tensors from")],
     out: Annotated[str, typer.Option(help="where the repaired copy goes: same shape as SOURCE, never SOURCE")],
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
     json_mode(as_json)

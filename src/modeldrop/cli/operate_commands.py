@@ -115,7 +115,7 @@ def deploy_cmd(
     wait: Annotated[
         bool, typer.Option("--wait/--no-wait", help="follow the execution and exit with its outcome (the default)")
     ] = True,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """Start a deployment on the stack's state machine (the same request schema the S3 starter uses)."""
@@ -227,7 +227,7 @@ def list_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Deployments in the registry, newest first, with cost so far (or final cost)."""
     json_mode(as_json)
@@ -292,7 +292,7 @@ def status_cmd(
     stack: StackOpt = "modeldrop",
     region: RegionOpt = None,
     profile: ProfileOpt = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the
     execution. A channel's name: its serving version, the kept ones and its history with each gate."""

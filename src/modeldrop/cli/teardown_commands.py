@@ -32,8 +32,9 @@ def extend_cmd(
     from modeldrop.operate.deployments import extend, parse_ttl
 
     with aws_errors():
-        hours = parse_ttl(ttl)
+        parse_ttl(ttl)  # a typo is refused before any AWS call
         session, info, registry = _connect(stack, region, profile)
+        hours = parse_ttl(ttl, info.max_ttl_hours, "the stack's MaxTtlHours")
         record = extend(session.client("sagemaker"), registry, info, deployment, hours)
     if as_json:
         print(json.dumps(record.model_dump(include={"deployment_id", "endpoint_name", "expires_at"})))

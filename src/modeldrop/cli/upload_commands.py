@@ -38,7 +38,7 @@ def upload_cmd(
     merge_marker: Annotated[
         bool, typer.Option("--merge-marker", help="use DIR's own modeldrop.json, these overrides on top")
     ] = False,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Upload a checkpoint as an S3 prefix: shards in parallel (multipart, SHA-256 checked), objects
     already there with the same size and digest skipped, the modeldrop.json marker last."""

@@ -64,14 +64,16 @@ class StackInfo(BaseModel):
         return self.stack_name
 
 
-def parse_ttl(text: str) -> float:
-    """'90m', '4h', '1.5h', '2d' -> hours."""
+def parse_ttl(text: str, max_hours: float = 24 * 14, limit: str = "a request's 14 days") -> float:
+    """'90m', '4h', '1.5h', '2d' -> hours, at most MAX_HOURS (LIMIT names that bound)."""
     m = _TTL.match(text.strip())
     if m is None:
         raise OperateError(f"--ttl {text!r} is not a duration", "use e.g. 90m, 4h or 2d")
     value = float(m[1]) * {"m": 1 / 60, "h": 1.0, "d": 24.0}[m[2]]
-    if not 0 < value <= 24 * 14:
-        raise OperateError(f"--ttl {text} is outside (0, 14 days]")
+    if value <= 0:
+        raise OperateError(f"--ttl {text} is not a positive duration", "use e.g. 90m, 4h or 2d")
+    if value > max_hours:
+        raise OperateError(f"--ttl {text} ({value:g} h) is over {limit} ({max_hours:g} h)", "ask for less")
     return value
 
 
