@@ -338,15 +338,7 @@ def teardown(
 
     An endpoint name means the deployment its tags name; a managed endpoint whose deployment left no
     record is deleted by its tags alone. Having deleted nothing is never a success."""
-    try:
-        item: DeploymentRecord | None = find_deployment(registry, id_or_endpoint, sm, acting=True)
-    except OperateError:
-        # Only a managed endpoint whose deployment left no record is deleted without one (by its tags).
-        if registry.get(id_or_endpoint) is not None or _managed_endpoint(sm, info, id_or_endpoint) is None:
-            raise
-        item = None
-    if item is not None:
-        refuse_if_channel_holds(registry, item.deployment_id)
+    item = _record_to_tear_down(sm, registry, info, id_or_endpoint)
     name = str(item.endpoint_name) if item else id_or_endpoint
     desc = _managed_endpoint(sm, info, name)
     going = desc is not None and desc.get("EndpointStatus") == "Deleting"
@@ -378,6 +370,21 @@ def teardown(
     if item is not None:
         result["record"] = _record_torn_down(registry, events, info, item, result).to_json()
     return result
+
+
+def _record_to_tear_down(
+    sm: SageMakerClient, registry: Registry, info: StackInfo, id_or_endpoint: str
+) -> DeploymentRecord | None:
+    """The deployment ID_OR_ENDPOINT names (None: a managed endpoint whose deployment left no record, to
+    be deleted by its tags alone); refused if a channel holds it."""
+    try:
+        item = find_deployment(registry, id_or_endpoint, sm, acting=True)
+    except OperateError:
+        if registry.get(id_or_endpoint) is not None or _managed_endpoint(sm, info, id_or_endpoint) is None:
+            raise
+        return None
+    refuse_if_channel_holds(registry, item.deployment_id)
+    return item
 
 
 def refuse_if_channel_holds(registry: Registry, deployment_id: str, component: str | None = None) -> None:
