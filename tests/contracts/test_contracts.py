@@ -341,3 +341,13 @@ def test_the_deploy_guides_sagemaker_role_policy_is_the_local_stacks() -> None:
         .replace("<ResourcePrefix>", "modeldrop")
     )
     assert json.loads(filled) == sagemaker_role_policy("b", "modeldrop")
+
+
+def test_the_fault_table_is_the_fault_data() -> None:
+    """docs/local-runs.md's table of --fault scenarios: one anchored row per fault, in faults.py's words."""
+    from modeldrop.local.faults import FAULTS
+
+    text = (ROOT / "docs" / "local-runs.md").read_text()
+    rows = re.findall(r'^\| <a id="fault-([a-z-]+)"></a>`([a-z-]+)` \| (.*) \|$', text, flags=re.M)
+    assert [(a, n) for a, n, _ in rows] == [(n, n) for n in FAULTS if n != "none"]
+    assert {n: d for _, n, d in rows} == {n: d for n, d in FAULTS.items() if n != "none"}
