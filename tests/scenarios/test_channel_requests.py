@@ -18,6 +18,19 @@ def _upload(stack: Any, tmp_path: Path, name: str, shards: int = 2) -> str:
     return f"s3://{stack.bucket}/direct/{name}/model.tar.gz"
 
 
+def _versions(stack: Any, tmp_path: Path, count: int) -> list[Any]:
+    """COUNT succeeded deployments of distinct generated checkpoints (v1, v2, ...), their endpoints kept."""
+    from modeldrop.local.scenarios.run import _deploy
+
+    runs = [
+        _deploy(stack, write_checkpoint(tmp_path / f"v{i}", shards=i + 1), tmp_path, None,
+                key=f"local/v{i}/model.tar.gz", request={"ttl_hours": 2}, keep=True)
+        for i in range(1, count + 1)
+    ]  # fmt: skip
+    assert all(r.status == "succeeded" for r in runs), [(r.error, r.cause) for r in runs]
+    return runs
+
+
 def _run(stack: Any, request: dict[str, Any]) -> dict[str, Any]:
     desc = stack.wait(stack.start(request), timeout=240)
     return {**desc, "output": json.loads(desc["output"]) if desc.get("output") else None}
@@ -144,7 +157,6 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.contracts.models import NormalizedRequest
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel
     from modeldrop.pipeline.promotion import promote, start_promotion
     from modeldrop.pipeline.promotion_steps import promotion_step
@@ -152,19 +164,7 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     stack = make_stack({"MaxGateLatencySlack": "30"})
     ctx = channel_context(stack)
     cases_gate = {"latency_slack_s": 30}
-    runs = [
-        _deploy(
-            stack,
-            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
-            tmp_path,
-            None,
-            key=f"local/v{i}/model.tar.gz",
-            request={"ttl_hours": 2},
-            keep=True,
-        )
-        for i in (1, 2, 3)
-    ]
-    assert all(r.status == "succeeded" for r in runs)
+    runs = _versions(stack, tmp_path, 3)
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
 
@@ -294,9 +294,7 @@ def test_a_promotion_is_refused_busy_while_a_rollback_is_in_flight(make_stack: A
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.local.samples.checkpoint import write_checkpoint
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel
     from modeldrop.pipeline.channel_context import promotion_timeouts, start_update
     from modeldrop.pipeline.promotion import promote, start_promotion
@@ -304,19 +302,7 @@ def test_a_promotion_is_refused_busy_while_a_rollback_is_in_flight(make_stack: A
 
     stack = make_stack()
     ctx = channel_context(stack)
-    runs = [
-        _deploy(
-            stack,
-            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
-            tmp_path,
-            None,
-            key=f"local/v{i}/model.tar.gz",
-            request={"ttl_hours": 2},
-            keep=True,
-        )
-        for i in (1, 2, 3)
-    ]
-    assert all(r.status == "succeeded" for r in runs)
+    runs = _versions(stack, tmp_path, 3)
     cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
     promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
     channel = promote(ctx, str(runs[1].deployment_id), "main", cases, gate)
@@ -363,27 +349,13 @@ def test_an_update_refused_for_quota_ends_promotion_failed_with_the_channel_free
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.emulator import service_quotas
-    from modeldrop.local.samples.checkpoint import write_checkpoint
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel
     from modeldrop.pipeline.promotion import promote
 
     stack = make_stack()
     ctx = channel_context(stack)
-    runs = [
-        _deploy(
-            stack,
-            write_checkpoint(tmp_path / f"v{i}", shards=i + 1),
-            tmp_path,
-            None,
-            key=f"local/v{i}/model.tar.gz",
-            request={"ttl_hours": 2},
-            keep=True,
-        )
-        for i in (1, 2)
-    ]
-    assert all(r.status == "succeeded" for r in runs)
+    runs = _versions(stack, tmp_path, 2)
     cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
     promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
     candidate = ctx.registry.get(str(runs[1].deployment_id))
@@ -408,19 +380,13 @@ def test_the_reaper_settles_a_promotion_nobody_checked(make_stack: Any, tmp_path
     from modeldrop.contracts import clock
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.local.samples.checkpoint import write_checkpoint
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.local.scenarios.run import _deploy
     from modeldrop.pipeline.channel_admin import close_channel
     from modeldrop.pipeline.promotion import promote, start_promotion
 
     stack = make_stack()
     ctx = channel_context(stack)
-    runs = [
-        _deploy(stack, write_checkpoint(tmp_path / f"v{i}", shards=i + 1), tmp_path, None,
-                key=f"local/v{i}/model.tar.gz", request={"ttl_hours": 2}, keep=True)
-        for i in (1, 2)
-    ]  # fmt: skip
+    runs = _versions(stack, tmp_path, 2)
     cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
     promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
     pending = start_promotion(ctx, str(runs[1].deployment_id), "main", cases, gate)
