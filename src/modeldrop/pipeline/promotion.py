@@ -131,6 +131,8 @@ def start_promotion(
         channel = settle_stale(ctx, channel)
     if channel.live and channel.live.deployment_id == deployment_id:
         raise ChannelInvalid(f"deployment {deployment_id} already serves channel {channel_name}")
+    if pin is not None:  # the operator's new set holds from this gate on, whatever its verdict
+        channel = channel.model_copy(update={"eval_set": pin})
     champion = channel.live.component if channel.live else None
     if ctx.runtime is None:
         raise ChannelInvalid("no sagemaker-runtime client: the gate cannot run here")
@@ -147,8 +149,7 @@ def start_promotion(
                                grace_seconds=grace.total_seconds(), instances=record.instance_count,
                                budget_seconds=budget, update_timeout_seconds=timeout)  # fmt: skip
     # The channel is claimed before its endpoint is touched: a twin that read it first fails here.
-    claim: dict[str, object] = {"candidate": pending, **({"eval_set": pin} if pin else {})}
-    channel = ctx.channels.save(channel.model_copy(update=claim))
+    channel = ctx.channels.save(channel.model_copy(update={"candidate": pending}))
     try:
         if adapter:  # no endpoint update: clients switch to the candidate's component by name
             verify_component(ctx.sm, channel, version)
