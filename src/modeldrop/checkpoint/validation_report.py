@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 from modeldrop.checkpoint.adapter_rules import AdapterSummary
 from modeldrop.checkpoint.base_compare import BaseComparison
 from modeldrop.checkpoint.chat_contract import ChatContract
+from modeldrop.checkpoint.engine_check import EngineCheck
 from modeldrop.contracts.models import Finding, ValidationSummary
 
 
@@ -54,6 +55,8 @@ class ValidationReport(BaseModel):
     adapter: AdapterSummary | None = None
     # What the model's chat behaviour rests on (EOS ids, template, end-of-turn token), when it has a tokenizer.
     chat_contract: ChatContract | None = None
+    # The engine's own verdict (validate --engine-check): its engine, version, verdict and message.
+    engine_check: EngineCheck | None = None
 
     def summary(self, report_uri: str | None = None) -> ValidationSummary:
         """The state-sized part: every ValidationSummary field this report shares, plus the few it derives."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -55,10 +57,18 @@ def validate_cmd(
         str | None,
         typer.Option(help="the version serving now: report what changed in its chat contract (template, EOS)"),
     ] = None,
+    engine_check: Annotated[
+        bool,
+        typer.Option(
+            "--engine-check", help="also ask the engine's own code (the vLLM venv, on CPU): a local directory only"
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
+    if engine_check:
+        _engine_check_possible(source)
     from modeldrop.checkpoint.chat_contract import drift_finding
     from modeldrop.checkpoint.validation import validate_source
 
@@ -71,6 +81,8 @@ def validate_cmd(
                 report.findings += [drift] if drift else []
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
+    if engine_check:
+        report = _with_engine_check(report, source, target)
     codes = {f.code for f in report.findings}
     if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
         # Nothing of a model at all: one line, not ten findings about what is missing.
@@ -117,6 +129,29 @@ def validate_cmd(
             console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {detail}")
         console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def _engine_check_possible(source: str) -> None:
+    from modeldrop.checkpoint.engine_check import engine_python
+
+    if not Path(source).is_dir():
+        fail(
+            f"--engine-check judges a local model directory, not {source}", "extract the archive, then check its folder"
+        )
+    if engine_python() is None:
+        fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
+
+
+def _with_engine_check(report: Any, source: str, target: Any) -> Any:
+    """REPORT with the engine's own verdict on SOURCE and its findings (the stricter of the two stands)."""
+    from modeldrop.checkpoint.engine_check import engine_check, engine_findings
+    from modeldrop.checkpoint.validation import default_target
+
+    with console.status("asking the engine's own code") if console.is_terminal else contextlib.nullcontext():
+        check = engine_check(Path(source), target or default_target())
+    findings = [*report.findings, *engine_findings(check)]
+    deployable = not any(f.severity == "error" for f in findings)
+    return report.model_copy(update={"engine_check": check, "findings": findings, "deployable": deployable})
 
 
 def _input_error(exc: ModeldropError, source: str, as_json: bool) -> NoReturn:

@@ -1,0 +1,140 @@
+"""The engine's own verdict on a checkpoint directory, run in the engine's interpreter (the project's
+vLLM venv: `python engine_probe.py DIR [DIR ...]`), one JSON line per directory. Standard library, torch
+and vLLM only: it is run as a file, never imported by modeldrop.
+
+What it asks vLLM's own code, no weight byte read and no GPU:
+- `EngineArgs(...).create_engine_config()`: ModelConfig's architecture resolution, quantization
+  verification, rope and config validation (stage "config");
+- the model class built on the meta device, as vLLM's loader builds it (stage "build");
+- the model's own `load_weights`, fed empty meta tensors shaped and typed as the safetensors headers say,
+  from the files vLLM would read (root `*.safetensors`, filtered by the index) (stage "load");
+- the loader's "weights not initialized from checkpoint" check, and, stricter, every parameter the
+  model has that no tensor loaded (`strict_not_loaded`: vLLM exempts unquantized linear layers, and
+  would serve uninitialised memory for them) (stage "check").
+An exception at a stage is the engine's refusal, with its own message; the last frame names a bare
+assertion. Known CPU-only limits (the CPU attention backend, a quantization method's CPU kernels) are
+said as such: they are not the GPU's verdict.
+"""
+
+import json
+import os
+import resource
+import socket
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+
+# A refusal that comes from running on this CPU, not from the checkpoint.
+CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size")
+
+
+def _message(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}" if str(exc) else ""
+    if not text:
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        text = f"{type(exc).__name__} in {frame.name} ({os.path.basename(frame.filename)})" if frame else repr(exc)
+    return text[:3000]
+
+
+def _dtypes() -> dict[str, Any]:
+    import torch
+
+    return {
+        "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+        "BOOL": torch.bool, "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    }  # fmt: skip
+
+
+def _shards(model_dir: str) -> list[str]:
+    files = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors") and not f.startswith("."))
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.isfile(index):
+        with open(index) as fh:
+            wanted = set(json.load(fh).get("weight_map", {}).values())
+        files = [f for f in files if f in wanted]
+    return [os.path.join(model_dir, f) for f in files if os.path.isfile(os.path.join(model_dir, f))]
+
+
+def _meta_weights(model_dir: str) -> Iterator[tuple[str, Any]]:
+    import torch
+
+    dtypes = _dtypes()
+    for path in _shards(model_dir):
+        with open(path, "rb") as fh:
+            size = struct.unpack("<Q", fh.read(8))[0]
+            header = json.loads(fh.read(size))
+        for name, info in header.items():
+            if name != "__metadata__":
+                yield name, torch.empty(info["shape"], dtype=dtypes.get(info["dtype"], torch.float32), device="meta")
+
+
+def judge(model_dir: str, started: float) -> dict[str, Any]:
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.engine.arg_utils import EngineArgs
+
+    def verdict(kind: str, stage: str, message: str = "", **extra: Any) -> dict[str, Any]:
+        return {"directory": model_dir, "verdict": kind, "stage": stage, "message": message,
+                "seconds": round(time.time() - started, 2), **extra}  # fmt: skip
+
+    try:
+        config = EngineArgs(model=model_dir, enforce_eager=True, max_model_len=256).create_engine_config()
+    except Exception as exc:
+        return verdict("refused", "config", _message(exc))
+    from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    with set_current_vllm_config(config):
+        try:
+            with torch.device("meta"):
+                model = initialize_model(vllm_config=config)
+            model = model.to("meta")  # a few models create parameters on a real device
+        except Exception as exc:
+            text = _message(exc)
+            cpu = any(marker in text.lower() for marker in CPU_ONLY)
+            return verdict("undetermined" if cpu else "refused", "build", text)
+        try:
+            loaded = model.load_weights(_meta_weights(model_dir))
+        except Exception as exc:
+            return verdict("refused", "load", _message(exc))
+        strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()))
+        quantized = config.model_config.quantization is not None
+        try:  # mutates LOADED: the exemptions the engine makes
+            DefaultModelLoader(config.load_config).track_weights_loading(model, set(loaded or ()), quantized=quantized)
+        except Exception as exc:
+            return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50])
+    return verdict("loads", "check", strict_not_loaded=strict[:50], quantization=config.model_config.quantization)
+
+
+def main(dirs: list[str]) -> None:
+    import vllm
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import init_distributed_environment, initialize_model_parallel
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with set_current_vllm_config(VllmConfig()):
+        init_distributed_environment(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
+                                     local_rank=0, backend="gloo")  # fmt: skip
+        initialize_model_parallel(1, 1)
+    for model_dir in dirs:
+        started = time.time()
+        try:
+            result = judge(model_dir, started)
+        except BaseException as exc:  # the probe's own failure: said, never a pass
+            result = {"directory": model_dir, "verdict": "undetermined", "stage": "probe", "message": _message(exc)}
+        result.update(engine="vllm", version=vllm.__version__,
+                      peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # fmt: skip
+        print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

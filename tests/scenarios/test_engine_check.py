@@ -1,0 +1,109 @@
+"""The engine check: vLLM's own code (the project's engine venv, on CPU, meta tensors) judges a checkpoint,
+and its verdict -- with its own words -- becomes findings beside the static rules'. Each broken variant
+of the CPU Llama is one the static rules alone missed, or one whose refusal the engine words itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+from modeldrop.checkpoint.engine_check import engine_findings, from_probe, probe
+from modeldrop.contracts.engine_target import EngineVersion
+from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
+
+VLLM = os.environ.get("MODELDROP_VLLM_PYTHON")
+pytestmark = pytest.mark.skipif(not VLLM, reason="set MODELDROP_VLLM_PYTHON (make test sets the engine venv)")
+TARGET = EngineVersion("vllm", "0.26.0", "the default image")
+
+
+def _variant(base: Path, root: Path, name: str, tensors: Callable[[dict[str, Any]], None] | None = None,
+             config: Callable[[dict[str, Any]], None] | None = None) -> Path:  # fmt: skip
+    folder = root / name
+    shutil.copytree(base, folder)
+    weights = load_file(str(base / "model.safetensors"))
+    if tensors:
+        tensors(weights)
+    save_file(weights, str(folder / "model.safetensors"))
+    if config:
+        data = json.loads((base / "config.json").read_text())
+        config(data)
+        (folder / "config.json").write_text(json.dumps(data))
+    return folder
+
+
+def _rename(weights: dict[str, Any]) -> None:
+    weights["model.layers.0.mlp.down_projX.weight"] = weights.pop("model.layers.0.mlp.down_proj.weight")
+
+
+def _cut(weights: dict[str, Any]) -> None:
+    key = "model.layers.0.mlp.down_proj.weight"
+    weights[key] = weights[key][: weights[key].shape[0] // 2]
+
+
+def test_the_engine_judges_each_variant_in_its_own_words(tmp_path: Path) -> None:
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    expected: dict[str, tuple[str, str]] = {}  # variant -> (finding code, words of the engine's)
+
+    def add(name: str, code: str, words: str, **change: Any) -> Path:
+        expected[name] = (code, words)
+        return _variant(base, tmp_path, name, **change)
+
+    dirs = [
+        base,
+        add("dropped-o-proj", "ENGINE_WEIGHTS_UNINITIALIZED", "o_proj.weight",
+            tensors=lambda w: w.pop("model.layers.0.self_attn.o_proj.weight")),
+        add("half-rows", "ENGINE_REFUSED", "AssertionError", tensors=_cut),
+        add("renamed", "ENGINE_REFUSED", "no module or parameter named 'layers.0.mlp.down_projX'",
+            tensors=_rename),
+        add("extra-tensor", "ENGINE_REFUSED", "no module or parameter named 'layers.0.mlp.extra'",
+            tensors=lambda w: w.update({"model.layers.0.mlp.extra.weight": np.zeros((2, 2), dtype=np.float32)})),
+        add("rope-unknown", "ENGINE_REFUSED", "Unknown RoPE scaling type wobbly",
+            config=lambda c: c.update(rope_scaling={"rope_type": "wobbly", "factor": 2.0})),
+        add("yarn-no-factor", "ENGINE_REFUSED", "factor",
+            config=lambda c: c.update(rope_scaling={"rope_type": "yarn"})),
+        add("exl2", "ENGINE_REFUSED", "Unknown quantization method: exl2",
+            config=lambda c: c.update(quantization_config={"quant_method": "exl2", "bits": 4})),
+        add("gptq-config-on-dense", "ENGINE_REFUSED", "no module or parameter named 'layers.0.mlp.down_proj.weight'",
+            config=lambda c: c.update(quantization_config={"quant_method": "gptq", "bits": 4, "group_size": 128,
+                                                           "desc_act": False, "sym": True})),
+    ]  # fmt: skip
+    assert VLLM is not None
+    results = probe(dirs, VLLM)
+    intact = from_probe(results[0], TARGET)
+    assert intact.verdict == "loads" and engine_findings(intact) == [], intact
+    assert intact.version and intact.judged_for.startswith("vLLM 0.26.0")
+    assert intact.note is None or "0.26.0" in intact.note  # the venv's version named where it is not the image's
+    for folder, raw in zip(dirs[1:], results[1:], strict=True):
+        code, words = expected[folder.name]
+        check = from_probe(raw, TARGET)
+        findings = engine_findings(check)
+        assert [f.code for f in findings] == [code], (folder.name, check)
+        assert words in findings[0].message, (folder.name, findings[0].message)
+        assert findings[0].severity == "error" and findings[0].hint
+
+
+def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) -> None:
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    broken = _variant(base, tmp_path, "exl2", config=lambda c: c.update(quantization_config={"quant_method": "exl2"}))
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(broken), "--engine-check", "--json"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    check = report["engine_check"]
+    assert check["engine"] == "vllm" and check["version"] and check["verdict"] == "refused"
+    assert "Unknown quantization method: exl2" in check["message"] and not report["deployable"]
+    archive = tmp_path / "x.tar.gz"
+    archive.write_bytes(b"not read")
+    refused = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(archive), "--engine-check"],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert refused.returncode == 2 and "local model directory" in refused.stderr
