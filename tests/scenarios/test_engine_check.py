@@ -83,8 +83,12 @@ def test_the_engine_judges_each_variant_in_its_own_words(tmp_path: Path) -> None
     assert intact.verdict == "loads" and engine_findings(intact) == [], intact
     assert intact.version and intact.judged_for.startswith("vLLM 0.26.0")
     assert intact.note is None or "0.26.0" in intact.note  # the venv's version named where it is not the image's
+    from modeldrop.checkpoint.validation import validate_source
+
     for folder, raw in zip(dirs[1:], results[1:], strict=True):
         code, words = expected[folder.name]
+        # The static rules, the fast first gate, never accept what the engine refuses.
+        assert not validate_source(str(folder)).deployable, folder.name
         check = from_probe(raw, TARGET)
         findings = engine_findings(check)
         assert [f.code for f in findings] == [code], (folder.name, check)

@@ -19,6 +19,7 @@ from modeldrop.checkpoint.architecture_rules import (
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings
 from modeldrop.checkpoint.chat_contract import ChatContract, chat_contract
 from modeldrop.checkpoint.layout_rules import Layout, index_mismatches
+from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible
 from modeldrop.checkpoint.validation_report import KvShared
@@ -277,6 +278,18 @@ def _remote_code(c: _Checkpoint) -> Iterable[Finding]:
     )
 
 
+def _quantization(c: _Checkpoint) -> Iterable[Finding]:
+    if not c.config_parsed or c.scan.header_errors:
+        return []
+    headers = {}
+    for rel in c.layout.weights:
+        header = c.scan.headers.get(rel)
+        if header is not None:
+            headers.update({name: (info.dtype, tuple(info.shape)) for name, info in header.tensors.items()})
+    side = any(name in c.scan.small_files for name in ("quantize_config.json", "quant_config.json"))
+    return quant_findings(c.config, headers, side) + rope_findings(c.config)
+
+
 def _base(c: _Checkpoint) -> Iterable[Finding]:
     return base_findings(c.comparison, c.scan.source) if c.comparison is not None else []
 
@@ -293,6 +306,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _config_bounds,
     _kv_shared_tensors,
     _weights_against_config,
+    _quantization,
     _companions,
     _chat_contract,
     _remote_code,

@@ -1,0 +1,226 @@
+"""Quantization and rope, the fast first gate (the engine check has the last word: --engine-check).
+
+vLLM picks its loader from config.json's `quantization_config` (`quant_method`) and expects the tensors
+that method writes; its config parser refuses a rope type it does not implement, or one without the
+parameters it needs. What is judged here, from the config and the safetensors headers alone:
+- a method no vLLM knows (exl2, ...); AWQ at other than 4 bits (vLLM's AWQ kernels are 4-bit);
+- a GPTQ/AWQ config on dense weights (the stale block a merge keeps: vLLM then looks for `qweight`
+  and finds `weight`), and packed tensors with no config to say how to read them;
+- a packed module without its `scales` / `qzeros`, GPTQ groups that disagree with `group_size`, an
+  FP8 block checkpoint whose fp8 weights lack their `weight_scale_inv`;
+- a rope type no engine implements, and linear / dynamic / yarn / llama3 / longrope scaling without
+  the factors it is computed from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from modeldrop.contracts.models import Finding
+
+# Every method some vLLM release has read (0.26-0.32 and their neighbours), lower case: the engine check
+# asks the image's own version which of them it still has.
+KNOWN_METHODS = frozenset(
+    {
+        "aqlm",
+        "awq",
+        "auto_awq",
+        "auto_gptq",
+        "awq_marlin",
+        "bitblas",
+        "bitsandbytes",
+        "compressed-tensors",
+        "compressed_tensors",
+        "deepspeedfp",
+        "deepseek_v4_fp8",
+        "experts_int8",
+        "fbgemm_fp8",
+        "fp8",
+        "fp8_per_block",
+        "fp8_per_channel",
+        "fp8_per_tensor",
+        "fp_quant",
+        "gguf",
+        "gpt_oss_mxfp4",
+        "gptq",
+        "gptq_bitblas",
+        "gptq_marlin",
+        "gptq_marlin_24",
+        "hqq",
+        "humming",
+        "inc",
+        "ipex",
+        "marlin",
+        "modelopt",
+        "modelopt_fp4",
+        "modelopt_mixed",
+        "modelopt_mxfp8",
+        "moe_wna16",
+        "mxfp4",
+        "mxfp8",
+        "neuron_quant",
+        "nvfp4_per_token",
+        "online",
+        "petit_nvfp4",
+        "ptpc_fp8",
+        "qqq",
+        "quark",
+        "rtn",
+        "torchao",
+        "tpu_int8",
+        "int8_per_channel_weight_only",
+    }
+)
+_PACKED = ("gptq", "awq", "auto_gptq", "auto_awq", "gptq_marlin", "awq_marlin")
+# Rope types vLLM's get_rope or transformers' rope initialisation implement (and their legacy names).
+KNOWN_ROPE = frozenset(
+    {
+        "default",
+        "linear",
+        "dynamic",
+        "ntk",
+        "yarn",
+        "longrope",
+        "su",
+        "llama3",
+        "mllama4",
+        "mrope",
+        "proportional",
+        "bailing_mrope",
+        "openpangu",
+        "deepseek_yarn",
+    }
+)
+_ROPE_NEEDS = {
+    "linear": ("factor",),
+    "dynamic": ("factor",),
+    "yarn": ("factor",),
+    "llama3": ("factor", "low_freq_factor", "high_freq_factor"),
+    "longrope": ("short_factor", "long_factor"),
+}
+_FIX_STALE = (
+    "a merged (dequantized) checkpoint keeps no quantization_config: delete the block from config.json "
+    "(or save the merged model again with save_pretrained after removing it)"
+)
+
+
+def _error(code: str, message: str, hint: str) -> Finding:
+    return Finding(code=code, severity="error", message=message, hint=hint)
+
+
+def quant_findings(
+    config: Mapping[str, Any], headers: Mapping[str, tuple[str, tuple[int, ...]]], side_config: bool = False
+) -> list[Finding]:
+    """HEADERS: every tensor's (dtype, shape), from the shards the engine loads; SIDE_CONFIG: the
+    checkpoint has AutoGPTQ's own quantize_config.json (or quant_config.json) beside config.json."""
+    block = config.get("quantization_config")
+    packed = sorted(n for n in headers if n.endswith(".qweight"))
+    if not isinstance(block, Mapping):
+        if packed and not side_config:
+            what = f"{len(packed)} packed tensors ({packed[0]}, ...) but config.json has no quantization_config"
+            fix = "save the quantized model with its quantization_config (as the quantizer wrote it)"
+            return [_error("QUANT_CONFIG_MISSING", f"{what}: the engine cannot know how to read them", fix)]
+        return []
+    method = str(block.get("quant_method") or "").lower()
+    if method and method not in KNOWN_METHODS:
+        fix = "quantize with a method the engine serves (AWQ, GPTQ, FP8, compressed-tensors, ...)"
+        return [_error("QUANT_METHOD_UNKNOWN", f"quant_method {method!r} is not a method vLLM reads", fix)]
+    findings = list(_packed_rules(method, block, headers, packed))
+    findings += _fp8_rules(method, block, headers)
+    return findings
+
+
+def _packed_rules(
+    method: str, block: Mapping[str, Any], headers: Mapping[str, tuple[str, tuple[int, ...]]], packed: list[str]
+) -> Iterable[Finding]:
+    if method not in _PACKED:
+        return
+    bits = block.get("bits", block.get("w_bit"))
+    if "awq" in method and bits not in (None, 4):
+        yield _error("QUANT_UNSUPPORTED", f"AWQ with {bits} bits: vLLM's AWQ kernels read 4-bit weights only",
+                     "quantize with AWQ at 4 bits, or with GPTQ")  # fmt: skip
+        return
+    if not packed:
+        what = f"config.json names {method} quantization, but no tensor is packed (no *.qweight)"
+        yield _error("QUANT_CONFIG_STALE", f"{what}: the engine would look for qweight, not weight", _FIX_STALE)
+        return
+    group = block.get("group_size", block.get("q_group_size"))
+    for name in packed:
+        module = name[: -len(".qweight")]
+        missing = [f"{module}.{part}" for part in ("scales", "qzeros") if f"{module}.{part}" not in headers]
+        if missing:
+            yield _error("QUANT_TENSORS_MISSING", f"{', '.join(missing)}: a packed module without its "
+                         f"{'scales and zeros' if len(missing) > 1 else missing[0].rsplit('.', 1)[1]}",
+                         "re-export the quantized checkpoint: every module the quantizer packed writes qweight, "
+                         "qzeros and scales")  # fmt: skip
+            return
+        if "gptq" in method and isinstance(bits, int) and bits in (2, 3, 4, 8) and isinstance(group, int):
+            problem = _groups(headers[name][1], headers[f"{module}.scales"][1], bits, group)
+            if problem:
+                yield _error("QUANT_GROUP_MISMATCH", f"{module}: {problem}",
+                             "use the quantization_config the quantizer wrote with these tensors")  # fmt: skip
+                return
+
+
+def _groups(qweight: tuple[int, ...], scales: tuple[int, ...], bits: int, group: int) -> str | None:
+    """GPTQ packs 32 // bits input rows per int32 row of qweight [in*bits/32, out]; scales hold one row
+    per group of GROUP input rows [in/group, out] (one row with group_size -1)."""
+    if len(qweight) != 2 or len(scales) != 2:
+        return None
+    in_features = qweight[0] * 32 // bits
+    expected = 1 if group == -1 else -(-in_features // group) if group > 0 else None
+    if expected is not None and scales[0] != expected:
+        return (
+            f"scales has {scales[0]} rows where group_size {group} over {in_features} input features makes "
+            f"{expected}: the config's group_size is not the one the tensors were packed with"
+        )
+    return None
+
+
+def _fp8_rules(
+    method: str, block: Mapping[str, Any], headers: Mapping[str, tuple[str, tuple[int, ...]]]
+) -> Iterable[Finding]:
+    if method != "fp8" or not block.get("weight_block_size"):
+        return
+    fp8 = [n for n, (dtype, _shape) in headers.items() if dtype.startswith("F8") and n.endswith(".weight")]
+    lacking = [n for n in fp8 if f"{n}_scale_inv" not in headers]
+    if fp8 and lacking:
+        yield _error("QUANT_TENSORS_MISSING", f"{len(lacking)} fp8 block-quantized weights without their "
+                     f"weight_scale_inv ({lacking[0]}, ...): the engine cannot dequantize them",
+                     "re-export the FP8 checkpoint with its per-block scales")  # fmt: skip
+
+
+def rope_findings(config: Mapping[str, Any]) -> list[Finding]:
+    """Rope parameters the config parser refuses: an unknown type, a scaling without its factors."""
+    findings: list[Finding] = []
+    for where, rope in _ropes(config):
+        kind = rope.get("rope_type", rope.get("type"))
+        if kind is None:
+            continue
+        if not isinstance(kind, str) or kind not in KNOWN_ROPE:
+            findings.append(_error("ROPE_INVALID", f"{where} rope_type {kind!r} is not one the engines implement",
+                                   "use the rope type the model was trained with (default, linear, dynamic, yarn, "
+                                   "llama3, longrope, ...)"))  # fmt: skip
+            continue
+        missing = [k for k in _ROPE_NEEDS.get(kind, ()) if k not in rope]
+        if missing:
+            needed = ", ".join(missing)
+            fix = f"give {kind} scaling its {needed} (as the model was trained)"
+            findings.append(_error("ROPE_INVALID", f"{where} rope_type {kind!r} without {needed}", fix))
+    return findings[:4]
+
+
+def _ropes(config: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
+    sections = [("", config)] + [
+        (f"{k}.", v) for k, v in config.items() if k.endswith("_config") and isinstance(v, Mapping)
+    ]
+    for prefix, section in sections:
+        for key in ("rope_scaling", "rope_parameters"):
+            value = section.get(key)
+            if not isinstance(value, Mapping):
+                continue
+            if all(isinstance(v, Mapping) for v in value.values()) and value:  # per layer type (Gemma 3/4)
+                yield from ((f"{prefix}{key}.{k}", v) for k, v in value.items())
+            else:
+                yield f"{prefix}{key}", value

@@ -1,0 +1,64 @@
+"""The static first gate on quantized checkpoints and rope parameters: the tensors each method writes, its
+config agreeing with them, and the rope types and factors the config parsers require."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
+
+GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
+
+
+def _gptq(in_features: int = 256, out: int = 64, group: int = 128, drop: str | None = None) -> dict[str, Any]:
+    module = "model.layers.0.self_attn.q_proj"
+    headers = {
+        f"{module}.qweight": ("I32", (in_features * 4 // 32, out)),
+        f"{module}.qzeros": ("I32", (in_features // group, out * 4 // 32)),
+        f"{module}.scales": ("F16", (in_features // group, out)),
+        "model.embed_tokens.weight": ("F16", (100, 64)),
+    }
+    if drop:
+        headers.pop(f"{module}.{drop}")
+    return headers
+
+
+def _codes(findings: list[Any]) -> list[str]:
+    return [f.code for f in findings]
+
+
+def test_a_consistent_gptq_checkpoint_passes_and_each_break_is_named() -> None:
+    assert quant_findings({"quantization_config": GPTQ}, _gptq()) == []
+    assert _codes(quant_findings({"quantization_config": GPTQ}, _gptq(drop="scales"))) == ["QUANT_TENSORS_MISSING"]
+    # group_size 64 in the config, tensors grouped by 128.
+    mismatch = quant_findings({"quantization_config": {**GPTQ, "group_size": 64}}, _gptq())
+    assert _codes(mismatch) == ["QUANT_GROUP_MISMATCH"] and "group_size 64" in mismatch[0].message
+    # The stale block a merge keeps, and packed tensors with no config at all.
+    dense = {"model.layers.0.self_attn.q_proj.weight": ("BF16", (64, 256))}
+    assert _codes(quant_findings({"quantization_config": GPTQ}, dense)) == ["QUANT_CONFIG_STALE"]
+    assert _codes(quant_findings({}, _gptq())) == ["QUANT_CONFIG_MISSING"]
+    assert quant_findings({}, _gptq(), side_config=True) == []  # AutoGPTQ's quantize_config.json beside it
+
+
+def test_methods_awq_bits_and_fp8_blocks() -> None:
+    assert _codes(quant_findings({"quantization_config": {"quant_method": "exl2"}}, {})) == ["QUANT_METHOD_UNKNOWN"]
+    awq3 = {"quant_method": "awq", "bits": 3, "group_size": 128}
+    assert _codes(quant_findings({"quantization_config": awq3}, _gptq())) == ["QUANT_UNSUPPORTED"]
+    fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    weights = {"model.layers.0.mlp.down_proj.weight": ("F8_E4M3", (256, 256))}
+    assert _codes(quant_findings({"quantization_config": fp8}, weights)) == ["QUANT_TENSORS_MISSING"]
+    scaled = {**weights, "model.layers.0.mlp.down_proj.weight_scale_inv": ("F32", (2, 2))}
+    assert quant_findings({"quantization_config": fp8}, scaled) == []
+    # compressed-tensors names its own tensors: not held to GPTQ's.
+    assert quant_findings({"quantization_config": {"quant_method": "compressed-tensors"}}, {}) == []
+
+
+def test_rope_types_and_their_factors() -> None:
+    assert rope_findings({"rope_scaling": {"rope_type": "yarn", "factor": 4.0}}) == []
+    assert rope_findings({"rope_scaling": {"type": "linear", "factor": 2.0}}) == []  # the legacy key
+    assert _codes(rope_findings({"rope_scaling": {"rope_type": "wobbly"}})) == ["ROPE_INVALID"]
+    assert "factor" in rope_findings({"rope_parameters": {"rope_type": "yarn"}})[0].message
+    per_layer = {"text_config": {"rope_parameters": {"full_attention": {"rope_type": "default"},
+                                                     "sliding_attention": {"rope_type": "nope"}}}}  # fmt: skip
+    found = rope_findings(per_layer)
+    assert _codes(found) == ["ROPE_INVALID"] and "text_config.rope_parameters.sliding_attention" in found[0].message
