@@ -116,16 +116,7 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
 
     # Day 2: the adapter's files and a marker naming the channel, nothing else -- as a pipeline uploads them.
     day2 = write_adapter(tmp_path / "day2", seed=2)
-    for path in sorted(day2.iterdir()):
-        s3.upload_file(str(path), stack.bucket, f"runs/day2/{path.name}")
-    marker = {"channel": "support", "gate": {"latency_slack_s": 30}}
-    s3.put_object(Bucket=stack.bucket, Key="runs/day2/modeldrop.json", Body=json.dumps(marker).encode())
-    stack.settle()
-    sfn = stack.client("stepfunctions")
-    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
-               if e["executionArn"] != first["executionArn"]]  # fmt: skip
-    assert len(started) == 1
-    second = _run_existing(stack, started[0]["executionArn"])
+    second = _marker_run(stack, day2, {"channel": "support", "gate": {"latency_slack_s": 30}}, first["executionArn"])
     assert second["status"] == "SUCCEEDED", (second.get("error"), second.get("cause"))
     promoted = second["output"]["channel"]
     assert promoted["status"] == "serving" and "-day2" in promoted["invoke"]["InferenceComponentName"]
@@ -141,6 +132,21 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
 
     close_channel(channel_context(stack), "support")
     assert stack.leftover_resources() == []
+
+
+def _marker_run(stack: Any, folder: Path, marker: dict[str, Any], before: str) -> dict[str, Any]:
+    """FOLDER's files under runs/day2/, then MARKER beside them, as a pipeline uploads them: the execution
+    the marker's event started (the one besides BEFORE's), followed to its end."""
+    s3 = stack.client("s3")
+    for path in sorted(folder.iterdir()):
+        s3.upload_file(str(path), stack.bucket, f"runs/day2/{path.name}")
+    s3.put_object(Bucket=stack.bucket, Key="runs/day2/modeldrop.json", Body=json.dumps(marker).encode())
+    stack.settle()
+    sfn = stack.client("stepfunctions")
+    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
+               if e["executionArn"] != before]  # fmt: skip
+    assert len(started) == 1
+    return _run_existing(stack, started[0]["executionArn"])
 
 
 def _run_existing(stack: Any, arn: str) -> dict[str, Any]:
@@ -235,17 +241,9 @@ def test_a_marker_cannot_choose_the_cases_the_gate_judges_by(make_stack: Any, tm
 
     stack.hosting.plan("truncate")  # the candidate cuts every answer
     day2 = write_checkpoint(tmp_path / "day2", shards=3)
-    for path in sorted(day2.iterdir()):
-        s3.upload_file(str(path), stack.bucket, f"runs/day2/{path.name}")
     marker = {"channel": "main", "gate": gate, "eval_set_uri": f"s3://{stack.bucket}/evals/one.jsonl",
               "eval_thresholds": {"max_truncated": 100}}  # fmt: skip
-    s3.put_object(Bucket=stack.bucket, Key="runs/day2/modeldrop.json", Body=json.dumps(marker).encode())
-    stack.settle()
-    sfn = stack.client("stepfunctions")
-    started = [e for e in sfn.list_executions(stateMachineArn=stack.state_machine_arn)["executions"]
-               if e["executionArn"] != first["executionArn"]]  # fmt: skip
-    assert len(started) == 1
-    second = _run_existing(stack, started[0]["executionArn"])
+    second = _marker_run(stack, day2, marker, first["executionArn"])
     assert second["status"] == "FAILED" and second["error"] == "PromotionBlocked", (second.get("cause"),)
     channel = store.get("main")
     assert channel is not None and channel.live is not None and channel.candidate is None
