@@ -403,3 +403,47 @@ def test_the_reaper_settles_a_promotion_nobody_checked(make_stack: Any, tmp_path
     assert channel.live is not None and channel.live.deployment_id == runs[1].deployment_id
     close_channel(ctx, "main")
     assert stack.leftover_resources() == []
+
+
+def test_the_reaper_keeps_a_rollbacks_target_and_finishes_a_close_that_stopped(make_stack: Any, tmp_path: Path) -> None:
+    """A kept version past its grace is not deleted while a claim may move the endpoint onto it; a close
+    whose CLI died after its claim is finished by the reaper (its endpoint would bill on with no TTL)."""
+    from datetime import timedelta
+
+    from modeldrop.contracts import clock
+    from modeldrop.contracts.channel import ChannelEvent, PendingPromotion
+    from modeldrop.evaluation.eval_sets import load_eval_set
+    from modeldrop.evaluation.gate import GateThresholds
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.pipeline.channel_upkeep import retire_due
+    from modeldrop.pipeline.promotion import promote
+    from modeldrop.pipeline.promotion_settle import claim_rollback
+
+    stack = make_stack()
+    ctx = channel_context(stack)
+    runs = _versions(stack, tmp_path, 2)
+    cases, gate = load_eval_set(None, None), GateThresholds(latency_slack_s=30)
+    promote(ctx, str(runs[0].deployment_id), "main", cases, gate)
+    channel = promote(ctx, str(runs[1].deployment_id), "main", cases, gate, grace=timedelta(minutes=5))
+    target = channel.last_known_good()
+    assert target is not None
+    claimed = claim_rollback(ctx, channel, target, timedelta(hours=1), 3600)
+    clock.advance(600)  # the kept version's grace is over; the rollback's claim is not
+    assert retire_due(ctx.sm, ctx.registry, ctx.channels, [claimed], ctx.s3) == []
+    sm = stack.client("sagemaker")
+    assert sm.describe_endpoint_config(EndpointConfigName=target.endpoint_config)  # still there to move onto
+    # The rollback's process dies; so does a close's, after its claim.
+    fresh = ctx.channels.get("main")
+    assert fresh is not None and fresh.candidate is not None
+    closing = PendingPromotion(version=fresh.live or target, phase="closing", started_at=clock.iso(clock.utcnow()),
+                               event=ChannelEvent(at=clock.iso(clock.utcnow()), kind="retired"))  # fmt: skip
+    ctx.channels.save(fresh.model_copy(update={"candidate": closing}))
+    clock.advance(closing.budget_seconds + 60)
+    from modeldrop.aws.sagemaker_resources import describe_endpoint
+
+    for endpoint in sm.list_endpoints()["Endpoints"]:  # an hour on, the previews deleted long ago are gone
+        describe_endpoint(sm, endpoint["EndpointName"])
+    done = stack.invoke_function("ReaperFunction", {})
+    assert done["errors"] == [] and any("finished" in line for line in done["settled"]), "\n".join(done["errors"])
+    assert ctx.channels.get("main") is None
+    assert stack.leftover_resources() == []

@@ -81,10 +81,13 @@ def _delete_component_version(
 def retire_due(
     sm: SageMakerClient, registry: Registry, store: ChannelStore, channels: list[ChannelRecord], s3: S3Client | None
 ) -> list[str]:
-    """CHANNELS' kept versions past their grace, deleted (the reaper runs it); returns what was deleted."""
+    """CHANNELS' kept versions past their grace, deleted (the reaper runs it); returns what was deleted.
+    A channel with a claim under way waits for the next run: a rollback may be moving onto its kept version."""
     deleted: list[str] = []
     now = clock.utcnow()
     for channel in channels:
+        if channel.candidate is not None:  # a claim under way may move the endpoint onto a kept version
+            continue
         due = [v for v in channel.kept if v.remove_after and clock.parse_iso(v.remove_after) <= now]
         if not due:
             continue

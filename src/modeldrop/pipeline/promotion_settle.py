@@ -102,17 +102,18 @@ def settle_stale(ctx: ChannelContext, channel: ChannelRecord) -> ChannelRecord:
 
 
 def settle_all(ctx: ChannelContext, channels: list[ChannelRecord]) -> list[str]:
-    """The reaper's pass: every claim past its budget settled; what happened to each, as lines."""
+    """The reaper's pass: each promotion or rollback claim past its budget, settled; what happened to each,
+    as lines. One whose endpoint still moves is left for a later run (nothing it may move onto is
+    deleted); a close that stopped midway is channel_close.close_stale's."""
     done: list[str] = []
     for channel in channels:
         pending = channel.candidate
-        if pending is None or waited(pending) <= pending.budget_seconds:
+        if pending is None or pending.phase == "closing" or waited(pending) <= pending.budget_seconds:
             continue
         try:
             fresh = settle_stale(ctx, channel)
-        except ChannelInvalid as exc:
-            done.append(f"channel {channel.name}: {exc.message}")
-            continue
+        except ChannelInvalid:
+            continue  # still moving, or gone meanwhile: the next run looks again
         live = fresh.live.deployment_id if fresh.live else None
         done.append(f"channel {channel.name}: settled {pending.version.deployment_id} ({pending.phase}); {live} serves")
     return done

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from mypy_boto3_sagemaker import SageMakerClient
     from mypy_boto3_sagemaker.type_defs import DescribeEndpointOutputTypeDef
 
+from modeldrop.pipeline.channel_close import close_stale
 from modeldrop.pipeline.channel_context import ChannelContext
 from modeldrop.pipeline.channel_upkeep import channel_held, retire_due
 from modeldrop.pipeline.promotion_settle import settle_all
@@ -90,11 +91,15 @@ def reap(
         try:
             ctx = ChannelContext(sm=sm, runtime=None, cloudwatch=cloudwatch, registry=registry, channels=store,
                                  resource_prefix=resource_prefix, stack_tag=stack_tag, s3=s3)  # fmt: skip
-            result.settled = settle_all(ctx, channels)
-            channels = store.all() if result.settled else channels
+            result.settled = settle_all(ctx, channels) + close_stale(ctx, channels)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"channel claims: {exc}")
+    # A channel closed just now leaves its endpoint Deleting: still the channel's for this run, not a
+    # managed endpoint with no TTL.
+    closed_now = {c.endpoint_name for c in channels}
+    channels = store.all() if result.settled else channels
     channel_endpoints, channel_names, channel_deployments = channel_held(channels)
+    channel_endpoints |= closed_now
     for ep in list_endpoints(sm):
         name = ep["EndpointName"]
         live.add(name)
