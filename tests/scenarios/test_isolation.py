@@ -392,3 +392,20 @@ def test_delete_objects_answers_per_key_errors_and_the_caller_reads_them(stack: 
         with pytest.raises(TeardownIncomplete, match="could not delete 1 object"):
             delete_served(s3, stack.bucket, "held-1")
     assert s3.get_object(Bucket=stack.bucket, Key=key)["Body"].read() == archive
+
+
+def test_the_reaper_may_delete_channel_records_and_no_deployments_record(stack: Any) -> None:
+    """The reaper undoes a channel whose claim went stale, so it may DeleteItem -- channel records only
+    (dynamodb:LeadingKeys `channel#*`): a deployment's record, whoever's, is out of its reach."""
+    from modeldrop.local.emulator.iam.enforcement import acting_as
+
+    table = stack.registry().table
+    for key in ("channel#main", "some-deployment-1"):
+        table.put_item(Item={"deployment_id": key, "revision": 1})
+    with acting_as(stack.functions["ReaperFunction"].principal):
+        table.delete_item(Key={"deployment_id": "channel#main"})
+        with pytest.raises(ClientError) as refused:
+            table.delete_item(Key={"deployment_id": "some-deployment-1"})
+    assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
+    assert "Item" in table.get_item(Key={"deployment_id": "some-deployment-1"})
+    assert "Item" not in table.get_item(Key={"deployment_id": "channel#main"})

@@ -235,9 +235,21 @@ def _invoke(call: Call, _lookups: Lookups) -> list[AuthRequest]:
 
 def _table(action: str) -> Rule:
     def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
-        return [AuthRequest(f"dynamodb:{action}", _arn(call, "dynamodb", f"table/{call.params['TableName']}"))]
+        arn = _arn(call, "dynamodb", f"table/{call.params['TableName']}")
+        return [AuthRequest(f"dynamodb:{action}", arn, _leading_keys(call.params))]
 
     return rule
+
+
+def _leading_keys(params: Mapping[str, Any]) -> dict[str, ContextValue]:
+    """dynamodb:LeadingKeys of a Get, Update or DeleteItem: the partition key value it reaches (the tables
+    here have a one-attribute key; on the wire a value is typed, {"S": "..."})."""
+    key = params.get("Key")
+    if not isinstance(key, dict) or len(key) != 1:
+        return {}
+    value = next(iter(key.values()))
+    value = next(iter(value.values()), None) if isinstance(value, dict) else value
+    return {"dynamodb:LeadingKeys": [str(value)]} if value is not None else {}
 
 
 def _log_group(action: str, stream: bool = False) -> Rule:
