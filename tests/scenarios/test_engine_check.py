@@ -79,7 +79,7 @@ def test_the_engine_judges_each_variant_in_its_own_words(tmp_path: Path) -> None
     ]  # fmt: skip
     assert VLLM is not None
     results = probe(dirs, VLLM)
-    intact = from_probe(results[0], TARGET)
+    intact = from_probe(results[0], TARGET, VLLM)
     assert intact.verdict == "loads" and engine_findings(intact) == [], intact
     assert intact.version and intact.judged_for.startswith("vLLM 0.26.0")
     assert intact.note is None or "0.26.0" in intact.note  # the venv's version named where it is not the image's
@@ -89,7 +89,7 @@ def test_the_engine_judges_each_variant_in_its_own_words(tmp_path: Path) -> None
         code, words = expected[folder.name]
         # The static rules, the fast first gate, never accept what the engine refuses.
         assert not validate_source(str(folder)).deployable, folder.name
-        check = from_probe(raw, TARGET)
+        check = from_probe(raw, TARGET, VLLM)
         findings = engine_findings(check)
         assert [f.code for f in findings] == [code], (folder.name, check)
         assert words in findings[0].message, (folder.name, findings[0].message)

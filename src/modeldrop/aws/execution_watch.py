@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, cast
 
@@ -98,3 +98,10 @@ def watch(
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError(f"execution {arn} still RUNNING after {timeout_seconds}s")
         time.sleep(poll_seconds)
+
+
+def outcome(desc: Mapping[str, Any]) -> tuple[str, str | None]:
+    """(status, error) of an ended execution as every command that waits on one says them: succeeded,
+    failed, aborted or timed_out, and its named error (ExecutionAborted for a stop, which names none)."""
+    status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
+    return status, desc.get("error") or ("ExecutionAborted" if status == "aborted" else None)

@@ -10,6 +10,7 @@ the report says so and the static rules decide: never a silent pass.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -92,12 +93,14 @@ def engine_check(directory: Path, target: EngineVersion, python: str | None = No
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EngineCheck(engine="vllm", verdict="undetermined", stage="probe", judged_for=judged_for,
                            message=f"the engine process did not answer: {type(exc).__name__}")  # fmt: skip
-    return from_probe(raw, target)
+    return from_probe(raw, target, python)
 
 
-def from_probe(raw: dict[str, object], target: EngineVersion) -> EngineCheck:
+def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None = None) -> EngineCheck:
+    """The probe's line for one directory as the check's verdict for TARGET's image."""
     check = EngineCheck.model_validate({"engine": "vllm", **{k: v for k, v in raw.items() if k != "directory"}})
-    if check.verdict == "refused" and "failed to be inspected" in check.message and _missing_torchvision(check):
+    inspected = "failed to be inspected" in check.message
+    if check.verdict == "refused" and inspected and _lacks_torchvision(python or engine_python()):
         check.verdict = "undetermined"
         check.message += " (this CPU venv cannot import the model class: multimodal models need torchvision)"
     check.judged_for = target.describe()
@@ -109,8 +112,10 @@ def from_probe(raw: dict[str, object], target: EngineVersion) -> EngineCheck:
     return check
 
 
-def _missing_torchvision(check: EngineCheck) -> bool:
-    python = engine_python()
+@functools.cache
+def _lacks_torchvision(python: str | None) -> bool:
+    """Whether the engine venv cannot import torchvision (the CPU venv leaves it out): vLLM then cannot
+    inspect a multimodal model class, whatever the checkpoint."""
     if python is None:
         return True
     done = subprocess.run([python, "-c", "import torchvision"], capture_output=True, check=False, timeout=120)

@@ -155,7 +155,7 @@ def _packed_rules(
                          "re-export the quantized checkpoint: every module the quantizer packed writes qweight, "
                          "qzeros and scales")  # fmt: skip
             return
-        if "gptq" in method and isinstance(bits, int) and bits in (2, 3, 4, 8) and isinstance(group, int):
+        if "gptq" in method and bits in (2, 4, 8) and isinstance(group, int):  # 3 bits packs across rows
             problem = _groups(headers[name][1], headers[f"{module}.scales"][1], bits, group)
             if problem:
                 yield _error("QUANT_GROUP_MISMATCH", f"{module}: {problem}",

@@ -233,11 +233,18 @@ def _input_problem(
 
 def _readable_or_exit(artifact: Path) -> None:
     """ARTIFACT read as `validate` reads it, before anything starts: what validate calls unreadable (a
-    text file, a broken archive) or no checkpoint at all is refused here with exit 2, not after a run
-    of the state machine. A readable checkpoint the rules refuse goes on: its refusal is a scenario."""
+    text file) or no checkpoint at all is refused here with exit 2, not after a run of the state machine.
+    A readable checkpoint the rules refuse goes on: its refusal is a scenario. An archive (gzip or tar by
+    its first bytes) is left to the state machine's own validation: a second full pass over a multi-GB
+    file would double the run."""
     from modeldrop.checkpoint.validation import validate_source
     from modeldrop.contracts.errors import ModeldropError
 
+    if artifact.is_file():
+        with artifact.open("rb") as fh:
+            head = fh.read(512)
+        if head[:2] == b"\x1f\x8b" or head[257:262] == b"ustar":
+            return
     try:
         with byte_progress("checking"):
             report = validate_source(str(artifact))

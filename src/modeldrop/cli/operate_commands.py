@@ -170,13 +170,14 @@ def waited_result(desc: dict[str, Any], arn: str, output: dict[str, Any] | None)
     """What every command that waits on a deployment prints as JSON (run-local, deploy --wait, upload
     --wait; docs/deploying.md "What a waiting command prints"): the deployment id and its outcome at
     the top, lower case, as run-local gives them; the execution and its raw output beside them."""
+    from modeldrop.aws.execution_watch import outcome
     from modeldrop.contracts.models import deployment_id_of
 
-    status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
+    status, error = outcome(desc)
     return {
         "deployment_id": (output or {}).get("deployment_id") or deployment_id_of(desc),
         "status": status,
-        "error": desc.get("error") or ("ExecutionAborted" if status == "aborted" else None),
+        "error": error,
         "cause": cause_message(desc.get("cause")),
         "endpoint_name": (output or {}).get("endpoint_name"),
         "execution_arn": arn,

@@ -13,7 +13,6 @@ from modeldrop.pipeline.adapter_promotion import verify_component
 from modeldrop.pipeline.channel_close import close_channel
 from modeldrop.pipeline.channel_context import (
     DEFAULT_GRACE,
-    SETTLE_BUDGET_SECONDS,
     TRANSITIONAL,
     ChannelContext,
     promotion_timeouts,
@@ -36,7 +35,7 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
         raise ChannelInvalid(f"channel {channel_name} keeps no earlier version to roll back to",
                              "a superseded version is kept for the grace period of its promotion")  # fmt: skip
     record = ctx.registry.get(target.deployment_id)
-    timeout, budget = promotion_timeouts(record) if record else (SETTLE_BUDGET_SECONDS, float(SETTLE_BUDGET_SECONDS))
+    timeout, budget = promotion_timeouts(record)
     channel = claim_rollback(ctx, channel, target, grace, budget)
     try:
         if channel.adapter_only:

@@ -76,13 +76,13 @@ def settle(ctx: ChannelContext, name: str, timeout: int | None = None) -> dict[s
         waited, pause = waited + pause, min(pause * 2, POLL_SECONDS)
 
 
-def promotion_timeouts(record: DeploymentRecord) -> tuple[int, float]:
+def promotion_timeouts(record: DeploymentRecord | None) -> tuple[int, float]:
     """(MaximumExecutionTimeoutInSeconds, the checks' budget) for promoting RECORD: the green fleet
     provisions, downloads and starts the candidate as its first deployment did (the planned deadline
     its create step recorded), then bakes; the checks wait past that for SageMaker's own rollback."""
     planned = [
         int((step.get("deadline") or {}).get("planned_seconds") or 0)
-        for key, step in record.steps.items()
+        for key, step in (record.steps if record else {}).items()
         if key.startswith("create_endpoint") and isinstance(step, dict)
     ]
     planned_load = max(planned, default=0) or SETTLE_BUDGET_SECONDS

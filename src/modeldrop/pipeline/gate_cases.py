@@ -18,13 +18,7 @@ def request_gate_cases(
     ctx: ChannelContext, channel_name: str, eval_set_uri: str | None, from_marker: bool
 ) -> tuple[list[EvalCase], EvalSetPin | None]:
     """The state machine's gate: the channel's pinned cases, or for a new channel the set it pins."""
-    channel = ctx.channels.get(channel_name)
-    if channel is None:
-        pin, cases = pin_eval_set(None if from_marker else eval_set_uri, ctx.s3, now_iso())
-        return cases, pin
-    if channel.eval_set is None:
-        return default_eval_set(), None
-    return pinned_cases(channel.eval_set, ctx.s3), None
+    return _channel_cases(ctx, channel_name, None if from_marker else eval_set_uri)
 
 
 def operator_gate_cases(
@@ -38,9 +32,17 @@ def operator_gate_cases(
         return cases, pin
     if eval_set:
         return load_eval_set(eval_set), None
+    return _channel_cases(ctx, channel_name, None)
+
+
+def _channel_cases(
+    ctx: ChannelContext, channel_name: str, new_channel_set: str | None
+) -> tuple[list[EvalCase], EvalSetPin | None]:
+    """The channel's pinned cases (the built-in set for a channel from before pins); a channel not created
+    yet pins NEW_CHANNEL_SET (None: the built-in set)."""
     channel = ctx.channels.get(channel_name)
     if channel is None:
-        pin, cases = pin_eval_set(None, None, now_iso())
+        pin, cases = pin_eval_set(new_channel_set, ctx.s3, now_iso())
         return cases, pin
     if channel.eval_set is None:
         return default_eval_set(), None

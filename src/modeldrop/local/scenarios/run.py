@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from modeldrop.aws.execution_watch import StateRun, watch
+from modeldrop.aws.execution_watch import StateRun, outcome, watch
 from modeldrop.contracts.errors import cause_message
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
@@ -291,11 +291,11 @@ def _deploy(
     cleanup = _teardown_at_exit(stack, deployment_id) if desc["status"] == "SUCCEEDED" and not keep else []
     record = stack.registry().get(deployment_id)
     output = json.loads(desc["output"]) if desc.get("output") else None
-    status = {"SUCCEEDED": "succeeded", "ABORTED": "aborted", "TIMED_OUT": "timed_out"}.get(desc["status"], "failed")
+    status, error = outcome(desc)
     kept = _keep_reports(stack, record, deployment_id)
     return RunResult(
         status=status,
-        error=desc.get("error") or ("ExecutionAborted" if status == "aborted" else None),
+        error=error,
         cause=cause_message(desc.get("cause")),
         deployment_id=deployment_id,
         execution_name=desc["name"],

@@ -238,7 +238,7 @@ class _MotoLookups:
             "endpoint": backend.endpoints,
             "endpoint-config": backend.endpoint_configs,
             "model": backend._models,
-            **{kind: table_of(backend) for kind, table_of in _TAG_TABLES.items()},
+            **{other: table_of(backend) for other, table_of in _TAG_TABLES.items()},
         }
         # SageMaker names are case-insensitive, and its ARNs are written in lower case.
         for key, resource in table.get(kind, {}).items():

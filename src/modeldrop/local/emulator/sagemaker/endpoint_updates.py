@@ -5,8 +5,9 @@ guardrails run it, and as strict as the API reference.
   must exist, an endpoint for inference components takes no blue/green policy, and DeploymentConfig
   is held to its shape: one of BlueGreenUpdatePolicy / RollingUpdatePolicy; a traffic routing Type of
   ALL_AT_ONCE, CANARY (with CanarySize) or LINEAR (with LinearStepSize); WaitIntervalInSeconds and
-  TerminationWaitInSeconds in [0, 3600]; MaximumExecutionTimeoutInSeconds in [600, 14400]; 1 to 10
-  AutoRollbackConfiguration alarms.
+  TerminationWaitInSeconds in [0, 3600]; MaximumExecutionTimeoutInSeconds in [600, 28800]; 1 to 10
+  AutoRollbackConfiguration alarms, which the new config's execution role must be allowed to
+  DescribeAlarms; the new fleet counts against the endpoint quota beside the serving one.
 - Updating: the new config's fleet (green) starts beside the serving one (blue, which keeps
   answering). Once green is InService the traffic shifts and the bake runs (the wait interval and
   the termination wait, virtual time); an alarm of AutoRollbackConfiguration in ALARM during it
