@@ -110,3 +110,12 @@ def test_a_direct_start_is_read_as_its_schema_says() -> None:
         if schema != model:
             differ.append(f"{field}={value!r}: schema {'accepts' if schema else 'refuses'}, model the opposite")
     assert differ == [], f"{len(differ)}:\n" + "\n".join(differ[:40])
+
+
+def test_a_direct_start_nested_past_any_field_is_refused_not_a_recursion_error() -> None:
+    """A direct start's input may be 256 KB of nesting: refused as the model refuses it, never a traceback."""
+    deep: Any = 1.0
+    for _ in range(20_000):
+        deep = [deep]
+    with pytest.raises(ValueError, match="engine_env"):
+        parse_request({"artifact_uri": "s3://bucket-1/runs/x/", "engine_env": {"A": deep}})

@@ -27,9 +27,6 @@ import traceback
 from collections.abc import Iterator
 from typing import Any
 
-os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
-os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
-
 # A refusal that comes from running on this CPU, not from the checkpoint.
 CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size")
 
@@ -136,5 +133,7 @@ def main(dirs: list[str]) -> None:
         print(json.dumps(result), flush=True)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # settings for vLLM before it is imported, never at a mere import of this file
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
     main(sys.argv[1:])

@@ -279,14 +279,21 @@ def instance_type_problems(request: DeploymentRequest) -> list[str]:
     return [f"{p[0]}; {p[1]}" for name in names if (p := instance_type_problem(name))]
 
 
-def _integral(value: Any) -> Any:
+# The request nests four levels at most: deeper than this is refused by the model whatever it holds,
+# and a direct start's 256 KB input could otherwise nest deep enough to exhaust the recursion.
+_MAX_DEPTH = 16
+
+
+def _integral(value: Any, depth: int = 0) -> Any:
     """JSON's numbers as JSON Schema reads them: 2.0 is the integer 2 (RFC 8259 has one number type)."""
     if isinstance(value, float) and value.is_integer():
         return int(value)
+    if depth >= _MAX_DEPTH:
+        return None if isinstance(value, dict | list) else value  # the model refuses a null there
     if isinstance(value, dict):
-        return {k: _integral(v) for k, v in value.items()}
+        return {k: _integral(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list):
-        return [_integral(v) for v in value]
+        return [_integral(v, depth + 1) for v in value]
     return value
 
 
