@@ -166,7 +166,7 @@ def test_shards_that_hold_no_tensor_are_named(tmp_path: Path) -> None:
     d = _single_shard(tmp_path)
     (d / "model.safetensors").write_bytes(struct.pack("<Q", 2) + b"{}")
     report = validate_scan(scan_local(str(d)))
-    assert {f.code: f.severity for f in report.findings}.get("NO_TENSORS") == "warning"
+    assert {f.code: f.severity for f in report.findings}.get("NO_TENSORS") == "error"
 
 
 def test_prefix_keys_must_be_plain_relative_paths() -> None:

@@ -62,14 +62,26 @@ def template_source(
     tokenizer_config.json's (a named list's "default")."""
     if "chat_template.jinja" in small_files:
         return small_files["chat_template.jinja"].decode("utf-8", "replace")
-    side = _side("chat_template.json", small_files, findings if findings is not None else [])
+    refused: list[Finding] = []
+    side = _side("chat_template.json", small_files, refused)
+    if findings is not None and any(f.code == "JSON_TOO_LARGE" for f in refused):
+        findings += refused  # modeldrop's bound, not the library's: refused, not ignored
+    elif refused and findings is not None:  # transformers skips a chat_template.json it cannot read
+        findings.append(
+            _finding(
+                "CHAT_TEMPLATE_FILE_IGNORED",
+                "warning",
+                refused[0].message + ": transformers ignores it and uses tokenizer_config.json's template, if any",
+                "re-save chat_template.json, or delete it",
+            )
+        )
     value = side.get("chat_template") or tokenizer_config.get("chat_template")
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default")
     if isinstance(value, dict):
         value = value.get("default")
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and value else None  # "" is no template, as in transformers
 
 
 def _sha(raw: bytes | None) -> str | None:

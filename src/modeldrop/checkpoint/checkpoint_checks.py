@@ -17,11 +17,17 @@ from modeldrop.checkpoint.architecture_rules import (
     rule_for,
 )
 from modeldrop.checkpoint.base_compare import BaseComparison, base_findings
-from modeldrop.checkpoint.chat_contract import ChatContract, chat_contract
+from modeldrop.checkpoint.chat_contract import ChatContract, chat_contract, template_source
+from modeldrop.checkpoint.config_rules import (
+    config_type_findings,
+    generation_findings,
+    special_token_findings,
+    tokenizer_json_findings,
+)
 from modeldrop.checkpoint.layout_rules import Layout, index_mismatches
 from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
 from modeldrop.checkpoint.scan_result import ArtifactScan
-from modeldrop.checkpoint.side_files import config_findings, implausible
+from modeldrop.checkpoint.side_files import config_findings, implausible, parse_json
 from modeldrop.checkpoint.validation_report import KvShared
 from modeldrop.checkpoint.weight_rules import weight_findings
 from modeldrop.contracts.engine_target import EngineVersion
@@ -88,10 +94,7 @@ class _Checkpoint:
 
     @property
     def has_chat_template(self) -> bool:
-        files = self.scan.files
-        if "chat_template.jinja" in files or "chat_template.json" in files:
-            return True
-        return bool((self.tokenizer_config or {}).get("chat_template"))
+        return template_source(self.tokenizer_config or {}, self.scan.small_files) is not None
 
 
 def _finding(code: str, severity: str, message: str, hint: str) -> Finding:
@@ -139,13 +142,22 @@ def _no_safetensors(c: _Checkpoint) -> Iterable[Finding]:
 
 def _no_tensors(c: _Checkpoint) -> Iterable[Finding]:
     loaded_errors = any(rel in c.layout.weights for rel in c.scan.header_errors)
+    empty = [rel for rel in c.layout.weights if (h := c.scan.headers.get(rel)) is not None and not h.tensors]
     if c.layout.weights and not c.tensors and not loaded_errors:
-        # A warning: a header of no tensors is valid safetensors, and the engine's start says the rest.
+        # Valid safetensors, but a model with no weight: the engine would serve uninitialised memory or stop.
         yield _finding(
             "NO_TENSORS",
-            "warning",
+            "error",
             f"the loaded shards ({', '.join(c.layout.weights[:3])}) hold no tensor: the engines would load no weight",
             "save the trained model's weights (save_pretrained) and upload them",
+        )
+    elif empty:
+        yield _finding(
+            "WEIGHTS_FILE_EMPTY",
+            "error",
+            f"{', '.join(empty[:3])} {'holds' if len(empty) == 1 else 'hold'} no tensor beside shards that do: "
+            "no save writes an empty shard, so one was cut or replaced",
+            "re-save the model (save_pretrained) and upload every shard it writes",
         )
 
 
@@ -156,6 +168,36 @@ def _layout(c: _Checkpoint) -> Iterable[Finding]:
 
 def _config_bounds(c: _Checkpoint) -> Iterable[Finding]:
     return config_findings(c.config)
+
+
+def _mixed_halves(c: _Checkpoint) -> Iterable[Finding]:
+    """F16 beside BF16 in a dense checkpoint: no save writes both (a quantizer's scales may be F16)."""
+    halves = sorted({c.scan.headers[rel].tensors[name].dtype for name, rel in c.tensors.items()} & {"F16", "BF16"})
+    if len(halves) == 2 and not isinstance(c.config.get("quantization_config"), dict):
+        odd = min(halves, key=lambda d: sum(1 for n, r in c.tensors.items() if c.scan.headers[r].tensors[n].dtype == d))
+        names = sorted(n for n, r in c.tensors.items() if c.scan.headers[r].tensors[n].dtype == odd)
+        yield _finding(
+            "WEIGHTS_DTYPE_MIXED",
+            "error",
+            f"{len(names)} tensor(s) are {odd} among {'BF16' if odd == 'F16' else 'F16'} weights "
+            f"({', '.join(names[:3])}): the two 16-bit formats read the same bytes as different numbers, so a "
+            "header re-typed or a shard saved from another copy loads as garbage",
+            "re-save the model in one dtype (model.to(torch.bfloat16).save_pretrained(DIR))",
+        )
+
+
+def _side_file_types(c: _Checkpoint) -> Iterable[Finding]:
+    """What transformers' strict config, the tokenizers library and the engine's stop set refuse."""
+    yield from config_type_findings(c.config)
+    raw = c.scan.small_files.get("generation_config.json")
+    generation = parse_json("generation_config.json", raw, []) if raw is not None else None
+    yield from generation_findings(generation)
+    yield from special_token_findings(c.tokenizer_config)
+    yield from tokenizer_json_findings(c.scan.small_files.get("tokenizer.json"))
+    if "added_tokens.json" in c.scan.small_files:  # the slow-tokenizer path reads it, and refuses it broken
+        refused: list[Finding] = []
+        parse_json("added_tokens.json", c.scan.small_files["added_tokens.json"], refused)
+        yield from refused
 
 
 def _config_incomplete(c: _Checkpoint) -> Iterable[Finding]:
@@ -304,6 +346,8 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _no_tensors,
     _config_incomplete,
     _config_bounds,
+    _side_file_types,
+    _mixed_halves,
     _kv_shared_tensors,
     _weights_against_config,
     _quantization,

@@ -49,6 +49,10 @@ class EngineCheck(BaseModel):
     strict_not_loaded: list[str] = Field(default_factory=list)
     seconds: float | None = None
     peak_rss_mb: int | None = None
+    # The cache the built model asks for (its own get_kv_cache_spec): what the memory plan is held to.
+    kv_bytes_per_token: float | None = None
+    sliding_kv_bytes_per_token: float | None = None
+    state_elements_per_sequence: int | None = None
 
 
 def engine_python() -> str | None:

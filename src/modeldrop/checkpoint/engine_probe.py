@@ -97,6 +97,7 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
             text = _message(exc)
             cpu = any(marker in text.lower() for marker in CPU_ONLY)
             return verdict("undetermined" if cpu else "refused", "build", text)
+        cache = _cache_layout(config)
         try:
             loaded = model.load_weights(_meta_weights(model_dir))
         except Exception as exc:
@@ -106,8 +107,41 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
         try:  # mutates LOADED: the exemptions the engine makes
             DefaultModelLoader(config.load_config).track_weights_loading(model, set(loaded or ()), quantized=quantized)
         except Exception as exc:
-            return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50])
-    return verdict("loads", "check", strict_not_loaded=strict[:50], quantization=config.model_config.quantization)
+            return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50], **cache)
+    return verdict("loads", "check", strict_not_loaded=strict[:50], quantization=config.model_config.quantization,
+                   **cache)  # fmt: skip
+
+
+def _count(shape: Any) -> int:
+    total = 1
+    for n in shape:
+        total *= int(n)
+    return total
+
+
+def _cache_layout(config: Any) -> dict[str, Any]:
+    """What the engine's KV cache manager would be asked for, from the built model's own layers
+    (get_kv_cache_spec): bytes per token of the attention layers (full, sliding) and the recurrent
+    state a hybrid's Mamba / linear-attention layers keep per sequence (unpadded)."""
+    try:
+        from vllm.v1.kv_cache_interface import AttentionSpec, MambaSpec, SlidingWindowSpec
+        from vllm.v1.worker.gpu.attn_utils import get_kv_cache_spec
+
+        full = sliding = state = 0.0
+        elements = 0
+        for spec in get_kv_cache_spec(config).values():
+            if isinstance(spec, MambaSpec):
+                state += spec.real_page_size_bytes
+                elements += sum(_count(shape) for shape in spec.shapes)
+            elif isinstance(spec, SlidingWindowSpec):
+                sliding += spec.real_page_size_bytes / spec.block_size
+            elif isinstance(spec, AttentionSpec):
+                full += spec.real_page_size_bytes / spec.block_size
+        # On CPU the SSM state is float32 where the GPU keeps the model's dtype: elements compare across both.
+        return {"kv_bytes_per_token": full, "sliding_kv_bytes_per_token": sliding,
+                "state_bytes_per_sequence": int(state), "state_elements_per_sequence": elements}  # fmt: skip
+    except Exception as exc:  # the layout is extra: a verdict never rests on it
+        return {"cache_layout_error": _message(exc)[:300]}
 
 
 def main(dirs: list[str]) -> None:

@@ -28,6 +28,7 @@ READ_FILES = frozenset(
         "chat_template.jinja",
         "chat_template.json",
         "special_tokens_map.json",
+        "added_tokens.json",
     )
 )
 MAX_READ_FILE_BYTES = 16 * 1024 * 1024

@@ -8,6 +8,7 @@ from typing import IO, TYPE_CHECKING
 from modeldrop.checkpoint.adapter_rules import is_adapter
 from modeldrop.checkpoint.artifact_scan import scan_source
 from modeldrop.checkpoint.base_compare import compare_to_base
+from modeldrop.checkpoint.hybrid_layers import hybrid_layout
 from modeldrop.checkpoint.layout_rules import INDEX, layout
 from modeldrop.checkpoint.model_dims import kv_dims
 from modeldrop.checkpoint.scan_result import ArtifactScan
@@ -68,6 +69,7 @@ def validate_scan(
         c.findings.extend(check(c))
     weights_bytes = sum(dtypes.values())
     dims = kv_dims(c.config)
+    hybrid = hybrid_layout(c.config)
     return ValidationReport(
         judged_for=judged_for,
         modalities=_modalities(c.config),
@@ -86,8 +88,9 @@ def validate_scan(
         vocab_size=_int_or_none(c.text_field("vocab_size")),
         num_hidden_layers=c.kv.num_hidden_layers or dims.num_layers,
         max_position_embeddings=_int_or_none(c.text_field("max_position_embeddings")),
-        torch_dtype=c.text_field("torch_dtype") or c.text_field("dtype"),
-        layer_types=_layer_types(c.config),
+        torch_dtype=next((v for v in (c.text_field("torch_dtype"), c.text_field("dtype")) if isinstance(v, str)), None),
+        layer_types=hybrid.layer_types if hybrid else _layer_types(c.config),
+        recurrent_state_bytes_per_sequence=hybrid.state_bytes_per_sequence if hybrid else 0,
         sliding_window=_int_or_none(c.text_field("sliding_window")),
         num_key_value_heads=dims.kv_heads,
         head_dim=dims.head_dim,

@@ -42,6 +42,8 @@ class ValidationReport(BaseModel):
     kv_latent: bool = False
     judged_for: str | None = None  # the engine and version the engine-dependent rules were applied for
     kv_per_layer: list[list[int]] | None = None
+    # A hybrid's recurrent layers (named in layer_types) keep this state per running sequence instead of KV.
+    recurrent_state_bytes_per_sequence: int = 0
     has_tokenizer: bool
     has_chat_template: bool
     has_generation_config: bool

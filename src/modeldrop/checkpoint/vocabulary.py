@@ -50,12 +50,12 @@ class Vocabulary:
     def id_of(self, token: str) -> int | None:
         if len(token) > MAX_TOKEN_CHARS:  # no vocabulary holds one: not searched for in 64 MiB
             return None
-        if token in self.added:
-            return self.added[token]
-        if self.tokenizer_json is not None:
+        if self.tokenizer_json is not None:  # transformers' fast tokenizer takes ids from tokenizer.json first
             found = self._in_json(token)
             if found is not None:
                 return found
+        if token in self.added:
+            return self.added[token]
         if self.pieces is not None and token in self.pieces:
             return self.pieces[token]
         return None

@@ -418,6 +418,8 @@ class ValidationSummary(BaseModel):
     kv_per_layer: list[list[int]] | None = None  # [kv_heads, head_dim] per layer, where layers differ
     layer_types: list[str] | None = None
     sliding_window: int | None = None
+    # A hybrid's Mamba / linear-attention / short-conv state per running sequence (its layers cache no KV).
+    recurrent_state_bytes_per_sequence: int = 0
     has_chat_template: bool
     findings: list[Finding]
     report_uri: str | None = None

@@ -24,6 +24,8 @@ MIN_KV_GIB = 0.5  # below this vLLM cannot allocate enough KV blocks to start
 TIGHT_MARGIN_GIB = 1.0
 
 Verdict = Literal["fits", "tight", "oom"]
+# layer_types a hybrid's validation report gives its layers without a KV cache (checkpoint.hybrid_layers).
+RECURRENT_KINDS = frozenset(("mamba", "mamba2", "linear_attention", "conv", "short_conv", "linear", "recurrent"))
 
 
 @cache
@@ -58,6 +60,7 @@ class ModelShape(BaseModel):
     kv_dtype_bytes: int = 2
     kv_latent: bool = False
     kv_per_layer: list[list[int]] | None = None  # [kv_heads, head_dim] of each layer, where layers differ
+    recurrent_state_bytes_per_sequence: int = 0  # a hybrid's Mamba / linear-attention state per sequence
 
 
 class MemoryPlan(BaseModel):
@@ -72,6 +75,12 @@ class MemoryPlan(BaseModel):
     overhead_gib: float
     kv_cache_gib: float
     kv_min_gib: float
+    # What the KV cache was sized with: bytes per token (full-attention and sliding layers) and the
+    # recurrent state a hybrid keeps per running sequence, reserved for max_num_seqs of them.
+    kv_bytes_per_token: float = 0.0
+    sliding_kv_bytes_per_token: float = 0.0
+    state_bytes_per_sequence: int = 0
+    state_gib: float = 0.0
     headroom_gib: float
     max_num_seqs: int
     max_model_len: int
@@ -90,6 +99,8 @@ def kv_bytes_per_token(shape: ModelShape) -> tuple[float, float]:
         heads, dim = widths[layer] if layer < len(widths) else (shape.num_key_value_heads, shape.head_dim)
         per_layer = factor * heads * dim
         kind = shape.layer_types[layer] if shape.layer_types and layer < len(shape.layer_types) else "full_attention"
+        if kind in RECURRENT_KINDS:  # a hybrid's Mamba / linear-attention / conv layer caches no KV
+            continue
         if kind == "sliding_attention" and shape.sliding_window:
             sliding += per_layer
         else:
@@ -115,7 +126,8 @@ def plan_memory(
     weights = shape.weights_gib / tp
     sampler = max_num_seqs * shape.vocab_size * 4 * 2 / GIB
     overhead = OVERHEAD_BASE_GIB + OVERHEAD_PER_SEQ_GIB * max_num_seqs
-    kv_free = budget - weights - sampler - overhead
+    state = max_num_seqs * shape.recurrent_state_bytes_per_sequence / tp / GIB
+    kv_free = budget - weights - sampler - overhead - state
     full, sliding = kv_bytes_per_token(shape)
     window = min(shape.sliding_window or max_model_len, max_model_len)
     one_sequence = (full * max_model_len + sliding * window) / tp / GIB
@@ -134,6 +146,10 @@ def plan_memory(
         overhead_gib=round(overhead, 3),
         kv_cache_gib=round(max(kv_free, 0.0), 3),
         kv_min_gib=round(kv_min, 3),
+        kv_bytes_per_token=full,
+        sliding_kv_bytes_per_token=sliding,
+        state_bytes_per_sequence=shape.recurrent_state_bytes_per_sequence,
+        state_gib=round(state, 4),
         headroom_gib=round(headroom, 3),
         max_num_seqs=max_num_seqs,
         max_model_len=max_model_len,

@@ -54,6 +54,7 @@ def shape_from(validation: ValidationSummary) -> ModelShape:
         kv_per_layer=validation.kv_per_layer,
         layer_types=validation.layer_types,
         sliding_window=validation.sliding_window,
+        recurrent_state_bytes_per_sequence=validation.recurrent_state_bytes_per_sequence,
     )
 
 

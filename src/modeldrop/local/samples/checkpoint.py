@@ -96,7 +96,18 @@ def tiny_gemma4_tensors(
 SAMPLE_SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
 SAMPLE_TOKENIZER = {
     "version": "1.0",
-    "added_tokens": [{"id": i, "content": t, "special": True} for i, t in enumerate(SAMPLE_SPECIALS)],
+    "added_tokens": [
+        {
+            "id": i,
+            "content": t,
+            "single_word": False,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "special": True,
+        }
+        for i, t in enumerate(SAMPLE_SPECIALS)
+    ],
     "model": {
         "type": "WordLevel",
         "vocab": {t: i for i, t in enumerate([*SAMPLE_SPECIALS, *(f"w{n}" for n in range(250))])},
