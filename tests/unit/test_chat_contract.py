@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
 from modeldrop.checkpoint.chat_contract import chat_contract, drift, template_source
 from modeldrop.checkpoint.chat_template_render import RenderRefused, compile_template, render
 from modeldrop.checkpoint.vocabulary import sentencepiece_pieces
@@ -151,8 +152,9 @@ def test_no_eos_anywhere_is_refused_and_an_eos_the_vocabulary_lacks_too() -> Non
     ],
 )
 def test_a_hostile_template_is_stopped_not_run(template: str) -> None:
-    with pytest.raises(RenderRefused):
-        render(compile_template(template), messages=[])
+    # Compiling alone may run it (jinja folds constant filters): bounded as validate bounds it.
+    with pytest.raises((RenderRefused, ChildRefused)):
+        run_bounded(lambda: render(compile_template(template), messages=[]), seconds=30.0, memory_bytes=128 << 20)
     _contract, findings = chat_contract(*_files(template, ["<eos>"], "<eos>", 0))
     assert [f.code for f in findings] == ["CHAT_TEMPLATE_INVALID"] and "stopped" in findings[0].message
 
@@ -270,3 +272,37 @@ def test_templates_render_exactly_as_transformers_renders_them() -> None:
         except Exception:
             mine.append(None)
     assert mine == expected and sum(e is not None for e in expected) >= 10
+
+
+HOSTILE_WORK = {
+    # A sandbox global looping where the tracer does not follow it.
+    "lipsum": "{{ lipsum(999999, false, 999999, 1000000) }}{% for m in messages %}{{ m.content }}{% endfor %}",
+    # Each filter multiplies the string tenfold: 10 GB by the end, built inside calls no tracer measures.
+    "replace": "{% set s = 'x' * 1000 %}{{ (s" + "|replace('x', 'xxxxxxxxxx')" * 7 + ")|length }}"
+    "{% for m in messages %}{{ m.content }}{% endfor %}",
+    "indent": "{{ ('a\\n' * 500000)|indent(999999) }}{% for m in messages %}{{ m.content }}{% endfor %}",
+}
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_WORK))
+def test_a_template_that_works_past_the_bounds_is_refused_by_the_cli_without_a_traceback(
+    tmp_path: Path, name: str
+) -> None:
+    folder = write_checkpoint(tmp_path / name)
+    (folder / "chat_template.jinja").write_text(HOSTILE_WORK[name])
+    result = CliRunner().invoke(app, ["validate", str(folder), "--json"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    findings = {f["code"]: f["message"] for f in json.loads(result.stdout)["findings"]}
+    assert "stopped" in findings["CHAT_TEMPLATE_INVALID"], findings
+
+
+def test_the_bounded_child_stops_work_past_its_seconds_and_its_memory() -> None:
+    import time
+
+    from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
+
+    with pytest.raises(ChildRefused, match="past 1 s"):
+        run_bounded(time.sleep, 60, seconds=1.0, memory_bytes=64 << 20)
+    with pytest.raises(ChildRefused, match="more than 64 MiB"):
+        run_bounded(bytearray, 512 << 20, seconds=60.0, memory_bytes=64 << 20)
+    assert run_bounded(sum, [1, 2, 3], seconds=60.0, memory_bytes=64 << 20) == 6

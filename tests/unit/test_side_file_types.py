@@ -11,7 +11,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -189,5 +188,3 @@ def test_the_config_field_table_is_the_engine_venvs_transformers() -> None:
         [str(VLLM_PYTHON), str(ROOT / "tools" / "gen_config_fields.py"), "--check"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
-
-

@@ -17,6 +17,7 @@ from typing import Any
 import jinja2
 from pydantic import BaseModel, Field
 
+from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
 from modeldrop.checkpoint.chat_template_render import RenderRefused, compile_template, render
 from modeldrop.checkpoint.side_files import parse_json
 from modeldrop.checkpoint.vocabulary import PRESENT, Vocabulary, token_text, vocabulary
@@ -29,6 +30,9 @@ REPLY = "modeldrop-reply-7f3a"
 _MARKER = re.compile(
     r"<\|[^<>|\s]{1,64}\|>|<\uff5c[^\uff5c\s]{1,64}\uff5c>" r"|<[A-Za-z_/][^<>\s]{0,62}>|\[/?[A-Z_]{2,32}\]"
 )
+# What rendering a chat template may take (a real one renders its eight conversations in milliseconds).
+RENDER_SECONDS = 10.0
+RENDER_MEMORY_BYTES = 128 << 20
 TEMPLATE_HINT = "fix the chat template (tokenizer.apply_chat_template must render it) and save it with the tokenizer"
 
 
@@ -227,7 +231,12 @@ def _template_findings(
     stop_ids: list[int],
     contract: ChatContract,
 ) -> list[Finding]:
-    after, problem = _render_reply(source, specials)
+    try:  # in a child: a template's work is bounded whatever path it takes (bounded_child)
+        after, problem = run_bounded(
+            _render_reply, source, specials, seconds=RENDER_SECONDS, memory_bytes=RENDER_MEMORY_BYTES
+        )
+    except ChildRefused as exc:
+        after, problem = None, f"was stopped: {exc}"
     if after is None:
         return [_finding("CHAT_TEMPLATE_INVALID", "error", f"the chat template {problem}", TEMPLATE_HINT)]
     known = vocab.added_tokens() | {v for v in specials.values() if v}

@@ -80,12 +80,25 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now().strftime(fmt)
 
 
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    """jinja's lipsum global (its parameter names), refused before it loops where its words (about 12
+    characters each) would pass MAX_TEXT."""
+    bounds = (n, min, max)
+    if (
+        not all(isinstance(v, int) and not isinstance(v, bool) for v in bounds)
+        or n * (min if min > max else max) * 12 > MAX_TEXT
+    ):
+        raise RenderRefused(f"lipsum{bounds} past {MAX_TEXT:,} characters")
+    return str(jinja2.utils.generate_lorem_ipsum(n=n, html=html, min=min, max=max))
+
+
 def compile_template(source: str) -> jinja2.Template:
     """SOURCE compiled as transformers compiles it (a TemplateSyntaxError when it is not Jinja)."""
     env = _Bounded(trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
+    env.globals["lipsum"] = _lipsum
     return env.from_string(source)
 
 
