@@ -239,3 +239,17 @@ def test_what_peft_accepts_is_not_refused(base: Path, tmp_path: Path) -> None:
     fp32 = write_adapter(tmp_path / "fp32", tensors=adapter_tensors(TINY_CONFIG, dtype="F32"))
     findings = {f.code: f.severity for f in validate_source(str(fp32), str(base)).findings}
     assert findings.get("ADAPTER_DTYPE") == "info"  # PEFT saves fp32 by default: a note, not a warning
+
+
+@pytest.mark.parametrize(
+    ("init", "refused"),
+    [("pissa", True), ("pissa_niter_4", True), ("olora", True), ("loftq", True), ("corda", True),
+     ("eva", False), ("gaussian", False), ("orthogonal", False), (True, False)],
+)  # fmt: skip
+def test_an_init_that_changes_the_base_is_refused_as_the_engine_refuses_it(
+    base: Path, tmp_path: Path, init: str | bool, refused: bool
+) -> None:
+    adapter = write_adapter(tmp_path / "a", config=adapter_config(8, init_lora_weights=init))
+    report = validate_source(str(adapter), str(base))
+    assert ("ADAPTER_INIT_UNSUPPORTED" in _codes(report)) is refused
+    assert report.deployable is not refused, report.findings

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from modeldrop.checkpoint import peft_rules
+from modeldrop.checkpoint.quantized_base import linear_stems, logical_weight
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.contracts.models import Finding
@@ -281,23 +282,23 @@ def _base_module(a: _Adapter, module: str) -> TensorInfo | None:
     multimodal base saved by transformers 5 in its original layout), or the one base weight ending in
     it (an adapter trained on the text-only class of a multimodal base names its layers without
     `language_model.`)."""
-    exact = a.base.get(f"{module}.weight")
+    exact = logical_weight(a.base, a.base_config, module)
     if exact is not None:
         return exact
     for memory, saved in SAVED_LAYOUTS:
         if module.startswith(memory):
-            mapped = a.base.get(f"{saved}{module[len(memory) :]}.weight")
+            mapped = logical_weight(a.base, a.base_config, f"{saved}{module[len(memory) :]}")
             if mapped is not None:
                 return mapped
     tail = module.split(".", 1)[1] if module.startswith("model.") else module
-    matches = [n for n in a.base if n.endswith(f".{tail}.weight")]
+    matches = [n for n in linear_stems(a.base) if n.endswith(f".{tail}")]
     if len(matches) > 1:
         matches = [n for n in matches if "language_model" in n] or matches
-    return a.base[matches[0]] if len(matches) == 1 else None
+    return logical_weight(a.base, a.base_config, matches[0]) if len(matches) == 1 else None
 
 
 def _base_modules(a: _Adapter) -> list[str]:
-    return [n[: -len(".weight")] for n, t in a.base.items() if n.endswith(".weight") and len(t.shape) == 2]
+    return linear_stems(a.base)
 
 
 def _targets(a: _Adapter) -> Iterable[Finding]:

@@ -20,7 +20,11 @@ RETRAIN = "re-save the adapter with PEFT (model.save_pretrained) after training 
 # peft.utils.peft_types.TaskType
 TASK_TYPES = frozenset({"SEQ_CLS", "SEQ_2_SEQ_LM", "CAUSAL_LM", "TOKEN_CLS", "QUESTION_ANS", "FEATURE_EXTRACTION"})
 # LoraConfig.init_lora_weights: a bool, or one of these (pissa_niter_<n> too)
-INIT_METHODS = frozenset({"gaussian", "eva", "olora", "pissa", "corda", "loftq", "orthogonal"})
+INIT_METHODS = frozenset({"gaussian", "eva", "olora", "pissa", "corda", "loftq", "orthogonal", "mica", "lora_ga"})
+# The inits that only set the adapter's first weights (vLLM 0.32's PEFTHelper._init_is_supported): the others
+# (PiSSA, OLoRA, CorDA, LoftQ) change the base's weights when PEFT loads the adapter, so served on the
+# unchanged base it computes something else.
+SERVED_INITS = frozenset({"gaussian", "eva", "orthogonal", "mica", "lora_ga"})
 # PEFT's default layer names for layers_to_transform (utils/constants.py COMMON_LAYERS_PATTERN)
 COMMON_LAYERS = ("layers", "h", "block", "blocks", "layer")
 MAX_PATTERN = 1000
@@ -61,6 +65,16 @@ def config_findings(config: dict[str, Any]) -> Iterable[Finding]:
     ):
         yield _invalid(
             f"init_lora_weights is {init!r}: PEFT takes true, false or one of {', '.join(sorted(INIT_METHODS))}"
+        )
+    elif isinstance(init, str) and init.lower() not in SERVED_INITS:
+        yield Finding(
+            code="ADAPTER_INIT_UNSUPPORTED",
+            severity="error",
+            message=f"init_lora_weights is {init!r}: that initialisation changes the base model's weights when PEFT "
+            "loads the adapter, so on the unchanged base the engine serves another model (vLLM refuses it: "
+            '"vLLM does not support init_lora_weights")',
+            hint="convert it to a plain LoRA with PEFT's save_pretrained(..., path_initial_model_for_weight_conversion="
+            "...), or set init_lora_weights to true if the served base already holds the modified weights",
         )
     task = config.get("task_type")
     if task is not None and task not in TASK_TYPES:
