@@ -23,7 +23,7 @@ def _bits(base_config: dict[str, Any]) -> int | None:
     bits = quant.get("bits", quant.get("w_bit"))
     if bits is None:  # compressed-tensors: config_groups.<group>.weights.num_bits
         groups = quant.get("config_groups")
-        first = next(iter(groups.values()), {}) if isinstance(groups, dict) and groups else {}
+        first: Any = next(iter(groups.values()), {}) if isinstance(groups, dict) and groups else {}
         bits = (first.get("weights") or {}).get("num_bits") if isinstance(first, dict) else None
     return bits if isinstance(bits, int) and not isinstance(bits, bool) and bits in (2, 4, 8) else None
 
