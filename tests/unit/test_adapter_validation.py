@@ -253,3 +253,16 @@ def test_an_init_that_changes_the_base_is_refused_as_the_engine_refuses_it(
     report = validate_source(str(adapter), str(base))
     assert ("ADAPTER_INIT_UNSUPPORTED" in _codes(report)) is refused
     assert report.deployable is not refused, report.findings
+
+
+def test_a_target_regex_that_backtracks_past_the_heuristic_is_stopped_not_run(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from modeldrop.checkpoint import adapter_validation
+
+    monkeypatch.setattr(adapter_validation, "JUDGE_SECONDS", 2.0)  # the bound, not the machine, is under test
+    # No nested quantifier for the heuristic to see; overlapping alternatives make fullmatch exponential.
+    adapter = write_adapter(tmp_path / "a", config=adapter_config(8, target_modules="(.|.)*X"))
+    report = validate_source(str(adapter), str(base))
+    messages = {f.code: f.message for f in report.findings if f.severity == "error"}
+    assert "stopped" in messages["ADAPTER_CONFIG_INVALID"] and not report.deployable

@@ -13,6 +13,7 @@ from modeldrop.checkpoint.adapter_rules import (
     judge,
     layout_findings,
 )
+from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
 from modeldrop.checkpoint.safetensors_header import TensorInfo
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import load_json
@@ -123,7 +124,20 @@ def _judged(
     """The adapter's rules against its base (only those about the adapter itself without one), and
     with a base its tokenizer and the base's name."""
     base_config = (load_json(base, "config.json", []) or {}) if base is not None else {}
-    rules, summary = judge(config, tensors, _tensors(base) if base is not None else {}, base_config)
+    try:  # PEFT's target / exclude regexes come from the file: matched in a child bounded in time and memory
+        rules, summary = run_bounded(
+            judge, config, tensors, _tensors(base) if base is not None else {}, base_config,
+            seconds=JUDGE_SECONDS, memory_bytes=JUDGE_MEMORY_BYTES,
+        )  # fmt: skip
+    except ChildRefused as exc:
+        stopped = finding(
+            "ADAPTER_CONFIG_INVALID",
+            "error",
+            f"matching the adapter's target_modules / exclude_modules / rank_pattern against the modules was stopped: "
+            f"{exc} (a regex that backtracks: PEFT would hang loading it the same way)",
+            'name the modules as a list (target_modules: ["q_proj", "v_proj"]) or a regex without nested repetition',
+        )
+        return [stopped], AdapterSummary()
     if base is None:
         return [f for f in rules if not f.code.startswith(_NEEDS_BASE)], summary
     text = base_config.get("text_config") if isinstance(base_config.get("text_config"), dict) else base_config
@@ -149,6 +163,11 @@ def _base_findings(base_report: ValidationReport | None) -> list[Finding]:
     first = next(f for f in base_report.findings if f.severity == "error")
     message = f"the base {base_report.source} is itself refused: {first.code}: {first.message}"
     return [finding("ADAPTER_BASE_REFUSED", "error", message, first.hint)]
+
+
+# What judging an adapter may take: a real one is judged in well under a second.
+JUDGE_SECONDS = 20.0
+JUDGE_MEMORY_BYTES = 1 << 30
 
 
 # Without a base, only the rules about the adapter itself are judged.
