@@ -213,7 +213,10 @@ def rope_findings(config: Mapping[str, Any]) -> list[Finding]:
 
 def _ropes(config: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
     sections = [("", config)] + [
-        (f"{k}.", v) for k, v in config.items() if k.endswith("_config") and isinstance(v, Mapping)
+        (f"{k}.", v)
+        for k, v in config.items()
+        # A vision or audio tower's rope (Pixtral's 2-D "axial") is its encoder's, not the engine's rope parsers'.
+        if k.endswith("_config") and isinstance(v, Mapping) and not k.startswith(("vision", "audio"))
     ]
     for prefix, section in sections:
         for key in ("rope_scaling", "rope_parameters"):

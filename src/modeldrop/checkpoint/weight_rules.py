@@ -57,7 +57,9 @@ def weight_findings(
         return []
     section = text_section(config)
     findings = list(_embedding(section, shapes))
-    findings += _head(section, shapes)
+    # transformers 5 ties a composite model's head by its top-level flag (Mistral 3 saves none when it is
+    # true, whatever text_config says): either flag true means no head is expected.
+    findings += [] if _tied(config) else _head(section, shapes)
     stacks = _stacks(shapes)
     decoder = _decoder(stacks)
     if decoder is not None:
