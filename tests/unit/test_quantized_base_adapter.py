@@ -15,7 +15,6 @@ from modeldrop.checkpoint.validation import validate_source
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_adapter, write_cpu_checkpoint
 
 
-
 def _quantized(tmp_path: Path, method: str) -> Path:
     base = write_cpu_checkpoint(tmp_path / method)
     weights = load_file(str(base / "model.safetensors"))
@@ -56,3 +55,25 @@ def test_an_adapter_for_another_size_is_still_refused_on_a_quantized_base(tmp_pa
     save_file(tensors, str(adapter / "adapter_model.safetensors"), {"format": "pt"})
     report = validate_source(str(adapter), str(base))
     assert "ADAPTER_SHAPE_MISMATCH" in {f.code for f in report.findings}
+
+
+def test_repair_drops_a_stale_quantization_config_and_the_copy_passes(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+
+    merged = write_cpu_checkpoint(tmp_path / "merged")  # dense weights, as merge_and_unload writes them
+    config = json.loads((merged / "config.json").read_text())
+    config["quantization_config"] = {"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": False}
+    (merged / "config.json").write_text(json.dumps(config))
+    assert "QUANT_CONFIG_STALE" in {f.code for f in validate_source(str(merged)).findings}
+    out = tmp_path / "fixed"
+    result = CliRunner().invoke(app, ["repair", str(merged), "--out", str(out), "--drop-stale-quantization", "--json"])
+    assert result.exit_code == 0, result.stdout
+    data = json.loads(result.stdout)
+    assert data["dropped_quantization_config"]["quant_method"] == "gptq" and data["report"]["deployable"]
+    assert "quantization_config" not in json.loads((out / "config.json").read_text())
+    assert "quantization_config" in json.loads((merged / "config.json").read_text())  # the source is untouched
+    # A config that is not stale is left alone, with a reason.
+    again = CliRunner().invoke(app, ["repair", str(out), "--out", str(tmp_path / "x"), "--drop-stale-quantization"])
+    assert again.exit_code == 2 and "not stale" in again.stdout + again.stderr

@@ -100,8 +100,8 @@ _ROPE_NEEDS = {
     "longrope": ("short_factor", "long_factor"),
 }
 _FIX_STALE = (
-    "a merged (dequantized) checkpoint keeps no quantization_config: delete the block from config.json "
-    "(or save the merged model again with save_pretrained after removing it)"
+    "a merged (dequantized) checkpoint keeps no quantization_config: `modeldrop repair SOURCE --out OUT "
+    "--drop-stale-quantization` writes a copy without it (or delete the block from config.json)"
 )
 
 

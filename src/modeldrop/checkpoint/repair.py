@@ -43,12 +43,14 @@ _SKIP_CHUNK = 1024 * 1024
 
 class RepairResult(BaseModel):
     source: str
-    base: str
+    base: str | None
     out: str
     restored: list[str]
     restored_bytes: int
     shard: str | None
     report: ValidationReport
+    # The quantization_config block dropped from config.json (a merge's stale one), when asked to.
+    dropped_quantization_config: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -254,7 +256,13 @@ def _keys(s3: S3Client, uri: S3Uri) -> Iterator[str]:
             yield obj["Key"]
 
 
-def repair(source: str, base: str, out: str, s3: S3Client | None = None) -> RepairResult:
+def repair(
+    source: str, base: str | None, out: str, s3: S3Client | None = None, drop_stale_quantization: bool = False
+) -> RepairResult:
+    """A copy of SOURCE at OUT with the tensors it lacks restored from BASE, and (DROP_STALE_QUANTIZATION)
+    config.json without the quantization_config its dense weights no longer match."""
+    if base is None and not drop_stale_quantization:
+        raise RequestInvalid("nothing to repair with", "pass --base BASE, or --drop-stale-quantization")
     kinds = (_kind(source), _kind(out))
     allowed = {
         ("directory", "directory"),
@@ -269,32 +277,22 @@ def repair(source: str, base: str, out: str, s3: S3Client | None = None) -> Repa
             f"cannot write a {kinds[0]} source as a {kinds[1]}",
             "--out has the source's shape: a directory, a .tar(.gz) path or s3:// key, or an s3:// prefix ending in /",
         )
-    if s3 is None and any(k.startswith("s3") for k in (*kinds, _kind(base))):
+    if s3 is None and any(k.startswith("s3") for k in (*kinds, *([_kind(base)] if base else []))):
         import boto3
 
         s3 = boto3.client("s3")
     # None only when no location is in S3, and then no helper below reads it.
     aws = cast("S3Client", s3)
     fine_scan = scan_source(source, s3)
-    base_scan = scan_source(base, s3)
-    comparison = compare_to_base(fine_scan, base_scan)
-    if comparison.base_tensor_count == 0 or comparison.shared_fraction < MIN_SHARED_FRACTION:
-        raise RequestInvalid(
-            f"{base} does not look like the base of {source}: {comparison.shared_tensor_count} of "
-            f"{comparison.base_tensor_count} tensor names in common",
-            "pass the checkpoint this model was fine-tuned from, saved with the same tensor naming",
-        )
-    if not comparison.missing:
-        raise RequestInvalid(f"{source} lacks no tensor of {base}: nothing to repair", "")
-    if comparison.missing_bytes > MAX_RESTORED_BYTES:
-        raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory", "")
-    if RESTORED_SHARD in fine_scan.files:
-        raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before", "")
-    restored = _read_base_tensors(base, base_scan, comparison.missing, aws)
-    extra = {
-        RESTORED_SHARD: encode_safetensors(restored, {"format": "pt", "modeldrop": f"restored from {base}"}),
-        INDEX: updated_index(fine_scan, {n: info.nbytes for n, (info, _data) in restored.items()}, RESTORED_SHARD),
-    }
+    extra: dict[str, bytes] = {}
+    restored: dict[str, tuple[TensorInfo, bytes]] = {}
+    dropped = _drop_stale_quantization(fine_scan, source) if drop_stale_quantization else None
+    if dropped is not None:
+        extra["config.json"] = dropped[1]
+    if base is not None:
+        restored = _restore(fine_scan, base, source, aws)
+        extra[RESTORED_SHARD] = encode_safetensors(restored, {"format": "pt", "modeldrop": f"restored from {base}"})
+        extra[INDEX] = updated_index(fine_scan, {n: i.nbytes for n, (i, _d) in restored.items()}, RESTORED_SHARD)
     if kinds == ("directory", "directory"):
         _write_directory(Path(source), Path(out), extra)
     elif kinds == ("s3-prefix", "s3-prefix"):
@@ -309,8 +307,44 @@ def repair(source: str, base: str, out: str, s3: S3Client | None = None) -> Repa
         source=source,
         base=base,
         out=out,
-        restored=comparison.missing,
-        restored_bytes=comparison.missing_bytes,
-        shard=RESTORED_SHARD,
+        restored=sorted(restored),
+        restored_bytes=sum(info.nbytes for info, _data in restored.values()),
+        shard=RESTORED_SHARD if restored else None,
         report=report,
+        dropped_quantization_config=dropped[0] if dropped is not None else None,
     )
+
+
+def _restore(fine_scan: ArtifactScan, base: str, source: str, aws: S3Client) -> dict[str, tuple[TensorInfo, bytes]]:
+    """The tensors SOURCE lacks, read from BASE."""
+    base_scan = scan_source(base, aws)
+    comparison = compare_to_base(fine_scan, base_scan)
+    if comparison.base_tensor_count == 0 or comparison.shared_fraction < MIN_SHARED_FRACTION:
+        raise RequestInvalid(
+            f"{base} does not look like the base of {source}: {comparison.shared_tensor_count} of "
+            f"{comparison.base_tensor_count} tensor names in common",
+            "pass the checkpoint this model was fine-tuned from, saved with the same tensor naming",
+        )
+    if not comparison.missing:
+        raise RequestInvalid(f"{source} lacks no tensor of {base}: nothing to repair", "")
+    if comparison.missing_bytes > MAX_RESTORED_BYTES:
+        raise RequestInvalid(f"{comparison.missing_bytes:,} bytes to restore: more than this tool holds in memory", "")
+    if RESTORED_SHARD in fine_scan.files:
+        raise RequestInvalid(f"{source} already has {RESTORED_SHARD}: it was repaired before", "")
+    return _read_base_tensors(base, base_scan, comparison.missing, aws)
+
+
+def _drop_stale_quantization(scan: ArtifactScan, source: str) -> tuple[dict[str, Any], bytes]:
+    """config.json without quantization_config, when validation finds it stale (dense weights under a
+    quantized method's block: vLLM picks its loader from that block and finds no packed tensor)."""
+    if not any(f.code == "QUANT_CONFIG_STALE" for f in validate_scan(scan).findings):
+        raise RequestInvalid(
+            f"{source}'s quantization_config is not stale (or there is none): nothing to drop",
+            "drop it only when the weights are dense (a merged or dequantized model)",
+        )
+    config = json.loads(scan.small_files["config.json"])
+    block = config.pop("quantization_config")
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        text.pop("quantization_config", None)
+    return block, json.dumps(config, indent=2).encode()

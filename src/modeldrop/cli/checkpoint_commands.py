@@ -174,23 +174,38 @@ def _input_error(exc: ModeldropError, source: str, as_json: bool) -> NoReturn:
 @app.command("repair")
 def repair_cmd(
     source: Annotated[str, typer.Argument(help="the fine-tuned checkpoint (dir, .tar(.gz), s3:// key or prefix)")],
-    base: Annotated[str, typer.Option(help="the base checkpoint to restore missing tensors from")],
     out: Annotated[str, typer.Option(help="where the repaired copy goes: same shape as SOURCE, never SOURCE")],
+    base: Annotated[str | None, typer.Option(help="the base checkpoint to restore missing tensors from")] = None,
+    drop_stale_quantization: Annotated[
+        bool,
+        typer.Option(
+            "--drop-stale-quantization",
+            help="drop config.json's quantization_config when validate finds it stale (QUANT_CONFIG_STALE: dense "
+            "weights after a merge or dequantization)",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Copy the tensors SOURCE lacks from BASE into an extra shard and index. Exit 0 repaired and deployable."""
+    """Copy the tensors SOURCE lacks from BASE into an extra shard and index, and/or drop a stale
+    quantization_config. Exit 0 repaired and deployable."""
     json_mode(as_json)
     from modeldrop.checkpoint.repair import repair
 
     try:
         with aws_errors(domain_errors=False), byte_progress("reading and repairing"):
-            result = repair(source, base, out)
+            result = repair(source, base, out, drop_stale_quantization=drop_stale_quantization)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        console.print(f"restored {len(result.restored)} tensors ({result.restored_bytes:,} bytes) into {result.shard}")
+        if result.dropped_quantization_config is not None:
+            method = result.dropped_quantization_config.get("quant_method", "?")
+            console.print(f"dropped config.json's stale quantization_config (quant_method {escape(str(method))})")
+        if result.shard:
+            console.print(
+                f"restored {len(result.restored)} tensors ({result.restored_bytes:,} bytes) into {result.shard}"
+            )
         for name in result.restored[:10]:
             console.print("  " + escape(printable(name)))
         if len(result.restored) > 10:
