@@ -17,7 +17,9 @@ from modeldrop.local.samples.checkpoint import TINY_CONFIG, write_checkpoint, wr
 from modeldrop.local.scenarios.run import run_local
 
 
-def test_run_local_adapter_serves_the_adapter_and_evaluates_through_it() -> None:
+def test_run_local_adapter_on_vllm_is_served_as_an_adapter_component_and_answers() -> None:
+    """vLLM's /invocations takes the adapter only from X-Amzn-SageMaker-Adapter-Identifier, which SageMaker
+    sets for adapter inference components alone: a vLLM adapter with no adapter_mode is served as one."""
     result = run_local(adapter=True)
     assert result.status == "succeeded", (result.error, result.cause)
     assert result.leftover_resources == []
@@ -25,15 +27,16 @@ def test_run_local_adapter_serves_the_adapter_and_evaluates_through_it() -> None
     assert record is not None
     adapter = record.step_dict("validate")["adapter"]
     assert (adapter["name"], adapter["max_rank"], adapter["modules"]) == ("lora-sample", 8, 12)
-    assert adapter["path"] == "/opt/ml/model/adapters/lora-sample"
     env = record.step_dict("build_env")["env"]
-    assert env["SM_VLLM_LORA_MODULES"] == "lora-sample=/opt/ml/model/adapters/lora-sample"
-    assert (env["SM_VLLM_ENABLE_LORA"], env["SM_VLLM_MAX_LORA_RANK"], env["SM_VLLM_MAX_LORAS"]) == ("", "8", "1")
-    # The adapter was written beside the base's served copy, and went with it.
-    served = str(record.served_uri)
-    assert f"{served}adapters/lora-sample/adapter_model.safetensors" in result.deleted_at_exit
-    assert f"{served}config.json" in result.deleted_at_exit
+    assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] == "true" and "SM_VLLM_LORA_MODULES" not in env
     assert result.eval is not None and result.eval["passed"] and result.eval["cases"] == 3
+
+
+def test_a_dedicated_adapter_on_vllm_is_refused_before_anything_is_created(stack: Any, tmp_path: Path) -> None:
+    desc = _start(stack, tmp_path, write_adapter(tmp_path / "lora-x"), adapter_mode="dedicated", engine="vllm")
+    assert desc["status"] == "FAILED" and desc["error"] == "RequestInvalid", desc
+    assert "answered by the base" in desc["cause"] and "X-Amzn-SageMaker-Adapter-Identifier" in desc["cause"]
+    assert stack.leftover_resources() == []
 
 
 def test_an_lmi_deployment_finds_the_adapter_in_its_folder_and_names_it_in_adapters() -> None:
@@ -74,7 +77,7 @@ def test_an_adapter_of_another_base_is_refused_before_any_endpoint(stack: Any, t
     )
     desc = _start(stack, tmp_path, bad)
     assert desc["status"] == "FAILED" and desc["error"] == "CheckpointRefused", desc
-    assert "ADAPTER_TARGET_MISSING" in desc["cause"] and "adapter-validation.json" in desc["cause"]
+    assert "ADAPTER_TARGET_MISSING" in desc["cause"] and "adapter-validation" in desc["cause"]
     assert "CreateEndpointFunction" not in [i.function for i in stack.invocations]
     assert stack.leftover_resources() == []
 

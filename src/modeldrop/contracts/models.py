@@ -190,8 +190,9 @@ class DeploymentRequest(_Strict):
     adapter_mode: Literal["dedicated", "shared"] | None = Field(
         None,
         description=(
-            "How an adapter is served: dedicated (default: one endpoint holding the base and the adapter) or "
-            "shared (adapter inference components on one base endpoint)"
+            "How an adapter is served: dedicated (one endpoint holding the base and the adapter; the default on "
+            "LMI and SGLang, refused on vLLM, whose /invocations would answer with the base) or shared (adapter "
+            "inference components on one base endpoint; the default on vLLM)"
         ),
     )
     base_endpoint: Annotated[str, Field(pattern=r"^[a-zA-Z0-9][a-zA-Z0-9-]{0,62}$")] | None = Field(

