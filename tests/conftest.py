@@ -32,6 +32,8 @@ def make_stack() -> Iterator[Callable[..., Any]]:
     with mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
 
         def make(parameters: dict[str, str] | None = None, root: Path = ROOT, **hosting: Any) -> Any:
+            # The EngineCheck step's probe takes seconds per deployment: on where a test asks for it.
+            parameters = {"EngineCheck": "Disabled", **(parameters or {})}
             stack = build_stack(root, parameters, hosting=LocalHosting(**hosting))
             built.append(stack)
             return stack

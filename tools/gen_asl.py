@@ -311,10 +311,26 @@ def definition() -> dict[str, Any]:
             "model_type": "{% $validation.model_type %}",
             "execution_arn": EXECUTION,
         },
-        "BuildEngineEnv",
+        "EngineCheck",
         assign={"image": "{% $states.result.Payload %}"},
         phase="prepare",
         errors=["ImageUnresolvable"],
+    )
+    s["EngineCheck"] = task(
+        "EngineCheck",
+        {
+            "deployment_id": "{% $req.deployment_id %}",
+            "served_uri": "{% $validation.served_uri %}",
+            "engine": "{% $image.engine %}",
+            "execution_arn": EXECUTION,
+        },
+        "BuildEngineEnv",
+        comment="The resolved image's engine judges the served copy's headers and side files (no GPU, no weight "
+        "byte); a refusal fails here, before anything is created.",
+        timeout=960,
+        assign={"engine_check": "{% $states.result.Payload %}"},
+        phase="prepare",
+        errors=["CheckpointRefused", "CheckpointUnreadable"],
     )
     s["BuildEngineEnv"] = task(
         "BuildEnv",

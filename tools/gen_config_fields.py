@@ -53,19 +53,18 @@ def table() -> dict[str, typing.Any]:
     for model_type in sorted(CONFIG_MAPPING_NAMES):
         try:
             cls = CONFIG_MAPPING[model_type]
-        except Exception:  # noqa: BLE001 - a class the installed extras cannot import is not tabled
+        except Exception:  # a class the installed extras cannot import is not tabled
             continue
         if not dataclasses.is_dataclass(cls):
             models[model_type] = {}
             continue
-        hints = typing.get_type_hints(cls, include_extras=False) if False else {}
         fields = {}
         for f in dataclasses.fields(cls):
             tp = f.type
             if isinstance(tp, str):
                 try:
                     tp = typing.get_type_hints(cls).get(f.name, typing.Any)
-                except Exception:  # noqa: BLE001
+                except Exception:  # an annotation that does not resolve is `any`
                     tp = typing.Any
             spelled = _spell(tp)
             if spelled != "any":

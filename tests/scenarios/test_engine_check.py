@@ -111,3 +111,49 @@ def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) 
     refused = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(archive), "--engine-check"],
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert refused.returncode == 2 and "local model directory" in refused.stderr
+
+
+def _deploy(stack: Any, tmp_path: Path, folder: Path) -> dict[str, Any]:
+    from modeldrop.local.samples.checkpoint import write_tar_gz
+
+    packed = write_tar_gz(folder, tmp_path / f"{folder.name}.tar.gz")
+    stack.client("s3").upload_file(str(packed), stack.bucket, f"direct/{folder.name}/model.tar.gz")
+    arn = stack.start({"artifact_uri": f"s3://{stack.bucket}/direct/{folder.name}/model.tar.gz"})
+    desc: dict[str, Any] = stack.wait(arn, timeout=600)
+    stack.settle()
+    return desc
+
+
+def test_the_pipeline_asks_the_engine_before_any_endpoint(make_stack: Any, tmp_path: Path) -> None:
+    """EngineCheck, after ResolveImage: the image's engine judges the served copy (its headers and side files,
+    rebuilt as a skeleton) and refuses in its own words what the static rules passed; an intact checkpoint
+    goes on, its verdict in the record."""
+    stack = make_stack({"EngineCheck": "Enabled", "DefaultEngine": "vllm"})
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    odd = _variant(base, tmp_path, "odd-activation", config=lambda c: c.update(hidden_act="wibble"))
+    from modeldrop.checkpoint.validation import validate_source
+
+    assert validate_source(str(odd)).deployable  # what the static rules cannot know
+    refused = _deploy(stack, tmp_path, odd)
+    assert refused["status"] == "FAILED" and refused["error"] == "CheckpointRefused", refused
+    assert "ENGINE_REFUSED" in refused["cause"] and "Unsupported activation: wibble" in refused["cause"]
+    assert "CreateEndpointFunction" not in [i.function for i in stack.invocations]
+    assert stack.leftover_resources() == []
+    fine = _deploy(stack, tmp_path, base)
+    assert fine["status"] == "SUCCEEDED", fine
+    records = [r for r in stack.registry().deployments() if r.step_dict("engine_check")]
+    verdicts = sorted(r.step_dict("engine_check")["verdict"] for r in records)
+    assert verdicts == ["loads", "refused"], verdicts
+
+
+def test_the_skeleton_holds_the_headers_and_no_weight_bytes(tmp_path: Path) -> None:
+    from modeldrop.checkpoint.artifact_scan import scan_local
+    from modeldrop.pipeline.engine_check_step import write_skeleton
+
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    skeleton = write_skeleton(scan_local(str(base)), tmp_path / "skeleton")
+    shard = skeleton / "model.safetensors"
+    assert shard.stat().st_size == (base / "model.safetensors").stat().st_size
+    assert shard.stat().st_blocks * 512 < shard.stat().st_size  # sparse: the tensors' bytes were never written
+    assert load_file(str(shard)).keys() == load_file(str(base / "model.safetensors")).keys()
+    assert (skeleton / "config.json").read_bytes() == (base / "config.json").read_bytes()

@@ -103,6 +103,14 @@ def run_local_cmd(
             "blocked: --fault regression, alarm-during-bake, silent-rollback), the grace passes, the channel closes"
         ),
     ] = None,
+    engine_check: Annotated[
+        bool | None,
+        typer.Option(
+            "--engine-check/--no-engine-check",
+            help="run the EngineCheck step with the engine venv (vLLM judges the served copy before CreateEndpoint); "
+            "default: on when the venv is there",
+        ),
+    ] = None,
     instance_type: InstanceTypesOpt = None,
     quota_wait: QuotaWaitOpt = None,
     max_hourly_price: MaxHourlyPriceOpt = None,
@@ -171,6 +179,7 @@ def run_local_cmd(
                 adapter=adapter,
                 adapters=adapters,
                 channel=channel,
+                engine_check=_engine_check_wanted(engine_check),
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))
@@ -182,6 +191,14 @@ def run_local_cmd(
     else:
         summary(result, verbose)
     raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _engine_check_wanted(asked: bool | None) -> bool:
+    from modeldrop.checkpoint.engine_check import engine_python
+
+    if asked and engine_python() is None:
+        fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
+    return engine_python() is not None if asked is None else asked
 
 
 def _input_problem(

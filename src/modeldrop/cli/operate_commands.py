@@ -93,7 +93,9 @@ def deploy_cmd(
     base: Annotated[
         str | None, typer.Option(help="ARTIFACT is a LoRA adapter: the base checkpoint it is served on (s3://...)")
     ] = None,
-    adapter_mode: Annotated[str | None, typer.Option(help="with --base: shared (vLLM's default) or dedicated (LMI's and SGLang's)")] = None,
+    adapter_mode: Annotated[
+        str | None, typer.Option(help="with --base: shared (vLLM's default) or dedicated (LMI's and SGLang's)")
+    ] = None,
     base_endpoint: Annotated[
         str | None,
         typer.Option(

@@ -53,6 +53,12 @@ def _plan_rows(result: Any) -> list[tuple[str, str]]:
         ("image", str(out.get("image") or rec.image_uri or "-")),
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
     ]
+    if check := rec.step_dict("engine_check"):
+        judged = f" by vLLM {check['version']}" if check.get("version") else ""
+        said = (
+            f"\n{str(check.get('message'))[:200]}" if check.get("verdict") != "loads" and check.get("message") else ""
+        )
+        rows.append(("engine check", f"{check.get('verdict')}{judged} for {check.get('judged_for')}{said}"))
     if memory := out.get("memory") or built.get("memory") or {}:
         rows.append(
             (

@@ -22,6 +22,7 @@ StepName = Literal[
     "preflight",
     "validate",
     "resolve_image",
+    "engine_check",
     "build_env",
     "quota_wait",
     "create_endpoint",

@@ -82,6 +82,7 @@ def run_local(
     adapter: bool = False,
     adapters: int = 1,
     channel: str | None = None,
+    engine_check: bool = False,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
@@ -91,13 +92,20 @@ def run_local(
     directory is uploaded as an S3 prefix, its modeldrop.json marker last. With ADAPTER a generated
     LoRA adapter for the checkpoint is deployed on it (the checkpoint is its base); ADAPTERS of them
     in shared mode (adapter inference components on one endpoint). The shell's AWS settings are set
-    aside for the run: nothing reaches a real account or another endpoint."""
+    aside for the run: nothing reaches a real account or another endpoint. ENGINE_CHECK runs the
+    EngineCheck step with the project's engine venv (vLLM judges the served copy before CreateEndpoint);
+    without it the step says the stack's check is disabled."""
     if channel is None and {f.strip() for f in fault.split(",")} & CHANNEL_FAULTS:
         channel = "demo"  # a channel's fault plays out on a channel
     with hermetic_aws():
         return _run_local(
-            artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters, channel
-        )
+            artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters, channel,
+            engine_check,
+        )  # fmt: skip
+
+
+def _parameters(deploy_engine: str | None, faults: frozenset[str], engine_check: bool) -> dict[str, str]:
+    return {**channel_parameters(deploy_engine, faults), "EngineCheck": "Enabled" if engine_check else "Disabled"}
 
 
 def _run_local(
@@ -112,6 +120,7 @@ def _run_local(
     adapter: bool,
     adapters: int,
     channel: str | None = None,
+    engine_check: bool = False,
 ) -> RunResult:
     from moto import mock_aws
 
@@ -129,7 +138,7 @@ def _run_local(
             mock_aws(config={"stepfunctions": {"execute_state_machine": True}}),
         ):
             faults = hosting.faults  # --fault takes several, separated by commas
-            stack = build_stack(parameters=channel_parameters(deploy_engine, faults), hosting=hosting)
+            stack = build_stack(parameters=_parameters(deploy_engine, faults, engine_check), hosting=hosting)
             arm_faults(stack, faults, request)
             if faults & SHARED_FAULTS:  # shared, with a second adapter component
                 adapter, adapters = True, max(adapters, 2)
@@ -141,10 +150,6 @@ def _run_local(
                 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
 
                 artifact = write_cpu_checkpoint(Path(tmp) / "cpu-llama")
-            if adapter and engine == "vllm" and (request or {}).get("adapter_mode") is None:
-                # vLLM's /invocations takes the adapter only from X-Amzn-SageMaker-Adapter-Identifier (it
-                # replaces the body's `model`), which SageMaker sets for adapter inference components.
-                request = {**(request or {}), "adapter_mode": "shared", "engine": "vllm"}
             try:
                 if adapter:
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
