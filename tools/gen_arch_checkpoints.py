@@ -41,6 +41,15 @@ def shrink(section: dict, model_type: str) -> None:
         if "full_attention" in kinds and section["layer_types"][-1] != "full_attention":
             section["layer_types"][-1] = "full_attention"
     section.pop("per_layer_config", None)
+    if isinstance(section.get("rotary_dim"), int):  # GPT-J / CodeGen: a quarter of the shrunk head
+        section["rotary_dim"] = 4
+    # Token ids of the full vocabulary point past the shrunk one (an embedding's padding_idx asserts it).
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id"):
+        value = section.get(key)
+        if isinstance(value, int) and value >= SHRINK["vocab_size"]:
+            section[key] = value % SHRINK["vocab_size"]
+        elif isinstance(value, list):
+            section[key] = [v % SHRINK["vocab_size"] if isinstance(v, int) else v for v in value]
     if model_type == "gpt_oss":
         section["layer_types"] = ["sliding_attention", "full_attention"] * 2
 

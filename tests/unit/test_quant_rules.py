@@ -62,3 +62,11 @@ def test_rope_types_and_their_factors() -> None:
                                                      "sliding_attention": {"rope_type": "nope"}}}}  # fmt: skip
     found = rope_findings(per_layer)
     assert _codes(found) == ["ROPE_INVALID"] and "text_config.rope_parameters.sliding_attention" in found[0].message
+
+
+def test_the_rotary_share_of_a_head_is_in_zero_one() -> None:
+    assert rope_findings({"partial_rotary_factor": 0.5, "hidden_size": 64, "num_attention_heads": 4}) == []
+    assert rope_findings({"rotary_dim": 4, "n_embd": 64, "n_head": 4}) == []  # GPT-J: 4 of a 16-wide head
+    wide = rope_findings({"rotary_dim": 64, "n_embd": 64, "n_head": 4})  # vLLM: "must be between 0.0 and 1.0"
+    assert _codes(wide) == ["ROPE_INVALID"] and "rotary_dim 64 over a head of 16" in wide[0].message
+    assert _codes(rope_findings({"text_config": {"partial_rotary_factor": 1.5}})) == ["ROPE_INVALID"]

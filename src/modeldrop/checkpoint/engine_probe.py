@@ -29,6 +29,9 @@ from typing import Any
 
 # A refusal that comes from running on this CPU, not from the checkpoint.
 CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size")
+# A model whose load_weights reads the tensors' values (Phi's copies them): meta tensors have none, so the
+# probe cannot judge it, which says nothing of the checkpoint.
+PROBE_ONLY = ("meta tensor", "on the meta device", "device='meta'")
 
 
 def _message(exc: BaseException) -> str:
@@ -101,7 +104,9 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
         try:
             loaded = model.load_weights(_meta_weights(model_dir))
         except Exception as exc:
-            return verdict("refused", "load", _message(exc))
+            text = _message(exc)
+            probe_only = any(marker in text.lower() for marker in PROBE_ONLY)
+            return verdict("undetermined" if probe_only else "refused", "load", text, **cache)
         strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()))
         quantized = config.model_config.quantization is not None
         try:  # mutates LOADED: the exemptions the engine makes

@@ -208,7 +208,40 @@ def rope_findings(config: Mapping[str, Any]) -> list[Finding]:
             needed = ", ".join(missing)
             fix = f"give {kind} scaling its {needed} (as the model was trained)"
             findings.append(_error("ROPE_INVALID", f"{where} rope_type {kind!r} without {needed}", fix))
+    findings += _partial_rotary(config)
     return findings[:4]
+
+
+def _partial_rotary(config: Mapping[str, Any]) -> list[Finding]:
+    """The rotary share of each head vLLM's rope builds: partial_rotary_factor in (0, 1], or GPT-J /
+    CodeGen's rotary_dim no wider than the head (vLLM: "partial_rotary_factor must be between 0.0 and 1.0")."""
+    section = config.get("text_config")
+    text: Mapping[str, Any] = section if isinstance(section, Mapping) else config
+    factor: Any = text.get("partial_rotary_factor")
+    rotary = text.get("rotary_dim")
+    head = _head_size(text)
+    if isinstance(rotary, int) and not isinstance(rotary, bool) and head:
+        factor = rotary / head
+    if not isinstance(factor, int | float) or isinstance(factor, bool) or 0 < factor <= 1:
+        return []
+    what = f"rotary_dim {rotary} over a head of {head}" if isinstance(rotary, int) else f"{factor}"
+    return [
+        _error(
+            "ROPE_INVALID",
+            f"partial_rotary_factor is {what}: the rotary share of a head is in (0, 1]",
+            "save config.json from the trained model (the rotary dims are at most the head size)",
+        )
+    ]
+
+
+def _head_size(text: Mapping[str, Any]) -> int | None:
+    head = text.get("head_dim")
+    if isinstance(head, int) and not isinstance(head, bool) and head > 0:
+        return head
+    hidden, heads = text.get("hidden_size", text.get("n_embd")), text.get("num_attention_heads", text.get("n_head"))
+    if isinstance(hidden, int) and isinstance(heads, int) and heads > 0:
+        return hidden // heads
+    return None
 
 
 def _ropes(config: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]:
