@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -198,7 +199,9 @@ def _engine_check_wanted(asked: bool | None) -> bool:
 
     if asked and engine_python() is None:
         fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
-    return engine_python() is not None if asked is None else asked
+    if asked is None:  # MODELDROP_ENGINE_CHECK=Disabled turns the default off, as the stack parameter does
+        return engine_python() is not None and os.environ.get("MODELDROP_ENGINE_CHECK") != "Disabled"
+    return asked
 
 
 def _input_problem(
