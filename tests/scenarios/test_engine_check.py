@@ -110,7 +110,7 @@ def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) 
     archive.write_bytes(b"not read")
     refused = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(archive), "--engine-check"],
                              capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert refused.returncode == 2 and "local model directory" in refused.stderr
+    assert refused.returncode == 2 and "local directory" in refused.stderr
 
 
 def _deploy(stack: Any, tmp_path: Path, folder: Path) -> dict[str, Any]:
@@ -157,3 +157,25 @@ def test_the_skeleton_holds_the_headers_and_no_weight_bytes(tmp_path: Path) -> N
     assert shard.stat().st_blocks * 512 < shard.stat().st_size  # sparse: the tensors' bytes were never written
     assert load_file(str(shard)).keys() == load_file(str(base / "model.safetensors")).keys()
     assert (skeleton / "config.json").read_bytes() == (base / "config.json").read_bytes()
+
+
+def test_an_adapter_is_judged_by_peft_helper_on_its_base(tmp_path: Path) -> None:
+    """validate ADAPTER --base BASE --engine-check: the base as a checkpoint, then vLLM's PEFTHelper and its
+    validate_legal (DoRA, PiSSA-style inits, bias); the static rules refuse what it refuses."""
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+    from modeldrop.local.samples.cpu_checkpoint import write_cpu_adapter
+
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    verdicts = {}
+    for name, change in {"plain": {}, "pissa": {"init_lora_weights": "pissa"}, "dora": {"use_dora": True}}.items():
+        adapter = write_cpu_adapter(tmp_path / name)
+        config = json.loads((adapter / "adapter_config.json").read_text())
+        (adapter / "adapter_config.json").write_text(json.dumps({**config, **change}))
+        result = CliRunner().invoke(app, ["validate", str(adapter), "--base", str(base), "--engine-check", "--json"])
+        report = json.loads(result.stdout)
+        verdicts[name] = (report["deployable"], report["engine_check"]["verdict"], report["engine_check"]["message"])
+    assert verdicts["plain"][:2] == (True, "loads"), verdicts
+    assert verdicts["pissa"][:2] == (False, "refused") and "init_lora_weights='pissa'" in verdicts["pissa"][2]
+    assert verdicts["dora"][:2] == (False, "refused") and "DoRA" in verdicts["dora"][2]

@@ -82,8 +82,11 @@ def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEO
     return lines
 
 
-def engine_check(directory: Path, target: EngineVersion, python: str | None = None) -> EngineCheck:
-    """DIRECTORY judged by the engine's own code for TARGET's image."""
+def engine_check(
+    directory: Path, target: EngineVersion, python: str | None = None, base: Path | None = None
+) -> EngineCheck:
+    """DIRECTORY judged by the engine's own code for TARGET's image; with BASE, DIRECTORY is a LoRA adapter
+    (PEFTHelper's checks) served on BASE (judged as a checkpoint first, in the same engine process)."""
     judged_for = target.describe()
     if not target.runs_vllm:
         sglang = "SGLang's code does not run on this CPU: the static rules judge SGLang images"
@@ -93,7 +96,14 @@ def engine_check(directory: Path, target: EngineVersion, python: str | None = No
         return EngineCheck(engine="vllm", verdict="unavailable", judged_for=judged_for,
                            message="no engine venv: `make vllm-venv` (or set MODELDROP_VLLM_PYTHON)")  # fmt: skip
     try:
-        [raw] = probe([directory], python)
+        if base is None:
+            [raw] = probe([directory], python)
+        else:
+            base_raw, raw = probe([base, Path(f"--adapter={directory}")], python)
+            if base_raw.get("verdict") != "loads":  # the adapter is served on that base: its verdict first
+                raw = {**base_raw, "message": f"the base {base}: {base_raw.get('message', '')}"}
+            else:
+                raw = {**base_raw, **raw}
     except (OSError, subprocess.TimeoutExpired) as exc:
         return EngineCheck(engine="vllm", verdict="undetermined", stage="probe", judged_for=judged_for,
                            message=f"the engine process did not answer: {type(exc).__name__}")  # fmt: skip

@@ -149,6 +149,31 @@ def _cache_layout(config: Any) -> dict[str, Any]:
         return {"cache_layout_error": _message(exc)[:300]}
 
 
+ADAPTER = "--adapter="  # an argument naming a LoRA adapter directory, judged by PEFTHelper
+
+
+def judge_adapter(adapter_dir: str, started: float) -> dict[str, Any]:
+    """A LoRA adapter as vLLM's LoRA manager reads it: PEFTHelper from adapter_config.json, and its
+    validate_legal against a LoRAConfig whose max_lora_rank is the smallest vLLM takes that holds the rank."""
+    from typing import get_args
+
+    from vllm.config.lora import LoRAConfig, MaxLoRARanks
+    from vllm.lora.peft_helper import PEFTHelper
+
+    def verdict(kind: str, message: str = "") -> dict[str, Any]:
+        return {"directory": adapter_dir, "verdict": kind, "stage": "peft", "message": message,
+                "seconds": round(time.time() - started, 2)}  # fmt: skip
+
+    try:
+        helper = PEFTHelper.from_local_dir(adapter_dir, max_position_embeddings=None)
+        rank = max([helper.r, *helper.rank_pattern.values()])
+        ranks = [r for r in get_args(MaxLoRARanks) if r >= rank] or [max(get_args(MaxLoRARanks))]
+        helper.validate_legal(LoRAConfig(max_lora_rank=ranks[0]))
+    except Exception as exc:
+        return verdict("refused", _message(exc))
+    return verdict("loads")
+
+
 def main(dirs: list[str]) -> None:
     import vllm
     from vllm.config import VllmConfig, set_current_vllm_config
@@ -164,7 +189,10 @@ def main(dirs: list[str]) -> None:
     for model_dir in dirs:
         started = time.time()
         try:
-            result = judge(model_dir, started)
+            if model_dir.startswith(ADAPTER):
+                result = judge_adapter(model_dir[len(ADAPTER) :], started)
+            else:
+                result = judge(model_dir, started)
         except BaseException as exc:  # the probe's own failure: said, never a pass
             result = {"directory": model_dir, "verdict": "undetermined", "stage": "probe", "message": _message(exc)}
         result.update(engine="vllm", version=vllm.__version__,

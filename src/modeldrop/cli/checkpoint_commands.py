@@ -68,7 +68,7 @@ def validate_cmd(
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
     if engine_check:
-        _engine_check_possible(source)
+        _engine_check_possible(source, base)
     from modeldrop.checkpoint.chat_contract import drift_finding
     from modeldrop.checkpoint.validation import validate_source
 
@@ -82,7 +82,7 @@ def validate_cmd(
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if engine_check:
-        report = _with_engine_check(report, source, target)
+        report = _with_engine_check(report, source, target, base if report.adapter is not None else None)
     codes = {f.code for f in report.findings}
     if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
         # Nothing of a model at all: one line, not ten findings about what is missing.
@@ -131,24 +131,24 @@ def validate_cmd(
     raise typer.Exit(0 if report.deployable else 1)
 
 
-def _engine_check_possible(source: str) -> None:
+def _engine_check_possible(source: str, base: str | None) -> None:
     from modeldrop.checkpoint.engine_check import engine_python
 
-    if not Path(source).is_dir():
-        fail(
-            f"--engine-check judges a local model directory, not {source}", "extract the archive, then check its folder"
-        )
+    for where in [source, *([base] if base else [])]:
+        if not Path(where).is_dir():
+            fail(f"--engine-check judges a local directory, not {where}", "extract the archive, then check its folder")
     if engine_python() is None:
         fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
 
 
-def _with_engine_check(report: Any, source: str, target: Any) -> Any:
-    """REPORT with the engine's own verdict on SOURCE and its findings (the stricter of the two stands)."""
+def _with_engine_check(report: Any, source: str, target: Any, base: str | None = None) -> Any:
+    """REPORT with the engine's own verdict on SOURCE (an adapter on BASE) and its findings (the stricter
+    of the two stands)."""
     from modeldrop.checkpoint.engine_check import engine_check, engine_findings
     from modeldrop.checkpoint.validation import default_target
 
     with console.status("asking the engine's own code") if console.is_terminal else contextlib.nullcontext():
-        check = engine_check(Path(source), target or default_target())
+        check = engine_check(Path(source), target or default_target(), base=Path(base) if base else None)
     findings = [*report.findings, *engine_findings(check)]
     deployable = not any(f.severity == "error" for f in findings)
     return report.model_copy(update={"engine_check": check, "findings": findings, "deployable": deployable})
