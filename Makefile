@@ -15,7 +15,7 @@ SAM := env SAM_CLI_TELEMETRY=0 PATH="$(dir $(PY313)):$$PATH" $(SAM_VENV)/bin/sam
 BUILD_DIR ?= .aws-sam/build
 # Test files run in parallel, one file per worker (each builds its own emulated account). Three on a
 # 2-core machine: most scenario tests wait on engine processes, the virtual clock's polls and sockets,
-# so a third worker overlaps those waits (20:12 of pytest with 2 workers, measured on this machine kind).
+# so a third worker overlaps those waits.
 PYTEST_WORKERS ?= 3
 
 .PHONY: vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean

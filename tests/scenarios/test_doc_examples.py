@@ -87,7 +87,12 @@ def _run(command: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedPr
 
 @pytest.fixture
 def local_stack(tmp_path: Path) -> Any:
-    env = {**os.environ, "MODELDROP_LOCAL_STATE": str(tmp_path / "local-stack.json")}
+    # The engine check's probe (seconds per deployment) is test_engine_check's: here every step still runs.
+    env = {
+        **os.environ,
+        "MODELDROP_LOCAL_STATE": str(tmp_path / "local-stack.json"),
+        "MODELDROP_ENGINE_CHECK": "Disabled",
+    }
     env = {k: v for k, v in env.items() if not k.startswith("AWS_")}
     up = subprocess.run([*COMMAND, "local", "up", "--json"], capture_output=True, text=True, env=env, timeout=600)
     assert up.returncode == 0, up.stdout + up.stderr

@@ -86,7 +86,9 @@ def serve(port: int | None = None) -> int:
     clock.reset()
     hosting = LocalHosting()
     with hermetic_aws(), mock_aws(config={"stepfunctions": {"execute_state_machine": True}}):
-        stack = build_stack(hosting=hosting)
+        # The EngineCheck step's probe (seconds per deployment) is off where the shell says so, as for run-local.
+        disabled = os.environ.get("MODELDROP_ENGINE_CHECK") == "Disabled"
+        stack = build_stack(parameters={"EngineCheck": "Disabled"} if disabled else None, hosting=hosting)
         server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
         try:
             _cloudformation_stack(stack)
