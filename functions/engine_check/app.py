@@ -11,9 +11,8 @@ from modeldrop.checkpoint.engine_check import EngineCheck
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.step_payloads import Engine
 from modeldrop.pipeline.config import RecordSettings
-from modeldrop.pipeline.engine_check_step import check_served, raise_if_refused
+from modeldrop.pipeline.engine_check_step import run_step
 from modeldrop.pipeline.lambda_support import handler, logger
-from modeldrop.serving.engine_options import resolved_version
 
 
 class Event(BaseModel):
@@ -27,18 +26,13 @@ class Event(BaseModel):
 @handler(Event)
 def lambda_handler(event: Event, context: Any) -> EngineCheck:
     settings = RecordSettings.from_env()
-    target = resolved_version(event.engine, settings.aws_region, os.environ)
-    if event.served_uri is None:
-        check = EngineCheck(
-            engine=target.engine,
-            verdict="unavailable",
-            judged_for=target.describe(),
-            message="no served copy: the adapters join a live base, checked when it was deployed",
-        )
-    else:
-        check = check_served(clients.s3(), event.served_uri, target)
-    settings.registry().record(
-        event.deployment_id, "engine_check", check.model_dump(mode="json"), owner=event.execution_arn, live=True
+    return run_step(
+        clients.s3(),
+        settings.registry(),
+        event.deployment_id,
+        event.served_uri,
+        event.engine,
+        settings.aws_region,
+        os.environ,
+        owner=event.execution_arn,
     )
-    raise_if_refused(check)
-    return check

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -24,9 +25,13 @@ from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import CheckpointRefused
+from modeldrop.contracts.step_payloads import Engine
+from modeldrop.serving.engine_options import resolved_version
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
+
+    from modeldrop.aws.registry import Registry
 
 ENABLED_ENV = "MODELDROP_ENGINE_CHECK"  # the stack's EngineCheck parameter: Enabled | Disabled
 
@@ -50,6 +55,34 @@ def write_skeleton(scan: ArtifactScan, out: Path) -> Path:
             fh.write(len(raw).to_bytes(8, "little") + raw)
             fh.truncate(8 + len(raw) + header.data_len)
     return out
+
+
+def run_step(
+    s3: S3Client,
+    registry: Registry,
+    deployment_id: str,
+    served: ArtifactUri | None,
+    engine: Engine,
+    region: str,
+    env: Mapping[str, str],
+    owner: str,
+) -> EngineCheck:
+    """The EngineCheck step: the verdict for the resolved image's engine, recorded on the deployment this
+    execution owns, and CheckpointRefused when the engine refuses. SERVED is None when the adapters join a
+    live base (judged when that base was deployed)."""
+    target = resolved_version(engine, region, env)
+    if served is None:
+        check = EngineCheck(
+            engine=target.engine,
+            verdict="unavailable",
+            judged_for=target.describe(),
+            message="no served copy: the adapters join a live base, checked when it was deployed",
+        )
+    else:
+        check = check_served(s3, served, target)
+    registry.record(deployment_id, "engine_check", check.model_dump(mode="json"), owner=owner, live=True)
+    raise_if_refused(check)
+    return check
 
 
 def check_served(s3: S3Client, served: ArtifactUri, target: EngineVersion) -> EngineCheck:
