@@ -391,6 +391,9 @@ def test_plan_at_80_columns_under_a_pty_prints_the_whole_image_uri() -> None:
     assert proc.wait(timeout=60) == 0
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", b"".join(chunks).decode(errors="replace")).replace("\r", "")
     assert uri in text and "…" not in text, text
+    # Everything else wraps at the terminal's width: only a word too long for any line (the URI) is longer.
+    over = [line for line in text.splitlines() if len(line) > 80 and not any(len(w) > 40 for w in line.split())]
+    assert over == [], over
 
 
 def test_named_engine_settings_reach_the_deployed_env_and_are_checked() -> None:

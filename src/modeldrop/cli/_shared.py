@@ -7,6 +7,7 @@ import inspect
 import json
 import os
 import sys
+import textwrap
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn, TypeVar, cast
@@ -19,6 +20,18 @@ except ImportError:  # pragma: no cover - only without the cli extra
     raise SystemExit(2) from None
 
 from modeldrop.contracts.errors import ModeldropError
+
+
+def _usage_name(self: Any) -> str:
+    """An argument in a usage line as POSIX and click write it (`SOURCE`, `[DEST]`, `ARTIFACT...`):
+    typer 0.29 writes a required one in braces (`{source}`), which reads as a set or a template."""
+    name = str(self.display_name_raw).upper()
+    if self.nargs != 1 and not name.endswith("..."):
+        name += "..."
+    return name if self.required else f"[{name}]"
+
+
+typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
 
 app = typer.Typer(
     add_completion=False,
@@ -195,14 +208,19 @@ def minutes(option: str, text: str | None) -> float | None:
 
 
 def fields(rows: list[tuple[str, str]], pad: int | None = None) -> None:
-    """KEY  VALUE lines, never cut: a value longer than the terminal (an image URI, a console link)
-    is printed whole and left to the terminal to wrap, so it can still be copied; a multi-line value
-    (an env) is indented under its key."""
+    """KEY  VALUE lines, wrapped at the terminal's width (piped: COLUMNS, else 80) under the value's
+    column; a word longer than that (an image URI, a console link) is printed whole and left to the
+    terminal to wrap, so it can still be copied; a multi-line value (an env) is indented under its key."""
     from rich.markup import escape
 
     width = pad or max((len(k) for k, _ in rows), default=0)
+    room = max(console.width - width - 2, 24)
     for key, value in rows:
-        lines = str(value).split("\n") or [""]
+        lines = [
+            line
+            for part in str(value).split("\n")
+            for line in textwrap.wrap(part, room, break_long_words=False, break_on_hyphens=False) or [""]
+        ] or [""]
         console.print(f"[bold]{escape(key):<{width}}[/]  {escape(lines[0])}", soft_wrap=True, highlight=False)
         for line in lines[1:]:
             console.print(" " * (width + 2) + escape(line), soft_wrap=True, highlight=False)

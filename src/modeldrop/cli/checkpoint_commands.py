@@ -417,7 +417,8 @@ def _memory_table(memory: dict[str, Any]) -> None:
     console.print(mem)
     console.print(
         f"* the KV of one sequence of max_model_len tokens, at least {MIN_KV_GIB} GiB: below that vLLM cannot "
-        "allocate enough KV blocks to start, however short the sequences"
+        "allocate enough KV blocks to start, however short the sequences",
+        soft_wrap=False,
     )
     colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
     console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")

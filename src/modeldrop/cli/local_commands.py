@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -66,8 +67,8 @@ def run_local_cmd(
     fault: Annotated[
         str,
         typer.Option(
-            help="failures to play out through the real state machine (one, or several comma-separated): "
-            + ", ".join(FAULTS)
+            help="failures to play out through the real state machine: one name or several, comma-separated; "
+            "`--fault list` prints each with what it does (also in docs/local-runs.md)"
         ),
     ] = "none",
     key: Annotated[
@@ -131,6 +132,8 @@ def run_local_cmd(
 ) -> None:
     """Run one deployment end to end on this machine: no AWS account needed."""
     json_mode(as_json)
+    if fault == "list":
+        _print_faults(as_json)
     request: dict[str, Any] = instance_choice(instance_type)
     request.update(request_fields({**locals(), **(named_settings or {})}))
     from modeldrop.local.engines.launch import EngineUnavailable
@@ -204,6 +207,20 @@ def _engine_check_wanted(asked: bool | None) -> bool:
     return asked
 
 
+def _print_faults(as_json: bool) -> NoReturn:
+    """The fault names, one per line with what each plays out (no name cut at a hyphen)."""
+    if as_json:
+        print(json.dumps(FAULTS, indent=2))
+    else:
+        width = max(len(name) for name in FAULTS)
+        for name, what in FAULTS.items():
+            lines = textwrap.wrap(what, max(console.width - width - 2, 24), break_on_hyphens=False) or [""]
+            console.print(f"{name:<{width}}  {lines[0]}", highlight=False, soft_wrap=True)
+            for line in lines[1:]:
+                console.print(" " * (width + 2) + line, highlight=False, soft_wrap=True)
+    raise typer.Exit(0)
+
+
 def _input_problem(
     fault: str,
     engine: str,
@@ -222,7 +239,7 @@ def _input_problem(
     checks = [
         (
             unknown is not None,
-            f"unknown --fault {unknown!r}; choose one or several (comma-separated) of {', '.join(FAULTS)}",
+            f"unknown --fault {unknown!r}; `modeldrop run-local --fault list` gives the names",
         ),
         (engine not in LOCAL_ENGINES, f"unknown --engine {engine!r}; choose from {', '.join(LOCAL_ENGINES)}"),
         (
