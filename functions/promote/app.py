@@ -36,5 +36,7 @@ def lambda_handler(event: Event, context: Any) -> PromotionProgress:
         stack_tag=settings.stack_tag,
         s3=clients.s3(),
         max_channels=settings.max_channels,
+        autoscaling=clients.application_autoscaling(),
+        refusing_regions=settings.refusing_regions(),
     )
     return promotion_step(ctx, event.request, event.action, event.execution_arn)

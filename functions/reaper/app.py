@@ -27,6 +27,7 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
             s3=clients.s3(),
             bucket=settings.artifact_bucket,
             cloudwatch=clients.cloudwatch(),
+            autoscaling=clients.application_autoscaling(),
         )
     deletions = len(result.expired) + len(result.orphans_deleted) + len(result.served_copies_deleted)
     metrics.add_metric(name="ReaperDeletions", unit="Count", value=deletions)

@@ -99,7 +99,7 @@ def test_the_reaper_imports_no_eval_or_template_code() -> None:
 
 # src/modeldrop/local, by what each part holds: what each may import of the others (nothing runs back
 # up: the emulator never imports the stack built on it, nor the stack run-local's scenarios).
-_EMULATED = {"emulator.s3", "emulator.stepfunctions", "emulator.iam", "emulator.sagemaker"}
+_EMULATED = {"emulator.s3", "emulator.stepfunctions", "emulator.iam", "emulator.sagemaker", "emulator.autoscaling"}
 LOCAL_PARTS: dict[str, set[str]] = {
     "faults": set(),
     "samples": set(),
@@ -107,7 +107,8 @@ LOCAL_PARTS: dict[str, set[str]] = {
     "emulator.s3": set(),
     "emulator.stepfunctions": set(),
     "emulator.iam": set(),
-    "emulator.sagemaker": {"emulator.iam", "engines", "faults"},
+    "emulator.autoscaling": set(),  # asks the component shims through hooks they set
+    "emulator.sagemaker": {"emulator.iam", "emulator.autoscaling", "engines", "faults"},  # publishes metrics to it
     "emulator": {*_EMULATED, "engines", "faults"},  # moto_shims: installs every service's patches
     "stack": {"emulator", *_EMULATED, "engines", "faults", "samples"},
     "scenarios": {"emulator", *_EMULATED, "engines", "faults", "samples", "stack"},

@@ -15,6 +15,7 @@ import boto3
 from botocore.config import Config
 
 if TYPE_CHECKING:
+    from mypy_boto3_application_autoscaling import ApplicationAutoScalingClient
     from mypy_boto3_cloudformation import CloudFormationClient
     from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_dynamodb.service_resource import Table
@@ -68,6 +69,11 @@ def events() -> EventBridgeClient:
 @_kept
 def cloudwatch() -> CloudWatchClient:
     return boto3.client("cloudwatch", config=RETRIES)
+
+
+@_kept
+def application_autoscaling() -> ApplicationAutoScalingClient:
+    return boto3.client("application-autoscaling", config=RETRIES)
 
 
 @_kept

@@ -36,6 +36,7 @@ def _context(stack: str, region: str | None, profile: str | None) -> ChannelCont
         stack_tag=info.stack_name,
         s3=session.client("s3"),
         max_channels=info.max_channels,
+        autoscaling=session.client("application-autoscaling"),
     )
 
 
@@ -121,18 +122,22 @@ def channels_cmd(
     profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Every channel: its endpoint, the version serving, the versions kept for a rollback."""
+    """Every channel: its endpoint, the version serving, the versions kept for a rollback, and what it
+    cost today and this month (from its scaling history where it scales to zero) with the hours idle saved."""
     json_mode(as_json)
     from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.pipeline.channel_cost import channel_cost
 
     with aws_errors():
-        _session, _info, registry = _connect(stack, region, profile)
+        session, _info, registry = _connect(stack, region, profile)
         records = ChannelStore(registry.table).all()
+        sm, scaling = session.client("sagemaker"), session.client("application-autoscaling")
+        costs = {r.name: channel_cost(sm, scaling, r, sm.meta.region_name) for r in records}
     if as_json:
-        print(json.dumps([r.model_dump(mode="json") for r in records]))
+        print(json.dumps([{**r.model_dump(mode="json"), "cost": costs[r.name]} for r in records]))
         return
     table = Table(title="channels")
-    for col in ("channel", "endpoint", "serving", "kept", "last event"):
+    for col in ("channel", "endpoint", "serving", "kept", "last event", "today", "month", "idle saved"):
         table.add_column(col)
     for r in records:
         last = r.history[-1] if r.history else None
@@ -142,5 +147,16 @@ def channels_cmd(
             r.live.deployment_id if r.live else "-",
             ", ".join(v.deployment_id for v in r.kept) or "-",
             f"{last.kind} {last.at}" if last else "-",
+            *_cost_cells(costs[r.name]),
         )
     console.print(table)
+
+
+def _cost_cells(cost: dict[str, Any]) -> tuple[str, str, str]:
+    def usd(window: str) -> str:
+        value = (cost.get(window) or {}).get("usd")
+        return f"${value:.2f}" if value is not None else "-"
+
+    saved = (cost.get("month") or {}).get("idle_hours_saved")
+    idle = f"{saved:.1f} h" if cost.get("scales_to_zero") and saved is not None else "always-on"
+    return usd("today"), usd("month"), idle

@@ -105,6 +105,14 @@ def run_local_cmd(
             "blocked: --fault regression, alarm-during-bake, silent-rollback), the grace passes, the channel closes"
         ),
     ] = None,
+    idle: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="with --channel: the channel scales to zero after DURATION without a call (10m, 1h); the day "
+            "shows it sleep, wake for a call and for a promotion, and what it cost against always-on",
+        ),
+    ] = None,
     engine_check: Annotated[
         bool | None,
         typer.Option(
@@ -143,6 +151,8 @@ def run_local_cmd(
     problem = _input_problem(fault, engine, deploy_engine, artifact, adapter, adapter_mode, adapters, prefix, key)
     if not problem and channel is not None:
         problem = _channel_problem(channel, adapter or prefix or engine != "reference")
+    if not problem and idle is not None:
+        problem = _idle_problem(idle, channel)
     if problem:
         fail(problem)
     if artifact is not None:
@@ -184,6 +194,7 @@ def run_local_cmd(
                 adapters=adapters,
                 channel=channel,
                 engine_check=_engine_check_wanted(engine_check),
+                idle=idle,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
             fail(str(exc))
@@ -205,6 +216,18 @@ def _engine_check_wanted(asked: bool | None) -> bool:
     if asked is None:  # MODELDROP_ENGINE_CHECK=Disabled turns the default off, as the stack parameter does
         return engine_python() is not None and os.environ.get("MODELDROP_ENGINE_CHECK") != "Disabled"
     return asked
+
+
+def _idle_problem(idle: str, channel: str | None) -> str | None:
+    from modeldrop.serving.idle_plan import parse_idle
+
+    if channel is None:
+        return "--idle is a channel's policy: pass --channel NAME too (run-local --channel demo --idle 10m)"
+    try:
+        parse_idle(idle)
+    except ValueError as exc:
+        return f"--idle {exc}"
+    return None
 
 
 def _print_faults(as_json: bool) -> NoReturn:

@@ -127,6 +127,38 @@ def channel_lines(channel: dict[str, Any]) -> list[str]:
             lines.append(f"  gate: {gate}")
     if channel.get("error"):
         lines.append(f"channel {channel['name']}: {channel['error']}")
+    return lines + idle_lines(channel)
+
+
+def idle_lines(channel: dict[str, Any]) -> list[str]:
+    """An idle channel's day (--idle): how it was planned, each sleep and wake with its seconds, its cost."""
+    idle = channel.get("idle")
+    if not idle:
+        return []
+    name = channel["name"]
+    if idle.get("mode") == "scale_to_zero":
+        lines = [f"channel {name}: scales to zero after {idle['after_seconds'] // 60} min without a call; a call "
+                 f"while asleep is refused as waking, for up to {idle['wake_seconds']} s"]  # fmt: skip
+    else:
+        lines = [f"channel {name}: always-on: {idle.get('reason')}"]
+    for step in channel.get("steps", []):
+        kind = step.get("step")
+        if kind == "scaled to zero":
+            lines.append(f"channel {name}: scaled to zero {step['idle_seconds']} s after its last call "
+                         f"({step.get('instances')} instances)")  # fmt: skip
+        elif kind in ("woken by a call", "not woken", "called the promoted version"):
+            said = f"answered after {step['seconds']:.0f} s" if step.get("answered") else step.get("error")
+            lines.append(f"channel {name}: {kind}: {said} ({step.get('retries', 0)} retries)")
+        elif kind == "promoted while asleep":
+            lines.append(f"channel {name}: promoted {step['deployment_id']} while asleep (woken for the gate)")
+        elif kind == "a quiet night":
+            lines.append(f"channel {name}: {step['hours']} h without a call: {step.get('instances')} instances")
+    cost = channel.get("cost") or {}
+    spent = cost.get("since_created") or {}
+    if spent.get("usd") is not None:
+        lines.append(f"channel {name}: cost ${spent['usd']:.2f} for {spent['instance_hours']:.2f} instance-hours; "
+                     f"always-on ${spent['always_on_usd']:.2f} ({spent['idle_hours_saved']:.2f} h saved), "
+                     f"{len(cost.get('wakeups') or [])} wake-ups")  # fmt: skip
     return lines
 
 

@@ -7,11 +7,33 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from modeldrop.serving.idle_plan import parse_idle
 
 CHANNEL_PREFIX = "channel#"
 CHANNEL_PATTERN = r"^[a-z0-9](-?[a-z0-9]){0,23}$"
 EventKind = Literal["created", "promoted", "blocked", "rolled_back", "promotion_failed", "retired"]
+
+
+class IdleRequest(BaseModel):
+    """A request's idle policy for the channel it creates."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scale_to_zero_after: str | int = Field(
+        description="how long without an invocation before the channel scales to zero: 10m, 1h, 90m (5 min to 24 h)"
+    )
+
+    @field_validator("scale_to_zero_after")
+    @classmethod
+    def _duration(cls, value: str | int) -> str | int:
+        parse_idle(value)
+        return value
+
+    @property
+    def seconds(self) -> int:
+        return parse_idle(self.scale_to_zero_after)
 
 
 class ChannelVersion(BaseModel):
@@ -65,6 +87,24 @@ class PendingPromotion(BaseModel):
     update_timeout_seconds: int | None = None  # the UpdateEndpoint's MaximumExecutionTimeoutInSeconds
 
 
+class ChannelIdle(BaseModel):
+    """A channel's idle policy as it was decided: scaled to zero after AFTER_SECONDS without an invocation
+    (an endpoint of inference components, its one stable COMPONENT holding the live version's model), or
+    always-on where that cannot be had (REASON says why)."""
+
+    after_seconds: int
+    mode: Literal["scale_to_zero", "always_on"]
+    reason: str = ""
+    region: str = ""
+    instance_type: str = ""
+    max_instances: int = 1
+    hourly_price: float | None = None
+    wake_seconds: int = 0  # how long a client retries the waking error (provisioning + download + start-up)
+    component: str | None = None  # scale_to_zero: the component clients name
+    endpoint_config: str | None = None  # scale_to_zero: the channel endpoint's own config
+    since: str | None = None  # when the policy began (the channel's creation)
+
+
 class ChannelRecord(BaseModel):
     name: str
     endpoint_name: str
@@ -77,7 +117,12 @@ class ChannelRecord(BaseModel):
     # An adapter channel: the shared deployment whose endpoint and base component its adapters run on
     # (clients call the endpoint with the live version's component name).
     base_deployment: str | None = None
+    idle: ChannelIdle | None = None  # an idle policy (request `idle`): scaled to zero, or always-on and why
     revision: int = 0
+
+    @property
+    def scales_to_zero(self) -> bool:
+        return self.idle is not None and self.idle.mode == "scale_to_zero" and bool(self.idle.component)
 
     @property
     def adapter_only(self) -> bool:
@@ -88,6 +133,8 @@ class ChannelRecord(BaseModel):
         target = {"EndpointName": self.endpoint_name}
         if self.live is not None and self.live.component:
             target["InferenceComponentName"] = self.live.component
+        elif self.scales_to_zero and self.idle and self.idle.component:
+            target["InferenceComponentName"] = self.idle.component
         return target
 
     def last_known_good(self) -> ChannelVersion | None:
@@ -105,6 +152,8 @@ class ChannelRecord(BaseModel):
         for version in self._versions():
             names.update(n for n in (version.endpoint_config, version.component) if n)
             names.update(version.models)
+        if self.idle is not None:
+            names.update(n for n in (self.idle.component, self.idle.endpoint_config) if n)
         return names
 
     def deployments(self) -> set[str]:

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from modeldrop.contracts.artifact import ArtifactUri
-from modeldrop.contracts.channel import CHANNEL_PATTERN
+from modeldrop.contracts.channel import CHANNEL_PATTERN, IdleRequest
 from modeldrop.contracts.env_safety import env_json_schema, env_problem
 from modeldrop.contracts.instance_types import instance_type_problem
 from modeldrop.contracts.s3uri import S3_URI_PATTERN, parse_s3_uri
@@ -224,6 +224,14 @@ class DeploymentRequest(_Strict):
     gate: GateThresholds = Field(
         default_factory=GateThresholds,
         description="With channel: how much the candidate may regress against the serving version (stack-limited)",
+    )
+    idle: IdleRequest | None = Field(
+        None,
+        description=(
+            "With channel, when it is created: scale the channel to zero after this long without an invocation "
+            "(an endpoint of inference components with managed instance scaling; always-on where the region "
+            "refuses it, the plan saying why); invocations while it sleeps wake it"
+        ),
     )
     promotion_grace_hours: Annotated[float, Field(ge=0, le=336)] = Field(
         1.0, description="With channel: how long the version this one replaces is kept for a rollback"

@@ -42,6 +42,7 @@ StepName = Literal[
     "promoted",
     "not_promoted",
     "retired",
+    "channel_waking",
 ]
 
 # Nothing moves a record out of these: a Lambda still running after its execution ended cannot

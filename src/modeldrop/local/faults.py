@@ -64,4 +64,10 @@ FAULTS: dict[str, str] = {
     ),
     "starter-error": "the S3 starter's StartExecution is refused (AccessDenied) on every try: the event lands in its "
     "failure queue",
+    "slow-wake": "with `--idle`: provisioning an instance for the scaled-in channel takes hours; the client's wait "
+    "(the plan's wake time) ends with ChannelAsleep and the candidate is refused, the channel left to wake on its "
+    "own",
+    "zero-refused": "with `--idle`: the emulated region refuses MinInstanceCount 0 (as eu-west-3 does) and the stack "
+    "lists it in NoScaleToZeroRegions: the channel runs always-on, its record saying why, before any resource is "
+    "created",
 }

@@ -9,6 +9,7 @@ from datetime import timedelta
 from modeldrop.aws.sagemaker_resources import describe_endpoint
 from modeldrop.contracts.channel import ChannelRecord
 from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
+from modeldrop.pipeline import idle_channel
 from modeldrop.pipeline.adapter_promotion import verify_component
 from modeldrop.pipeline.channel_close import close_channel
 from modeldrop.pipeline.channel_context import (
@@ -40,10 +41,12 @@ def rollback(ctx: ChannelContext, channel_name: str, grace: timedelta = DEFAULT_
     try:
         if channel.adapter_only:
             verify_component(ctx.sm, channel, target)
+        elif channel.scales_to_zero:
+            idle_channel.switch(ctx, channel, target)
         else:
             switch(ctx, channel, target, record.instance_count if record else 1, timeout)
     except PromotionFailed as exc:
-        if channel.adapter_only or not _moving(ctx, channel):
+        if channel.adapter_only or channel.scales_to_zero or not _moving(ctx, channel):
             release_rollback(ctx, channel, f"rollback failed: {exc.message}")
         raise
     return finish_rollback(ctx, channel)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from modeldrop.aws.channel_alarms import delete_alarms
 from modeldrop.contracts.channel import ChannelEvent, ChannelRecord, ChannelVersion, PendingPromotion
 from modeldrop.contracts.errors import ChannelInvalid, ModeldropError, TeardownIncomplete
+from modeldrop.pipeline import idle_channel
 from modeldrop.pipeline.channel_context import ChannelContext, delete_channel_endpoint
 from modeldrop.pipeline.channel_context import now_iso as _now
 from modeldrop.pipeline.channel_upkeep import delete_version
@@ -31,7 +32,9 @@ def close_channel(ctx: ChannelContext, channel_name: str) -> list[str]:
         claim = PendingPromotion(version=version, phase="closing", started_at=_now(),
                                  event=ChannelEvent(at=_now(), kind="retired", reason="channel closed"))  # fmt: skip
         channel = ctx.channels.save(channel.model_copy(update={"candidate": claim}))
-    deleted = [] if channel.adapter_only else delete_channel_endpoint(ctx, channel)
+    deleted = idle_channel.close(ctx, channel)  # scaling and component first: the endpoint holds them
+    deleted += [] if channel.adapter_only else delete_channel_endpoint(ctx, channel)
+    deleted += idle_channel.delete_config(ctx, channel)
     for version in ([channel.live] if channel.live else []) + channel.kept:
         deleted += delete_version(ctx.sm, ctx.registry, ctx.s3, version, channel.base_deployment)
     if channel.base_deployment:

@@ -21,6 +21,7 @@ from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
 from modeldrop.contracts.record import DeploymentRecord
 
 if TYPE_CHECKING:
+    from mypy_boto3_application_autoscaling import ApplicationAutoScalingClient
     from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
@@ -54,6 +55,8 @@ class ChannelContext:
     stack_tag: str
     s3: S3Client | None = None
     max_channels: int = DEFAULT_MAX_CHANNELS
+    autoscaling: ApplicationAutoScalingClient | None = None  # a channel that scales to zero (idle_channel)
+    refusing_regions: tuple[str, ...] = ()  # the stack's NoScaleToZeroRegions
 
 
 def now_iso() -> str:

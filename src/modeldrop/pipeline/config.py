@@ -111,6 +111,11 @@ class PromoteSettings(_WithTable):
     resource_prefix: str = Field("modeldrop", pattern=r"^[a-z][a-z0-9-]{0,19}$")
     # How many channels the stack may hold (template parameter MaxChannels): a marker cannot add more.
     max_channels: int = Field(20, ge=1)
+    # Regions the stack's owner found refusing scale to zero (NoScaleToZeroRegions), comma-separated.
+    no_scale_to_zero_regions: str = ""
+
+    def refusing_regions(self) -> tuple[str, ...]:
+        return tuple(r.strip() for r in self.no_scale_to_zero_regions.split(",") if r.strip())
 
 
 class StarterSettings(_EnvSettings):

@@ -43,6 +43,7 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.evaluation.gate import GateThresholds
 from modeldrop.evaluation.runner import compare_endpoints
 from modeldrop.evaluation.smoke_eval import EvalCase
+from modeldrop.pipeline import idle_channel
 from modeldrop.pipeline.adapter_promotion import (
     adapter_version,
     base_of,
@@ -116,16 +117,19 @@ def start_promotion(
     thresholds: GateThresholds,
     grace: timedelta = DEFAULT_GRACE,
     pin: EvalSetPin | None = None,
+    idle_after: int | None = None,
 ) -> ChannelRecord:
-    """Begin putting DEPLOYMENT_ID behind CHANNEL_NAME: the first deployment creates the channel; a later
-    one is gated on CASES (the channel's pinned set: gate_cases), and the channel claimed and its endpoint
-    updated. PIN, when given, becomes the channel's eval set. The channel comes back with a `candidate`
-    while its endpoint works (then check_promotion), or without one when it is done."""
+    """Begin putting DEPLOYMENT_ID behind CHANNEL_NAME: the first deployment creates the channel (scaled to
+    zero after IDLE_AFTER seconds without an invocation, where that can be had); a later one is gated on
+    CASES (the channel's pinned set: gate_cases), and the channel claimed and its endpoint (or its one
+    component) updated. PIN, when given, becomes the channel's eval set. The channel comes back with a
+    `candidate` while its endpoint works (then check_promotion), or without one when it is done."""
     record, adapter, version = _load(ctx, deployment_id, channel_name)
     channel = ctx.channels.get(channel_name)
     if channel is None:
-        create = _create_adapter_channel if adapter else _create_channel
-        return create(ctx, channel_name, version, record, grace, pin)
+        if adapter:
+            return _create_adapter_channel(ctx, channel_name, version, record, grace, pin)
+        return _create_channel(ctx, channel_name, version, record, grace, pin, idle_after)
     check_candidate(channel, record, adapter)
     if channel.candidate is not None:
         channel = settle_stale(ctx, channel)
@@ -136,6 +140,10 @@ def start_promotion(
     champion = channel.live.component if channel.live else None
     if ctx.runtime is None:
         raise ChannelInvalid("no sagemaker-runtime client: the gate cannot run here")
+    if channel.scales_to_zero and channel.idle:
+        champion = channel.idle.component
+        if not idle_channel.knock(ctx, channel):  # the champion answers the gate's cases live: woken first
+            raise idle_channel.Waking(channel)
     gate = compare_endpoints(ctx.sm, ctx.runtime, channel.endpoint_name, str(record.endpoint_name), cases,
                              thresholds, components=(champion, version.component))  # fmt: skip
     event = ChannelEvent(at=_now(), kind="promoted", deployment_id=deployment_id,
@@ -157,7 +165,10 @@ def start_promotion(
         # The gate has passed: the preview goes (its config and model stay for the channel) before the
         # update starts its green fleet beside the channel's own -- two fleets at once, never three.
         drop_preview(ctx, record)
-        start_update(ctx, channel, version, record.instance_count, timeout)
+        if channel.scales_to_zero:
+            idle_channel.start_update(ctx, channel, version)
+        else:
+            start_update(ctx, channel, version, record.instance_count, timeout)
     except PromotionFailed as exc:
         fail(ctx, channel, record, exc.message)
         raise
@@ -173,8 +184,20 @@ def promote(
     grace: timedelta = DEFAULT_GRACE,
     pin: EvalSetPin | None = None,
 ) -> ChannelRecord:
-    """Put DEPLOYMENT_ID behind CHANNEL_NAME's stable endpoint, waiting here until it serves or fails."""
-    channel = start_promotion(ctx, deployment_id, channel_name, cases, thresholds, grace, pin)
+    """Put DEPLOYMENT_ID behind CHANNEL_NAME's stable endpoint, waiting here until it serves or fails (a
+    channel asleep woken for the gate first, for at most its wake time)."""
+    first = clock.utcnow()
+    while True:
+        try:
+            channel = start_promotion(ctx, deployment_id, channel_name, cases, thresholds, grace, pin)
+            break
+        except idle_channel.Waking as waking:
+            if (clock.utcnow() - first).total_seconds() > waking.wake_seconds:
+                raise PromotionFailed(
+                    f"channel {channel_name} did not wake within {waking.wake_seconds} s for the gate",
+                    "the champion still serves; promote again once it answers",
+                ) from None
+            clock.sleep(POLL_SECONDS)
     pause = FIRST_POLL_SECONDS
     while channel.candidate is not None:
         clock.sleep(pause)
@@ -190,8 +213,10 @@ def _create_channel(
     record: DeploymentRecord,
     grace: timedelta,
     pin: EvalSetPin | None,
+    idle_after: int | None = None,
 ) -> ChannelRecord:
-    """The channel claimed (its record, with this version pending), then its alarms and endpoint."""
+    """The channel claimed (its record, with this version pending), then its alarms and endpoint: with
+    IDLE_AFTER, an endpoint of components that scales to zero, or always-on where the region refuses it."""
     if len(ctx.channels.all()) >= ctx.max_channels:
         raise LimitExceeded(
             f"the stack holds {ctx.max_channels} channels already: channel {name} is not created",
@@ -203,10 +228,18 @@ def _create_channel(
     pending = PendingPromotion(version=version, event=event, phase="creating", started_at=_now(),
                                grace_seconds=grace.total_seconds(), instances=record.instance_count,
                                budget_seconds=budget)  # fmt: skip
-    channel = ctx.channels.save(ChannelRecord(name=name, endpoint_name=endpoint, candidate=pending, eval_set=pin))
+    decision = idle_channel.decide_for(ctx, version, record, idle_after) if idle_after else None
+    known = idle_channel.as_record(decision) if decision and not decision.scales_to_zero else None
+    channel = ctx.channels.save(ChannelRecord(name=name, endpoint_name=endpoint, candidate=pending, eval_set=pin,
+                                              idle=known))  # fmt: skip
     try:
         alarms = put_channel_alarms(ctx.cloudwatch, endpoint)
         channel = ctx.channels.save(channel.model_copy(update={"alarms": alarms}))
+        if decision is not None and decision.scales_to_zero:
+            idle = idle_channel.create_endpoint(ctx, channel, version, record, decision)
+            channel = ctx.channels.save(channel.model_copy(update={"idle": idle}))
+            if channel.scales_to_zero:
+                return channel
         ctx.sm.create_endpoint(
             EndpointName=endpoint,
             EndpointConfigName=version.endpoint_config,

@@ -54,6 +54,8 @@ def check_promotion(ctx: ChannelContext, channel_name: str, deployment_id: str) 
     record = ctx.registry.get(deployment_id)
     if record is None:
         raise PromotionFailed(f"deployment {deployment_id}'s record is gone")
+    if channel.scales_to_zero:
+        return _check_component(ctx, channel, record, pending)
     desc = describe_endpoint(ctx.sm, channel.endpoint_name)
     status = desc["EndpointStatus"] if desc else "gone"
     if status in TRANSITIONAL:
@@ -71,6 +73,27 @@ def check_promotion(ctx: ChannelContext, channel_name: str, deployment_id: str) 
     if problem:
         fail(ctx, channel, record, problem)
         raise PromotionFailed(problem)
+    return complete(ctx, channel, record)
+
+
+def _check_component(
+    ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord, pending: PendingPromotion
+) -> ChannelRecord:
+    """check_promotion for a channel that scales to zero: its one component, created or updated."""
+    from modeldrop.pipeline import idle_channel
+
+    state, problem = idle_channel.check(ctx, channel)
+    if state == "moving":
+        if waited(pending) <= pending.budget_seconds:
+            return ctx.channels.get(channel.name) or channel
+        raise PromotionFailed(
+            f"channel {channel.name}'s component is still changing {waited(pending):.0f} s into the promotion of "
+            f"{record.deployment_id} (budget {pending.budget_seconds:.0f} s): the channel stays claimed",
+            "nothing it may still move onto is deleted; the reaper completes or refuses it once it settles",
+        )
+    if state == "failed":
+        fail(ctx, channel, record, str(problem))
+        raise PromotionFailed(str(problem))
     return complete(ctx, channel, record)
 
 
@@ -157,6 +180,17 @@ def settle_rollback(ctx: ChannelContext, channel: ChannelRecord) -> ChannelRecor
     assert pending is not None
     if channel.adapter_only:  # a switch by name: the claim's own write was the rollback's last step
         return finish_rollback(ctx, channel)
+    if channel.scales_to_zero:
+        from modeldrop.pipeline import idle_channel
+
+        state, problem = idle_channel.check(ctx, channel)
+        if state == "moving":
+            return channel
+        return (
+            release_rollback(ctx, channel, f"rollback not completed: {problem}")
+            if problem
+            else finish_rollback(ctx, channel)
+        )
     desc = describe_endpoint(ctx.sm, channel.endpoint_name)
     if desc is not None and desc["EndpointStatus"] in TRANSITIONAL:
         return channel
@@ -199,8 +233,13 @@ def fail(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentRecord, 
     if pending is not None and pending.phase == "creating":
         # Only an endpoint tagged as this stack's channel of that name: CreateEndpoint may have failed
         # because the name is someone else's, and that one is not ours to delete.
+        from modeldrop.pipeline import idle_channel
+
+        with contextlib.suppress(ChannelInvalid, ClientError):
+            idle_channel.close(ctx, channel)
         with contextlib.suppress(ChannelInvalid):
             delete_channel_endpoint(ctx, channel)
+        idle_channel.delete_config(ctx, channel)
         delete_alarms(ctx.cloudwatch, channel.alarms)
         ctx.channels.delete(channel)
         return

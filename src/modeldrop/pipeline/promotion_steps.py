@@ -11,12 +11,16 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from modeldrop.contracts.channel import ChannelRecord
-from modeldrop.contracts.errors import RecordNotOwned
+from modeldrop.contracts import clock
+from modeldrop.contracts.channel import ChannelEvent, ChannelRecord
+from modeldrop.contracts.errors import PromotionFailed, RecordNotOwned
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.pipeline.channel_context import POLL_SECONDS, ChannelContext
+from modeldrop.contracts.record import DeploymentRecord
+from modeldrop.pipeline.channel_context import POLL_SECONDS, ChannelContext, now_iso
 from modeldrop.pipeline.gate_cases import request_gate_cases
+from modeldrop.pipeline.idle_channel import Waking
 from modeldrop.pipeline.promotion import check_promotion, start_promotion
+from modeldrop.pipeline.promotion_settle import refuse
 
 
 class PromotionProgress(BaseModel):
@@ -42,14 +46,45 @@ def promotion_step(
         raise RecordNotOwned(f"deployment {request.deployment_id} belongs to another execution: nothing was promoted")
     if action == "start" and _started(ctx, channel_name, request.deployment_id):
         action = "check"  # a retried start: the first attempt got as far as the claim
+    elif action == "check" and record.step("channel_waking") and not _started(ctx, channel_name, request.deployment_id):
+        action = "start"  # the channel was asleep at the start: woken meanwhile, the gate runs now
     if action == "start":
         # The channel's own cases: a marker's eval_set_uri is its candidate's smoke eval, never the gate's.
         cases, pin = request_gate_cases(ctx, channel_name, request.eval_set_uri, request.source == "s3-event")
         grace = timedelta(hours=request.promotion_grace_hours)
-        channel = start_promotion(ctx, request.deployment_id, channel_name, cases, request.gate, grace, pin)
+        idle_after = request.idle.seconds if request.idle else None
+        try:
+            channel = start_promotion(ctx, request.deployment_id, channel_name, cases, request.gate, grace, pin,
+                                      idle_after)  # fmt: skip
+        except Waking as waking:
+            return _waking(ctx, record, channel_name, waking)
     else:
         channel = check_promotion(ctx, channel_name, request.deployment_id)
     return _progress(channel, request.deployment_id)
+
+
+def _waking(ctx: ChannelContext, record: DeploymentRecord, channel_name: str, waking: Waking) -> PromotionProgress:
+    """The channel sleeps: knocked on; the state machine looks again after its wait, for at most the
+    channel's wake time from the first knock -- then the candidate is refused, the champion sleeps on."""
+    since = str(record.step_dict("channel_waking").get("since") or now_iso())
+    if not record.step("channel_waking"):
+        ctx.registry.record(record.deployment_id, "channel_waking", {"since": since, "channel": channel_name})
+    waited = (clock.utcnow() - clock.parse_iso(since)).total_seconds()
+    channel = ctx.channels.get(channel_name)
+    if waited > waking.wake_seconds and channel is not None:
+        reason = f"channel {channel_name} did not wake within {waking.wake_seconds} s for the gate"
+        refuse(ctx, channel, record, ChannelEvent(at=now_iso(), kind="promotion_failed",
+                                                  deployment_id=record.deployment_id, reason=reason))  # fmt: skip
+        raise PromotionFailed(reason, "the champion still serves; promote again once it answers")
+    return PromotionProgress(
+        status="pending",
+        wait_seconds=POLL_SECONDS,
+        channel=channel_name,
+        deployment_id=record.deployment_id,
+        endpoint_name=channel.endpoint_name if channel else "",
+        invoke=channel.invoke_target() if channel else {},
+        gate="waking the channel for the gate",
+    )
 
 
 def _started(ctx: ChannelContext, channel_name: str, deployment_id: str) -> bool:

@@ -29,6 +29,7 @@ from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.pipeline.teardown import stranded_of
 
 if TYPE_CHECKING:
+    from mypy_boto3_application_autoscaling import ApplicationAutoScalingClient
     from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_events import EventBridgeClient
     from mypy_boto3_s3 import S3Client
@@ -74,6 +75,7 @@ def reap(
     bucket: str | None = None,
     max_ttl: timedelta = timedelta(hours=72),
     cloudwatch: CloudWatchClient | None = None,
+    autoscaling: ApplicationAutoScalingClient | None = None,
 ) -> ReapResult:
     """One reaper run. `period` is how often it runs: an endpoint two periods past expiry is overdue.
 
@@ -90,7 +92,8 @@ def reap(
     if cloudwatch is not None:  # a claim nobody completed within its budget does not hold its channel
         try:
             ctx = ChannelContext(sm=sm, runtime=None, cloudwatch=cloudwatch, registry=registry, channels=store,
-                                 resource_prefix=resource_prefix, stack_tag=stack_tag, s3=s3)  # fmt: skip
+                                 resource_prefix=resource_prefix, stack_tag=stack_tag, s3=s3,
+                                 autoscaling=autoscaling)  # fmt: skip
             result.settled = settle_all(ctx, channels) + close_stale(ctx, channels)
         except (ClientError, ModeldropError) as exc:
             result.errors.append(f"channel claims: {exc}")

@@ -34,12 +34,13 @@ from typing import Any, Protocol, cast
 from modeldrop.contracts import clock
 from modeldrop.local.emulator import service_quotas
 from modeldrop.local.emulator import stepfunctions as stepfunctions_shims
+from modeldrop.local.emulator.autoscaling import scaling as autoscaling
 from modeldrop.local.emulator.iam import enforcement as iam_enforcement
 from modeldrop.local.emulator.iam import simulator as iam_simulator
 from modeldrop.local.emulator.s3 import file_backed as file_backed_s3
 from modeldrop.local.emulator.s3 import shims as s3_shims
+from modeldrop.local.emulator.sagemaker import component_scaling, endpoint_updates
 from modeldrop.local.emulator.sagemaker import components as sagemaker_components
-from modeldrop.local.emulator.sagemaker import endpoint_updates
 
 # Re-exported: run-local and the tests set the emulated account's quotas through the patches' module.
 
@@ -106,6 +107,11 @@ def set_hosting(hosting: Hosting | None) -> None:
     global _hosting
     _hosting = hosting
     sagemaker_components.set_component_host(getattr(hosting, "components", None))
+    autoscaling.reset()
+    refusing = {"eu-west-3"}
+    if hosting is not None and "zero-refused" in getattr(hosting, "faults", ()):
+        refusing.add(str(getattr(hosting, "region", "")))
+    component_scaling.zero_refused_regions = refusing
 
 
 def install() -> None:
@@ -128,6 +134,8 @@ def install() -> None:
         endpoint_updates.install(
             lambda: _hosting, lambda backend, config: service_quotas.check(backend, config, _in_flight())
         )
+        component_scaling.install()
+        autoscaling.install()
         clock.use_virtual_sleep()
         file_backed_s3.install()
         # A ThrottlingException is real SageMaker behaviour even though moto's error shapes lack it.

@@ -47,6 +47,10 @@ def channel_parameters(deploy_engine: str | None, faults: frozenset[str]) -> dic
         parameters["DefaultEngine"] = deploy_engine
     if "regression" in faults:  # the candidate's own smoke eval tolerates what the gate refuses
         parameters["MaxEvalTolerance"] = "100"
+    if "zero-refused" in faults:  # the stack's owner knows the region refuses scale to zero (the emulator does too)
+        from modeldrop.local.stack.emulated import REGION
+
+        parameters["NoScaleToZeroRegions"] = REGION
     return parameters
 
 
@@ -66,6 +70,7 @@ def channel_context(stack: Any) -> ChannelContext:
         resource_prefix=str(stack.parameters.get("ResourcePrefix", "modeldrop")),
         stack_tag=STACK_NAME,
         s3=stack.client("s3"),
+        autoscaling=stack.client("application-autoscaling"),
     )
 
 

@@ -28,6 +28,7 @@ from modeldrop.local.scenarios.account_faults import (
     reap_until_clean,
 )
 from modeldrop.local.scenarios.channel import CHANNEL_FAULTS, channel_parameters, run_channel
+from modeldrop.local.scenarios.idle_channel import IDLE_FAULTS, run_idle_channel
 from modeldrop.local.scenarios.inputs import upload_config
 from modeldrop.local.scenarios.shared import shared_check
 from modeldrop.local.stack.emulated import TIMED_OUT
@@ -83,6 +84,7 @@ def run_local(
     adapters: int = 1,
     channel: str | None = None,
     engine_check: bool = False,
+    idle: str | None = None,
 ) -> RunResult:
     """Deploy ARTIFACT (or a generated sample) through the real ASL and handlers on this machine.
 
@@ -95,12 +97,15 @@ def run_local(
     aside for the run: nothing reaches a real account or another endpoint. ENGINE_CHECK runs the
     EngineCheck step with the project's engine venv (vLLM judges the served copy before CreateEndpoint);
     without it the step says the stack's check is disabled."""
-    if channel is None and {f.strip() for f in fault.split(",")} & CHANNEL_FAULTS:
+    named = {f.strip() for f in fault.split(",")}
+    if channel is None and named & (CHANNEL_FAULTS | IDLE_FAULTS):
         channel = "demo"  # a channel's fault plays out on a channel
+    if idle is None and named & IDLE_FAULTS:
+        idle = "10m"
     with hermetic_aws():
         return _run_local(
             artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters, channel,
-            engine_check,
+            engine_check, idle,
         )  # fmt: skip
 
 
@@ -121,6 +126,7 @@ def _run_local(
     adapters: int,
     channel: str | None = None,
     engine_check: bool = False,
+    idle: str | None = None,
 ) -> RunResult:
     from moto import mock_aws
 
@@ -155,7 +161,7 @@ def _run_local(
                     generated = run_inputs.adapter_request(stack, artifact, Path(tmp), adapters, cpu=cpu)
                     request = {**(request or {}), **generated}
                 result = (
-                    _channel_day(stack, channel, Path(tmp), faults, on_state, artifact)
+                    _channel_day(stack, channel, Path(tmp), faults, on_state, artifact, idle)
                     if channel
                     else _deploy(stack, artifact, Path(tmp), on_state, request, key, prefix, faults)
                 )
@@ -188,8 +194,12 @@ def _channel_day(
     faults: frozenset[str],
     on_state: Callable[[StateRun], None] | None,
     artifact: Path | None,
+    idle: str | None = None,
 ) -> RunResult:
-    result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state, artifact)
+    if idle is not None:
+        result, summary = run_idle_channel(stack, channel, idle, workdir, _deploy, on_state, artifact)
+    else:
+        result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state, artifact)
     result.channel, result.leftover_resources = summary, stack.leftover_resources()
     return result
 

@@ -8,6 +8,7 @@ Only the keys modeldrop's template conditions on, and the global ones, are fille
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -214,6 +215,24 @@ def _any_resource(action: str) -> Rule:
     return rule
 
 
+def _scaling(action: str) -> Rule:
+    """Application Auto Scaling: a target's ARN ends in an id the service makes (no caller knows it before it
+    exists), so a grant is held to the namespace and dimension (the SAR's condition keys)."""
+
+    def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
+        keys = {"ServiceNamespace": "service-namespace", "ScalableDimension": "scalable-dimension"}
+        context: dict[str, ContextValue] = {f"application-autoscaling:{k}": str(call.params[p])
+                                            for p, k in keys.items() if p in call.params}  # fmt: skip
+        if action == "DescribeScalingActivities":  # no resource type in the SAR
+            return [AuthRequest(f"application-autoscaling:{action}", "*", context)]
+        named = "|".join(str(call.params.get(k)) for k in ("ServiceNamespace", "ResourceId", "ScalableDimension"))
+        target_id = hashlib.sha256(named.encode()).hexdigest()[:32]
+        target = _arn(call, "application-autoscaling", f"scalable-target/{target_id}")
+        return [AuthRequest(f"application-autoscaling:{action}", target, context)]
+
+    return rule
+
+
 def _invoke(call: Call, _lookups: Lookups) -> list[AuthRequest]:
     """The Service Authorization Reference lists InvokeEndpointWithResponseStream as an action of its
     own, and inference-component as a resource type of both invoke actions beside endpoint: a call
@@ -369,7 +388,15 @@ RULES: dict[tuple[str, str], Rule] = {
     ("sagemaker", "UpdateInferenceComponent"): _sm_on(
         "UpdateInferenceComponent", "inference-component", "InferenceComponentName", tagged=True
     ),
+    ("sagemaker", "UpdateInferenceComponentRuntimeConfig"): _sm_on(
+        "UpdateInferenceComponentRuntimeConfig", "inference-component", "InferenceComponentName", tagged=True
+    ),
     ("sagemaker", "ListInferenceComponents"): _any_resource("sagemaker:ListInferenceComponents"),
+    ("application-autoscaling", "RegisterScalableTarget"): _scaling("RegisterScalableTarget"),
+    ("application-autoscaling", "DeregisterScalableTarget"): _scaling("DeregisterScalableTarget"),
+    ("application-autoscaling", "PutScalingPolicy"): _scaling("PutScalingPolicy"),
+    ("application-autoscaling", "DeleteScalingPolicy"): _scaling("DeleteScalingPolicy"),
+    ("application-autoscaling", "DescribeScalingActivities"): _scaling("DescribeScalingActivities"),
     (
         "sagemaker",
         "CreateEndpoint",

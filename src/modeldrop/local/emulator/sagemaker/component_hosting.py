@@ -12,6 +12,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -20,6 +21,7 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local.emulator.iam.enforcement import acting_as
 from modeldrop.local.emulator.sagemaker.hosted import HostedComponent
+from modeldrop.serving.idle_plan import provisioning_seconds
 
 if TYPE_CHECKING:
     from modeldrop.local.emulator.sagemaker.components import Component
@@ -56,6 +58,8 @@ DEFAULT_STARTUP_SECONDS = 480  # SageMaker's startup health check grace when non
 # With slow-component-delete, a component stays Deleting this long (the emulator's clock), as large
 # bases do on SageMaker while their copies drain.
 SLOW_DELETE_SECONDS = 240
+# With slow-wake, provisioning an instance for a scaled-in component takes this long (emulator's clock).
+WAKE_STALL_SECONDS = 3 * 3600
 
 
 @dataclass
@@ -103,6 +107,103 @@ class ComponentHost:
         if base is not None and base.status == "InService":
             self._call(base, "DELETE", f"/adapters/{component.name}", None)
 
+    # ---- copies: scaled to zero and back, a new model on the same component -------------------------
+    def scale(self, component: Component, copies: int, at: datetime | None = None) -> None:
+        """The copy stops (its instance released), or an instance is provisioned for a stopped one (from AT)."""
+        hosted = self.bases.get(component.name)
+        if hosted is None:
+            return
+        with hosted.lock:
+            if copies == 0 and hosted.status not in ("Stopped",):
+                self.hosting._stop(hosted)
+                hosted.process, hosted.status = None, "Stopped"
+                self.hosting._log(hosted, "modeldrop local hosting: copy stopped (0 copies); its instance released")
+            elif copies > 0 and hosted.status == "Stopped":
+                provision = WAKE_STALL_SECONDS if "slow-wake" in self.hosting.faults else provisioning_seconds()
+                hosted.status, hosted.provisioned_at = (
+                    "Provisioning",
+                    (at or clock.utcnow()) + timedelta(seconds=provision),
+                )
+                self.hosting._log(hosted, f"modeldrop local hosting: provisioning an instance ({provision} s)")
+
+    def running_copies(self, component: Component | str) -> int:
+        """Copies that answer: a provisioned instance's container started, and its ping passed."""
+        hosted = self.bases.get(component if isinstance(component, str) else component.name)
+        if hosted is None:
+            return 0
+        with hosted.lock:
+            if hosted.status == "Provisioning" and hosted.provisioned_at and clock.utcnow() >= hosted.provisioned_at:
+                hosted.status, hosted.created_virtual, hosted.created_real = (
+                    "Creating",
+                    clock.utcnow(),
+                    time.monotonic(),
+                )
+                self._restart(hosted)
+            if hosted.status == "Creating":
+                self.hosting._advance(hosted)
+            self.hosting._flush_logs(hosted)
+            return 1 if hosted.status == "InService" else 0
+
+    def _restart(self, hosted: HostedComponent) -> None:
+        """A new instance: the model downloaded again (the stopped one's copy went with it), then started."""
+        try:
+            with acting_as(None):
+                hosted.model_dir = self.hosting._materialize(hosted.name, hosted.container)
+            self.hosting._start(hosted)
+        except Exception as exc:  # whatever stops the container fails the copy
+            self.hosting._log(hosted, f"modeldrop local hosting: container did not start: {exc}")
+            hosted.status, hosted.failure_reason = "Failed", f"The container for {hosted.name} did not start"
+
+    def no_capacity(self, endpoint_name: str, component_name: str) -> str | None:
+        """The base component that has no running copy for an invocation naming COMPONENT_NAME (None: it has)."""
+        adapter = self.adapters.get(component_name)
+        base_name = str(adapter.base) if adapter is not None else component_name
+        hosted = self.bases.get(base_name)
+        if hosted is None or hosted.endpoint_name != endpoint_name:
+            return None
+        if hosted.provisioned_at is not None:
+            self.running_copies(base_name)
+        if hosted.status in ("Stopped", "Provisioning") or (hosted.status == "Creating" and hosted.provisioned_at):
+            return base_name
+        return None
+
+    def update_model(self, component: Component, container: dict[str, Any], spec: dict[str, Any]) -> None:
+        """UpdateInferenceComponent onto a new model: the old container stops, the new one starts."""
+        hosted = self.bases.get(component.name)
+        if hosted is None:
+            return
+        with hosted.lock:
+            hosted.previous = (dict(component.specification), dict(hosted.container), dict(hosted.env))
+            self.hosting._stop(hosted)
+            hosted.env, hosted.container = dict(container.get("Environment") or {}), container
+            hosted.status, hosted.created_virtual, hosted.created_real = "Creating", clock.utcnow(), time.monotonic()
+            self._restart(hosted)
+        component.specification = spec
+
+    def update_status(self, component: Component) -> tuple[str, str | None]:
+        """An update in progress: InService on the new model, or rolled back onto the previous one."""
+        hosted = self.bases.get(component.name)
+        if hosted is None:
+            return "Failed", "the inference component's container is gone"
+        with hosted.lock:
+            if hosted.status == "Creating":
+                self.hosting._advance(hosted)
+            self.hosting._flush_logs(hosted)
+            if hosted.status == "Creating":
+                return "Updating", None
+            if hosted.status == "InService" or hosted.previous is None:
+                hosted.previous = None
+                return "InService", None
+            spec, container, env = hosted.previous
+            hosted.previous = None
+            self.hosting._log(hosted, "modeldrop local hosting: the update failed; rolling back to the previous model")
+            self.hosting._stop(hosted)
+            hosted.container, hosted.env = container, env
+            hosted.status, hosted.created_virtual, hosted.created_real = "Creating", clock.utcnow(), time.monotonic()
+            self._restart(hosted)
+        component.specification = spec
+        return "InService", "The inference component update failed and was rolled back to its previous specification."
+
     def delete_seconds(self) -> float:
         return SLOW_DELETE_SECONDS if "slow-component-delete" in self.hosting.faults else 0.0
 
@@ -141,6 +242,7 @@ class ComponentHost:
             env=dict(container.get("Environment") or {}),
             endpoint_name=component.endpoint_name,
         )
+        hosted.container = container
         self.bases[component.name] = hosted
         self.hosting._create_log_stream(hosted)
         try:

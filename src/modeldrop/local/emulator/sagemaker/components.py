@@ -11,6 +11,7 @@
 - Creating -> InService or Failed, decided by the local hosting (it runs the base's model and loads
   each adapter into that running engine); DeleteInferenceComponent makes it Deleting (still listed
   and described, its name still taken) until it is seen once more.
+- UpdateInferenceComponent and the copies (scaled to zero and back) are component_scaling's.
 - Stricter than the documentation says in two places: a base that still holds adapters, and an
   endpoint that still holds components, are refused deletion (modeldrop deletes adapters, then the
   base, then the endpoint, as the SageMaker guide does).
@@ -27,6 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
+from modeldrop.local.emulator.autoscaling import scaling as autoscaling
 
 _NAME = re.compile(r"^[a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?$")
 _ARTIFACT = re.compile(r"^(https|s3)://([^/]+)/?(.*)$")
@@ -72,8 +74,7 @@ class Component:
         out["Specification"] = spec
         if self.runtime_config:
             copies = int(self.runtime_config.get("CopyCount") or 0)
-            current = copies if self.status == "InService" else 0
-            out["RuntimeConfig"] = {"DesiredCopyCount": copies, "CurrentCopyCount": current}
+            out["RuntimeConfig"] = {"DesiredCopyCount": copies, "CurrentCopyCount": current_copies(self)}
         if self.failure_reason:
             out["FailureReason"] = self.failure_reason
         return out
@@ -89,6 +90,15 @@ class ComponentHosting(Protocol):
     def deleted(self, component: Component) -> None: ...
 
     def delete_seconds(self) -> float: ...
+
+
+def current_copies(component: Component) -> int:
+    """Copies that answer: the desired ones, as far as the host has them running (0 while scaled in)."""
+    desired = int((component.runtime_config or {}).get("CopyCount") or 0)
+    if component.status != "InService" or component.base is not None:
+        return 0
+    running = getattr(_hosting(), "running_copies", None)
+    return desired if running is None or running(component) else 0  # one local process holds every copy
 
 
 def components_of(backend: Any) -> dict[str, Component]:
@@ -126,6 +136,9 @@ def _refresh(backend: Any, component: Component) -> None:
     hosting = _hosting()
     if hosting is not None and component.status == "Creating":
         component.status, component.failure_reason = hosting.status(component)
+    update_status = getattr(hosting, "update_status", None)
+    if update_status is not None and component.status == "Updating":
+        component.status, component.failure_reason = update_status(component)
 
 
 def is_component_endpoint(backend: Any, endpoint_name: str) -> bool:
@@ -328,6 +341,7 @@ def install() -> None:
 
         backend = self.sagemaker_backend
         component = existing(backend, str(self._get_param("InferenceComponentName")))
+        autoscaling.drive(backend, backend.account_id, backend.region_name)
         _refresh(backend, component)
         return ActionResult(component.describe())
 
@@ -372,23 +386,10 @@ def install() -> None:
                 hosting.deleted(component)
         return EmptyResult()
 
-    def update_inference_component(self: Any) -> Any:
-        from moto.core.responses import ActionResult
-
-        backend = self.sagemaker_backend
-        component = existing(backend, str(self._get_param("InferenceComponentName")), live=True)
-        runtime = self._get_param("RuntimeConfig")
-        if runtime and component.base:
-            raise ValidationError(message="An adapter inference component takes no RuntimeConfig.")
-        if runtime:
-            component.runtime_config = runtime
-        return ActionResult({"InferenceComponentArn": component.arn})
-
     SageMakerResponse.create_inference_component = create_inference_component
     SageMakerResponse.describe_inference_component = describe_inference_component
     SageMakerResponse.list_inference_components = list_inference_components
     SageMakerResponse.delete_inference_component = delete_inference_component
-    SageMakerResponse.update_inference_component = update_inference_component
 
 
 @functools.cache

@@ -10,6 +10,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -58,6 +59,12 @@ class HostedComponent(HostedEndpoint):
     """A base inference component's engine process, on its endpoint's instance."""
 
     endpoint_name: str = ""
+    # Scaled to zero: "Stopped" (no instance); woken: "Provisioning" until this time, then started.
+    provisioned_at: datetime | None = None
+    container: dict[str, Any] = field(default_factory=dict)  # what a new instance downloads and runs
+    previous: tuple[dict[str, Any], dict[str, Any], dict[str, str]] | None = (
+        None  # (spec, container, env) before an update
+    )
 
     @property
     def log_group(self) -> str:

@@ -16,7 +16,9 @@ import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+from modeldrop.local.emulator.autoscaling import scaling as autoscaling
 from modeldrop.local.emulator.sagemaker import eventstream
+from modeldrop.local.emulator.sagemaker.component_scaling import NO_CAPACITY_MESSAGE
 from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint
 from modeldrop.local.emulator.sagemaker.hosting import LocalHosting
 from modeldrop.local.engines.http_base import StreamingJSONHandler
@@ -103,11 +105,18 @@ class _Handler(StreamingJSONHandler):
         }
         component = self.headers.get(COMPONENT_HEADER)
         if component:
+            autoscaling.drive_all()
+            asleep = hosting.components.no_capacity(name, component)
+            if asleep is not None:  # scaled to zero, or still waking: the wake alarm counts it
+                autoscaling.record(asleep, autoscaling.NO_CAPACITY)
+                self._error(400, "ValidationError", NO_CAPACITY_MESSAGE.format(name=component))
+                return
             route = hosting.components.route(name, component)
             if route is None:
                 self._error(400, "ValidationError", f"Inference Component {component} not found for endpoint {name}.")
                 return
             hosted = route.hosted
+            autoscaling.record(component, autoscaling.INVOCATIONS)
             if route.adapter:  # as SageMaker tells the container which adapter component was invoked
                 headers[ADAPTER_HEADER] = route.adapter
         elif hosted.for_components:

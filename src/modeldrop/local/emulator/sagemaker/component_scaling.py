@@ -1,0 +1,185 @@
+"""Copies of an inference component, and the instances under them, in the emulator:
+
+- CreateEndpointConfig with ManagedInstanceScaling: Status ENABLED or DISABLED, MinInstanceCount >= 0,
+  MaxInstanceCount >= 1 and >= MinInstanceCount, only on an endpoint for inference components (a
+  variant without ModelName); MinInstanceCount 0 refused where the region refuses it (SageMaker's
+  message, seen in eu-west-3; the `zero-refused` fault makes the emulated region one of them).
+- UpdateInferenceComponentRuntimeConfig (and Application Auto Scaling, through the same setter) sets the
+  desired copies, 0 included; the runtime's CopyCount on create must still be at least 1.
+- The local host follows the copies: to 0 the container stops (and the endpoint's instance goes, under
+  managed instance scaling); from 0 an instance is provisioned for PROVISION_SECONDS of the emulator's
+  clock (`slow-wake`: longer than any client waits), then the container starts. CurrentCopyCount and the
+  endpoint's CurrentInstanceCount count what answers.
+- Invoking a component with no running copy: SageMaker Runtime's 400 ValidationError saying it has no
+  capacity, counted as NoCapacityInvocationFailures (what the wake alarm watches).
+- UpdateInferenceComponent with a new Specification.ModelName (a channel's promotion): Updating while
+  the new model's container starts; InService on it, or back on the previous model if it fails.
+"""
+
+# Monkeypatching moto is this module's purpose.
+# mypy: disable-error-code="method-assign,assignment,attr-defined"
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from modeldrop.local.emulator.autoscaling import scaling as autoscaling
+from modeldrop.serving.idle_plan import refusal_message
+
+NO_CAPACITY_MESSAGE = (
+    "Inference Component {name} has no capacity to process this request. ApplicationAutoScaling may be "
+    "in-progress (if configured) or try to increase the capacity by invoking "
+    "UpdateInferenceComponentRuntimeConfig API."
+)
+# Regions refusing MinInstanceCount 0 in the emulator (the `zero-refused` fault adds the stack's own).
+zero_refused_regions: set[str] = {"eu-west-3"}
+
+
+def managed_scaling_problem(variants: list[dict[str, Any]], region: str) -> str | None:
+    """Why CreateEndpointConfig refuses these variants' ManagedInstanceScaling (None: it takes them)."""
+    for variant in variants:
+        scaling = variant.get("ManagedInstanceScaling")
+        if not scaling:
+            continue
+        status = scaling.get("Status")
+        if status not in ("ENABLED", "DISABLED"):
+            return f"ManagedInstanceScaling.Status must be ENABLED or DISABLED, got {status!r}."
+        low, high = scaling.get("MinInstanceCount"), scaling.get("MaxInstanceCount")
+        if variant.get("ModelName"):
+            return (
+                "ManagedInstanceScaling is supported only for an endpoint of inference components (production "
+                "variants without ModelName)."
+            )
+        if status == "ENABLED" and (low is None or high is None):
+            return "ManagedInstanceScaling with Status ENABLED needs MinInstanceCount and MaxInstanceCount."
+        if low is not None and int(low) < 0:
+            return "ManagedInstanceScaling.MinInstanceCount must be at least 0."
+        if high is not None and int(high) < 1:
+            return "ManagedInstanceScaling.MaxInstanceCount must be at least 1."
+        if low is not None and high is not None and int(low) > int(high):
+            return "ManagedInstanceScaling.MinInstanceCount cannot be greater than MaxInstanceCount."
+        if status == "ENABLED" and low is not None and int(low) == 0 and region in zero_refused_regions:
+            return refusal_message()
+    return None
+
+
+def install() -> None:
+    from moto.sagemaker import models as sm
+    from moto.sagemaker.exceptions import ValidationError
+    from moto.sagemaker.responses import SageMakerResponse
+
+    from modeldrop.local.emulator.sagemaker.components import _check_startup as check_startup
+    from modeldrop.local.emulator.sagemaker.components import _hosting, components_of, current_copies, find
+    from modeldrop.local.emulator.sagemaker.components import _refresh as refresh
+
+    def set_copies(backend: Any, name: str, copies: int, at: datetime | None = None) -> None:
+        component = find(backend, name)
+        if component is None:
+            return
+        component.runtime_config = {**(component.runtime_config or {}), "CopyCount": copies}
+        host = _hosting()
+        scale = getattr(host, "scale", None)
+        if scale is not None:
+            scale(component, copies, at)
+
+    def finder(backend: Any, name: str | None) -> Any:
+        if name is None:
+            return next(iter(components_of(backend).values()), None)
+        return find(backend, name)
+
+    autoscaling.set_component_hooks(set_copies, finder)
+
+    original_create_config = SageMakerResponse.create_endpoint_config
+
+    def create_endpoint_config(self: Any) -> Any:
+        variants = self._get_param("ProductionVariants") or []
+        problem = managed_scaling_problem(variants, self.region)
+        if problem:
+            raise ValidationError(message=problem)
+        result = original_create_config(self)
+        config = self.sagemaker_backend.endpoint_configs[self._get_param("EndpointConfigName")]
+        for stored, asked in zip(config.production_variants, variants, strict=False):
+            if asked.get("ManagedInstanceScaling"):
+                stored["ManagedInstanceScaling"] = asked["ManagedInstanceScaling"]
+        return result
+
+    def update_runtime_config(self: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        backend = self.sagemaker_backend
+        name = str(self._get_param("InferenceComponentName"))
+        component = find(backend, name)
+        if component is None or component.seen_deleting >= 0:
+            raise ValidationError(message=f'Could not find inference component "{name}".')
+        if component.base is not None:
+            raise ValidationError(message="An adapter inference component takes no RuntimeConfig.")
+        copies = (self._get_param("DesiredRuntimeConfig") or {}).get("CopyCount")
+        if copies is None or int(copies) < 0:
+            raise ValidationError(message="DesiredRuntimeConfig.CopyCount of at least 0 is required.")
+        refresh(backend, component)
+        if component.status != "InService":
+            raise ValidationError(message=f"Inference component {name} is {component.status}: it must be InService.")
+        set_copies(backend, name, int(copies))
+        return ActionResult({"InferenceComponentArn": component.arn})
+
+    def update_inference_component(self: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        backend = self.sagemaker_backend
+        name = str(self._get_param("InferenceComponentName"))
+        component = find(backend, name)
+        if component is None or component.seen_deleting >= 0:
+            raise ValidationError(message=f'Could not find inference component "{name}".')
+        runtime, spec = self._get_param("RuntimeConfig"), self._get_param("Specification")
+        if (runtime or spec) and component.base:
+            raise ValidationError(message="An adapter inference component takes no RuntimeConfig or Specification.")
+        refresh(backend, component)
+        if component.status != "InService":
+            raise ValidationError(message=f"Inference component {name} is {component.status}: it must be InService.")
+        if runtime:
+            set_copies(backend, name, int(runtime.get("CopyCount") or 0))
+        if spec:
+            update_spec(backend, component, spec)
+        return ActionResult({"InferenceComponentArn": component.arn})
+
+    def update_spec(backend: Any, component: Any, spec: dict[str, Any]) -> None:
+        """A new model for the component (a channel's promotion): Updating until its container answers."""
+        model_name = spec.get("ModelName")
+        if not model_name or model_name not in backend._models:
+            raise ValidationError(message=f'Could not find model "{model_name}".')
+        check_startup(spec.get("StartupParameters") or {})
+        merged = {**component.specification, **spec}
+        update_model = getattr(_hosting(), "update_model", None)
+        if update_model is None:
+            component.specification = merged
+            return
+        component.status = "Updating"
+        update_model(component, dict(backend._models[model_name].primary_container or {}), merged)
+
+    SageMakerResponse.create_endpoint_config = create_endpoint_config
+    SageMakerResponse.update_inference_component_runtime_config = update_runtime_config
+    SageMakerResponse.update_inference_component = update_inference_component
+
+    # ---- the endpoint's instances follow the running copies (managed instance scaling) --------------
+    original_describe = sm.SageMakerModelBackend.describe_endpoint
+
+    def describe_endpoint(self: Any, endpoint_name: str) -> Any:
+        autoscaling.drive(self, self.account_id, self.region_name)
+        out = original_describe(self, endpoint_name)
+        endpoint = self.endpoints.get(endpoint_name)
+        config = self.endpoint_configs.get(endpoint.endpoint_config_name) if endpoint else None
+        if config is None or not isinstance(out, dict):
+            return out
+        scaling = next((v.get("ManagedInstanceScaling") for v in config.production_variants), None)
+        if scaling and scaling.get("Status") == "ENABLED":
+            held = [c for c in components_of(self).values() if c.endpoint_name == endpoint_name and c.base is None]
+            running = sum(current_copies(c) for c in held)
+            desired = sum(int((c.runtime_config or {}).get("CopyCount") or 0) for c in held)
+            low, high = int(scaling.get("MinInstanceCount", 0)), int(scaling.get("MaxInstanceCount", 1))
+            for variant in out.get("ProductionVariants") or []:
+                variant["CurrentInstanceCount"] = max(low, min(high, running))
+                variant["DesiredInstanceCount"] = max(low, min(high, desired))
+                variant["ManagedInstanceScaling"] = scaling
+        return out
+
+    sm.SageMakerModelBackend.describe_endpoint = describe_endpoint

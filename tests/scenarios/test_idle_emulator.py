@@ -1,0 +1,161 @@
+"""Scale to zero in the emulator, held to AWS: managed instance scaling on the endpoint config, Application
+Auto Scaling on a component's copies (moto alone accepts none of it, or anything), the idle alarm scaling
+the copies and the instances to zero on the emulator's clock, an invocation refused while nothing runs and
+counted, and the wake alarm bringing a copy back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from botocore.exceptions import ClientError
+
+from modeldrop.aws import idle_scaling
+from modeldrop.aws.checkpoint_upload import upload_directory
+from modeldrop.contracts import clock
+from modeldrop.local.samples.checkpoint import write_checkpoint
+from modeldrop.serving.idle_plan import is_waking_error
+
+ROLE = "arn:aws:iam::123456789012:role/modeldrop-local-sagemaker"
+IMAGE = "763104351884.dkr.ecr.us-east-1.amazonaws.com/djl-inference:0.36.0-lmi18.0.0-cu128"
+PROBE = json.dumps({"inputs": "Say hello.", "parameters": {"max_new_tokens": 4}}).encode()
+SCALING = {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 1}
+
+
+def _refused(call: Any, code: str = "ValidationException", **kwargs: Any) -> str:
+    with pytest.raises(ClientError) as info:
+        call(**kwargs)
+    error = info.value.response["Error"]
+    assert error["Code"] == code, error
+    return str(error["Message"])
+
+
+def _variant(**extra: Any) -> dict[str, Any]:
+    return {"VariantName": "AllTraffic", "InitialInstanceCount": 1, "InstanceType": "ml.g6.2xlarge", **extra}
+
+
+def _in_service(sm: Any, component: str) -> dict[str, Any]:
+    for _ in range(400):
+        desc = sm.describe_inference_component(InferenceComponentName=component)
+        if desc["InferenceComponentStatus"] not in ("Creating", "Updating"):
+            return dict(desc)
+    raise AssertionError(f"{component} still moving")
+
+
+def _component_endpoint(stack: Any, tmp_path: Path, name: str) -> str:
+    sm, s3 = stack.client("sagemaker"), stack.client("s3")
+    upload_directory(s3, write_checkpoint(tmp_path / name), stack.bucket, f"served-{name}/", marker=False)
+    source = {"S3Uri": f"s3://{stack.bucket}/served-{name}/", "S3DataType": "S3Prefix", "CompressionType": "None"}
+    sm.create_model(ModelName=f"{name}-model", ExecutionRoleArn=ROLE,
+                    PrimaryContainer={"Image": IMAGE, "ModelDataSource": {"S3DataSource": source}})  # fmt: skip
+    sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE,
+                              ProductionVariants=[_variant(ManagedInstanceScaling=SCALING)])  # fmt: skip
+    sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
+    for _ in range(200):
+        if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Creating":
+            break
+    sm.create_inference_component(
+        InferenceComponentName=f"{name}-ic", EndpointName=name, VariantName="AllTraffic",
+        Specification=idle_scaling.component_spec(f"{name}-model", 1, 1024, {}), RuntimeConfig={"CopyCount": 1},
+    )  # fmt: skip
+    assert _in_service(sm, f"{name}-ic")["InferenceComponentStatus"] == "InService"
+    return f"{name}-ic"
+
+
+def test_managed_instance_scaling_is_refused_as_sagemaker_refuses_it(stack: Any) -> None:
+    sm = stack.client("sagemaker")
+    create = sm.create_endpoint_config
+    model_variant = _variant(ModelName="m", ManagedInstanceScaling=SCALING)
+    assert "inference components" in _refused(create, EndpointConfigName="a", ProductionVariants=[model_variant])
+    backwards = _variant(ManagedInstanceScaling={"Status": "ENABLED", "MinInstanceCount": 2, "MaxInstanceCount": 1})
+    assert "greater than" in _refused(create, EndpointConfigName="b", ProductionVariants=[backwards],
+                                      ExecutionRoleArn=ROLE)  # fmt: skip
+    no_bounds = _variant(ManagedInstanceScaling={"Status": "ENABLED"})
+    assert "MinInstanceCount and MaxInstanceCount" in _refused(
+        create, EndpointConfigName="c", ProductionVariants=[no_bounds], ExecutionRoleArn=ROLE
+    )
+    create(EndpointConfigName="d", ProductionVariants=[_variant(ManagedInstanceScaling=SCALING)], ExecutionRoleArn=ROLE)
+    # A region that refuses scale to zero (eu-west-3, as users report it) says so at CreateEndpointConfig.
+    paris = boto3.client("sagemaker", region_name="eu-west-3")
+    to_zero = [_variant(ManagedInstanceScaling=SCALING)]
+    assert "greater than 0" in _refused(
+        paris.create_endpoint_config, EndpointConfigName="e", ProductionVariants=to_zero, ExecutionRoleArn=ROLE
+    )
+
+
+def test_application_auto_scaling_of_copies_is_as_strict_as_aws(stack: Any, tmp_path: Path) -> None:
+    component = _component_endpoint(stack, tmp_path, "strict")
+    aas = stack.client("application-autoscaling")
+    register = aas.register_scalable_target
+    target = {"ServiceNamespace": "sagemaker", "ScalableDimension": idle_scaling.DIMENSION}
+    assert "does not exist" in _refused(register, ResourceId="inference-component/nope", MinCapacity=0,
+                                        MaxCapacity=1, **target)  # fmt: skip
+    assert "required" in _refused(register, ResourceId=idle_scaling.resource_id(component), **target)
+    assert "greater than" in _refused(register, ResourceId=idle_scaling.resource_id(component), MinCapacity=3,
+                                      MaxCapacity=1, **target)  # fmt: skip
+    assert "Unsupported" in _refused(register, ResourceId=f"endpoint/{component}", MinCapacity=0, MaxCapacity=1,
+                                     **target)  # fmt: skip
+    policy = {"PolicyName": "p", "ResourceId": idle_scaling.resource_id(component), **target}
+    step = {
+        "AdjustmentType": "ExactCapacity",
+        "StepAdjustments": [{"MetricIntervalUpperBound": 0, "ScalingAdjustment": 0}],
+    }
+    assert "No scalable target" in _refused(aas.put_scaling_policy, PolicyType="StepScaling",
+                                            StepScalingPolicyConfiguration=step, **policy)  # fmt: skip
+    register(ResourceId=idle_scaling.resource_id(component), MinCapacity=0, MaxCapacity=1, **target)
+    wrong_metric = {"TargetValue": 5.0, "PredefinedMetricSpecification": {
+        "PredefinedMetricType": "SageMakerVariantInvocationsPerInstance"}}  # fmt: skip
+    assert "not supported" in _refused(aas.put_scaling_policy, PolicyType="TargetTrackingScaling",
+                                       TargetTrackingScalingPolicyConfiguration=wrong_metric, **policy)  # fmt: skip
+    assert "StepAdjustments" in _refused(aas.put_scaling_policy, PolicyType="StepScaling",
+                                         StepScalingPolicyConfiguration={"AdjustmentType": "ExactCapacity"},
+                                         **policy)  # fmt: skip
+    aas.put_scaling_policy(PolicyType="StepScaling", StepScalingPolicyConfiguration=step, **policy)
+
+
+def test_an_idle_component_scales_to_zero_refuses_and_wakes(stack: Any, tmp_path: Path) -> None:
+    component = _component_endpoint(stack, tmp_path, "idle")
+    sm, aas, cw = stack.client("sagemaker"), stack.client("application-autoscaling"), stack.client("cloudwatch")
+    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
+    idle_scaling.put_idle_scaling(aas, cw, component, after_seconds=600, max_instances=1)
+
+    def invoke() -> dict[str, Any]:
+        return dict(runtime.invoke_endpoint(EndpointName="idle", InferenceComponentName=component, Body=PROBE,
+                                            ContentType="application/json"))  # fmt: skip
+
+    invoke()
+    clock.advance(300)
+    invoke()  # within the idle period: still one copy
+    clock.advance(300)
+    assert idle_scaling.copies(sm, component) == (1, 1)
+    clock.advance(360)  # ten whole minutes (periods) without an invocation
+    assert idle_scaling.copies(sm, component) == (0, 0)
+    variant = sm.describe_endpoint(EndpointName="idle")["ProductionVariants"][0]
+    assert variant["CurrentInstanceCount"] == 0  # the instances follow the copies
+    with pytest.raises(ClientError) as info:
+        invoke()
+    error = info.value.response["Error"]
+    assert is_waking_error(error["Code"], error["Message"]), error
+    clock.advance(61)  # the wake alarm's minute
+    assert idle_scaling.copies(sm, component)[0] == 1
+    with pytest.raises(ClientError):
+        invoke()  # an instance is being provisioned: still no capacity
+    clock.advance(300)  # provisioned: the container starts, as a client keeps retrying
+    for _ in range(60):
+        try:
+            answered = invoke()
+            break
+        except ClientError as exc:
+            assert is_waking_error(exc.response["Error"]["Code"], exc.response["Error"]["Message"])
+            clock.sleep(5)
+    else:
+        raise AssertionError("never woke")
+    assert answered["Body"].read()
+    changes = idle_scaling.scaling_changes(aas, component)
+    assert [count for _when, count in changes] == [0, 1]
+    gone = idle_scaling.remove_idle_scaling(aas, cw, component)
+    assert any(g.startswith("scalable-target/") for g in gone)
+    assert cw.describe_alarms(AlarmNames=idle_scaling.alarm_names(component))["MetricAlarms"] == []
