@@ -58,3 +58,24 @@ def test_instance_hours_follow_the_scaling_history() -> None:
     assert hours_within(intervals, T0 + 4 * h, T0 + 10 * h) == (1.0, 6.0)  # a window inside the life
     # A change before the window starts sets the count it starts with.
     assert hours_within(instance_intervals(T0, T0 + h, [(T0 - h, 0)], initial=1), T0, T0 + h) == (0.0, 1.0)
+
+
+def test_plan_idle_says_what_a_channel_of_the_plan_would_do(tmp_path: object) -> None:
+    import json
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+
+    checkpoint = str(write_checkpoint(Path(str(tmp_path)) / "ckpt"))
+    runner = CliRunner()
+    virginia = runner.invoke(app, ["plan", checkpoint, "--idle", "1h", "--region", "us-east-1", "--json"])
+    idle = json.loads(virginia.output)["idle"]
+    assert virginia.exit_code == 0 and idle["mode"] == "scale_to_zero" and idle["after_seconds"] == 3600
+    assert idle["wake_seconds"] >= 1200 and idle["always_on_day_usd"] == 29.28
+    paris = runner.invoke(app, ["plan", checkpoint, "--idle", "1h", "--region", "eu-west-3"], terminal_width=100)
+    assert paris.exit_code == 0 and "always-on: eu-west-3 refuses MinInstanceCount 0" in " ".join(paris.output.split())
+    short = runner.invoke(app, ["plan", checkpoint, "--idle", "2m", "--region", "us-east-1"])
+    assert short.exit_code == 2 and "between 5 minutes and 24 hours" in short.output

@@ -27,11 +27,11 @@ from modeldrop.cli._shared import (
     engine_options,
     engine_settings,
     fail,
-    fields,
     instance_choice,
     json_mode,
     pairs,
 )
+from modeldrop.cli.plan_view import plan_summary
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
 
@@ -256,12 +256,21 @@ def plan_cmd(
     base: Annotated[
         str | None, typer.Option(help="SOURCE is a LoRA adapter: plan serving it on this base checkpoint")
     ] = None,
+    idle: Annotated[
+        str | None,
+        typer.Option(
+            metavar="DURATION",
+            help="plan a channel that scales to zero after DURATION without a call (10m, 1h): whether the region "
+            "allows it, how long a wake-up takes, what a day costs",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
     named_settings: dict[str, Any] | None = None,  # the engine_options, filled by its decorator
 ) -> None:
     """The image, container env, timeouts and GPU memory plan for a checkpoint (or an adapter on its
     base). Exit 0 fits, 1 refused."""
     json_mode(as_json)
+    idle_seconds = _idle_seconds(idle)
 
     from modeldrop.checkpoint.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
@@ -305,11 +314,36 @@ def plan_cmd(
         instance_count=instance_count,
         settings=EngineSettings.model_validate(named),
     )
+    if idle_seconds is not None:
+        report.idle = _idle_plan(report, idle_seconds)
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
-        _plan_summary(report)
+        plan_summary(report)
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def _idle_seconds(idle: str | None) -> int | None:
+    from modeldrop.serving.idle_plan import parse_idle
+
+    if idle is None:
+        return None
+    try:
+        return parse_idle(idle)
+    except ValueError as exc:
+        fail(f"--idle {exc}")
+
+
+def _idle_plan(report: Any, after_seconds: int) -> dict[str, Any]:
+    """What a channel of this plan would do when idle (the stack may add regions: NoScaleToZeroRegions)."""
+    from modeldrop.serving.idle_plan import decide
+
+    startup = int(report.timeouts.get("model_data_download_seconds", 0)) + int(
+        report.timeouts.get("container_startup_health_check_seconds", 0)
+    )
+    decision = decide(after_seconds, report.region, report.instance_type, report.instance_count,
+                      report.hourly_price, startup)  # fmt: skip
+    return {**decision.model_dump(mode="json"), "always_on_day_usd": decision.always_on_day_cost()}
 
 
 def judging_target(image: str | None, engine: str | None) -> Any:
@@ -330,114 +364,3 @@ def judging_target(image: str | None, engine: str | None) -> Any:
             "pass --engine too, or a registry/repository:tag URI",
         )
     return engine_version(named, image)  # type: ignore[arg-type]
-
-
-def _plan_summary(report: Any) -> None:
-    limits = _limits_text(report)
-    fields(_plan_rows(report, limits))
-    _memory_table(report.memory)
-    _candidates_table(report.candidates)
-    for f in report.findings:
-        if f.severity != "info":
-            console.print(
-                f"[yellow]{f.severity.upper()} {f.code}[/]: {f.message}" + (f"\n  fix: {f.hint}" if f.hint else "")
-            )
-    if report.refused:
-        console.print(f"[bold red]REFUSED[/] {report.refused['error']}: {report.refused['message']}")
-        if report.refused.get("hint"):
-            console.print(f"  fix: {report.refused['hint']}")
-    elif limits.startswith(REFUSED_BY_DEFAULTS):
-        console.print("[bold yellow]PLAN OK[/] for the engine; a stack with the default limits refuses it (above)")
-    else:
-        console.print("[bold green]PLAN OK[/]")
-
-
-def _plan_rows(report: Any, limits: str) -> list[tuple[str, str]]:
-    price = f"  ${report.hourly_price:.2f}/h" if report.hourly_price else ""
-    if report.instance_count > 1:
-        price += f" each, ${report.hourly_cost:.2f}/h for all" if report.hourly_cost else ""
-    times = f" x {report.instance_count}" if report.instance_count > 1 else ""
-    rows = [("engine / region", f"{report.engine} / {report.region}"), ("image", str(report.image or "-"))]
-    if report.image_source:
-        rows.append(("image source", str(report.image_source)))
-    if not price:
-        price = f"  no price for {report.region} in the catalog: a stack with MaxHourlyPrice refuses it"
-    rows += [
-        ("instance", report.instance_type + times + price),
-        ("host", _host_text(report)),
-        ("stack limits", limits),
-        ("env", "\n".join(f"{k}={v}" for k, v in sorted(report.env.items())) or "-"),
-    ]
-    return rows + [(key.replace("_", " "), str(value)) for key, value in report.timeouts.items()]
-
-
-def _host_text(report: Any) -> str:
-    host = report.host or {}
-    ami = report.inference_ami_version or "the family's default (no InferenceAmiVersion)"
-    driver = host.get("driver")
-    return f"{ami}, NVIDIA driver {driver or 'unknown'}" + (f"\n{host['note']}" if host.get("note") else "")
-
-
-REFUSED_BY_DEFAULTS = "a default stack refuses it:"
-
-
-def _limits_text(report: Any) -> str:
-    """The default stack's limits this plan meets or passes (a deployed stack's own may differ)."""
-    from modeldrop.pipeline.limits import StackLimits
-
-    limits = StackLimits.model_validate({})
-    problems = limits.capacity_problems([report.instance_type], report.instance_count, report.region)
-    if not problems:
-        return (
-            f"within the default stack's (AllowedInstanceTypes {', '.join(limits.allowed_instance_types)}; "
-            f"MaxHourlyPrice ${limits.max_hourly_price:g}/h; MaxInstanceCount {limits.max_instance_count})"
-        )
-    passed = "; ".join(f"{what} ({name})" for name, what in problems)
-    return f"{REFUSED_BY_DEFAULTS} {passed} (sam deploy --parameter-overrides to raise)"
-
-
-def _memory_table(memory: dict[str, Any]) -> None:
-    from modeldrop.serving.memory_plan import MIN_KV_GIB
-
-    if memory.get("budget_gib") is None:
-        return
-    mem = Table(title=f"GPU memory per GPU on {memory['instance_type']} (TP {memory['tensor_parallel']})")
-    mem.add_column("item")
-    mem.add_column("GiB", justify="right")
-    for label, key in (
-        ("budget (capacity x fraction)", "budget_gib"),
-        ("weights", "weights_gib"),
-        ("sampler buffer", "sampler_gib"),
-        ("activations + CUDA graphs", "overhead_gib"),
-        ("left for KV cache", "kv_cache_gib"),
-        ("KV needed for one full sequence*", "kv_min_gib"),
-        ("headroom", "headroom_gib"),
-    ):
-        mem.add_row(label, f"{memory[key]:.3f}")
-    console.print(mem)
-    console.print(
-        f"* the KV of one sequence of max_model_len tokens, at least {MIN_KV_GIB} GiB: below that vLLM cannot "
-        "allocate enough KV blocks to start, however short the sequences",
-        soft_wrap=False,
-    )
-    colour = {"fits": "green", "tight": "yellow"}.get(memory["verdict"], "red")
-    console.print(f"memory verdict: [{colour}]{memory['verdict']}[/]")
-
-
-def _candidates_table(candidates: list[Any]) -> None:
-    if not candidates:
-        return
-    tries = Table(title="instance types a deployment would try, in order")
-    for col in ("#", "instance type", "verdict", "$/h", "note"):
-        tries.add_column(col, overflow="fold")
-    n = 0
-    for c in candidates:
-        n += c.usable
-        tries.add_row(
-            str(n) if c.usable else "-",
-            c.instance_type,
-            c.verdict if c.usable else f"{c.verdict} (skipped)",
-            f"{c.hourly_price:.2f}" if c.hourly_price is not None else "-",
-            c.reason[:120],
-        )
-    console.print(tries)

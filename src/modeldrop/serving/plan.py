@@ -355,6 +355,8 @@ class PlanReport(BaseModel):
     # What ProductionVariant.InferenceAmiVersion is set to (None: the family's default driver), and why.
     inference_ami_version: str | None = None
     host: dict[str, Any] = Field(default_factory=dict)
+    # With `plan --idle`: a channel of this plan that scales to zero, or runs always-on and why.
+    idle: dict[str, Any] | None = None
 
     @computed_field  # type: ignore[prop-decorator]
     @property

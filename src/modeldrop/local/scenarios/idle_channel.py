@@ -17,9 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from botocore.exceptions import ClientError
-
-from modeldrop.aws import idle_scaling
+from modeldrop.aws import channel_invoke, idle_scaling
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord
 from modeldrop.contracts.errors import ModeldropError
@@ -27,7 +25,7 @@ from modeldrop.local.scenarios.channel import CHANNEL_QUOTA, GATE, GRACE, channe
 from modeldrop.pipeline.channel_admin import close_channel
 from modeldrop.pipeline.channel_context import ChannelContext
 from modeldrop.pipeline.channel_cost import channel_cost
-from modeldrop.serving.idle_plan import is_waking_error, parse_idle
+from modeldrop.serving.idle_plan import parse_idle
 
 IDLE_FAULTS = frozenset({"slow-wake", "zero-refused"})
 # The night after the day: hours with no call, where a channel that scales to zero bills nothing.
@@ -36,26 +34,11 @@ PROMPT = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "m
 
 
 def call_waiting(ctx: ChannelContext, channel: ChannelRecord, wait_seconds: float) -> dict[str, Any]:
-    """One call to the channel as a client makes it, retrying the waking error for up to WAIT_SECONDS
-    (the channel's wake time); the seconds to the answer and the retries, or the error it ended on."""
+    """One call to the channel as its clients are told to make it (aws/channel_invoke), the body left out."""
     assert ctx.runtime is not None
-    started, retries, pause = clock.utcnow(), 0, 5.0
-    while True:
-        try:
-            ctx.runtime.invoke_endpoint(Body=PROMPT, ContentType="application/json", **channel.invoke_target())
-            seconds = (clock.utcnow() - started).total_seconds()
-            return {"answered": True, "seconds": round(seconds, 1), "retries": retries}
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            if not is_waking_error(str(error.get("Code")), str(error.get("Message"))):
-                return {"answered": False, "error": f"{error.get('Code')}: {error.get('Message')}", "retries": retries}
-        waited = (clock.utcnow() - started).total_seconds()
-        if waited >= wait_seconds:
-            asleep = f"ChannelAsleep: still waking after {waited:.0f} s (its wake time: {wait_seconds:.0f} s)"
-            return {"answered": False, "retries": retries, "seconds": round(waited, 1), "error": asleep}
-        retries += 1
-        clock.sleep(pause)
-        pause = min(pause * 2, 30.0)
+    done = channel_invoke.call_waiting(ctx.runtime, channel.invoke_target(), PROMPT, wait_seconds)
+    done.pop("body", None)
+    return done
 
 
 def sleep_until_scaled_in(ctx: ChannelContext, channel: ChannelRecord, after_seconds: int) -> dict[str, Any]:
