@@ -35,6 +35,8 @@ def test_an_idle_channel_sleeps_wakes_for_a_call_and_is_promoted_while_asleep() 
     assert promoted["invoke"] == steps["created"]["invoke"]  # the same component: clients change nothing
     assert "0 of 3 cases regressed" in promoted["gate"]
     assert steps["called the promoted version"]["answered"]
+    back = steps["rolled back while asleep"]
+    assert back["deployment_id"] == steps["created"]["deployment_id"] and back["invoke"] == promoted["invoke"]
     assert steps["a quiet night"]["instances"] == 0
     cost = channel["cost"]
     spent = cost["since_created"]

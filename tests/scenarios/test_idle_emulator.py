@@ -114,6 +114,16 @@ def test_application_auto_scaling_of_copies_is_as_strict_as_aws(stack: Any, tmp_
                                          StepScalingPolicyConfiguration={"AdjustmentType": "ExactCapacity"},
                                          **policy)  # fmt: skip
     aas.put_scaling_policy(PolicyType="StepScaling", StepScalingPolicyConfiguration=step, **policy)
+    # A component is created with a copy; only a runtime update (or its scaling) takes it to zero.
+    sm = stack.client("sagemaker")
+    spec = idle_scaling.component_spec("strict-model", 1, 1024, {})
+    zero = {"InferenceComponentName": "strict-zero", "EndpointName": "strict", "VariantName": "AllTraffic",
+            "Specification": spec, "RuntimeConfig": {"CopyCount": 0}}  # fmt: skip
+    assert "CopyCount of at least 1" in _refused(sm.create_inference_component, **zero)
+    update = sm.update_inference_component_runtime_config
+    assert "Could not find" in _refused(update, InferenceComponentName="nope", DesiredRuntimeConfig={"CopyCount": 0})
+    update(InferenceComponentName=component, DesiredRuntimeConfig={"CopyCount": 0})
+    assert idle_scaling.copies(sm, component) == (0, 0)
 
 
 def test_an_idle_component_scales_to_zero_refuses_and_wakes(stack: Any, tmp_path: Path) -> None:

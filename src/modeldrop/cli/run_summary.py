@@ -151,6 +151,10 @@ def idle_lines(channel: dict[str, Any]) -> list[str]:
             lines.append(f"channel {name}: {kind}: {said} ({step.get('retries', 0)} retries)")
         elif kind == "promoted while asleep":
             lines.append(f"channel {name}: promoted {step['deployment_id']} while asleep (woken for the gate)")
+        elif kind == "rolled back while asleep":
+            lines.append(
+                f"channel {name}: rolled back to {step['deployment_id']} while asleep in {step['seconds']:.0f} s"
+            )
         elif kind == "a quiet night":
             lines.append(f"channel {name}: {step['hours']} h without a call: {step.get('instances')} instances")
     cost = channel.get("cost") or {}

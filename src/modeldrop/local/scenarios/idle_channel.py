@@ -3,7 +3,8 @@ The generated checkpoint creates the channel with the idle policy in its request
 idle period passes with no call and the channel's copies and instances go to zero; the next call is
 refused as waking, the client waits it out, and the first answer's latency is reported; the channel
 sleeps again and a second checkpoint is gated (the channel woken for it) and promoted onto the same
-component; the report gives the channel's instance-hours and cost against always-on; it is closed.
+component, then rolled back while asleep; after a quiet night the report gives the channel's
+instance-hours and cost against always-on; it is closed.
 
 With `zero-refused` the region refuses MinInstanceCount 0: the channel is created always-on, its plan
 saying why before anything is created. With `slow-wake` the wake-up outlasts the client's wait.
@@ -22,7 +23,7 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelRecord
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.local.scenarios.channel import CHANNEL_QUOTA, GATE, GRACE, channel_context
-from modeldrop.pipeline.channel_admin import close_channel
+from modeldrop.pipeline.channel_admin import close_channel, rollback
 from modeldrop.pipeline.channel_context import ChannelContext
 from modeldrop.pipeline.channel_cost import channel_cost
 from modeldrop.serving.idle_plan import parse_idle
@@ -91,6 +92,11 @@ def _promote(
     if fresh.scales_to_zero and fresh.idle:
         steps.append({"step": "called the promoted version", **call_waiting(ctx, fresh, fresh.idle.wake_seconds)})
         steps.append(sleep_until_scaled_in(ctx, fresh, fresh.idle.after_seconds))
+        back = rollback(ctx, channel, grace=GRACE)  # asleep: woken, then its component moved back
+        live = back.live.deployment_id if back.live else None
+        steps.append({"step": "rolled back while asleep", "deployment_id": live, "seconds": back.history[-1].seconds,
+                      "invoke": back.invoke_target()})  # fmt: skip
+        steps.append(sleep_until_scaled_in(ctx, back, fresh.idle.after_seconds))
     return second, steps
 
 
