@@ -26,6 +26,16 @@ def _show(record: ChannelRecord, as_json: bool) -> None:
     show_channel(record)
 
 
+def _idle(record: ChannelRecord) -> str:
+    idle = record.idle
+    if idle is None:
+        return "always-on (no idle policy)"
+    if idle.mode == "always_on":
+        return f"always-on: {idle.reason}"
+    return (f"scales to zero after {idle.after_seconds // 60} min without a call; a call while asleep is refused "
+            f"as waking for up to {idle.wake_seconds} s")  # fmt: skip
+
+
 def _pending(record: ChannelRecord) -> str:
     pending = record.candidate
     return f"{_version(pending.version)}, {pending.phase} since {pending.started_at}" if pending else "-"
@@ -40,6 +50,7 @@ def show_channel(record: ChannelRecord) -> None:
         ("clients call", " ".join(f"{k}={v}" for k, v in record.invoke_target().items())),
         ("kept for rollback", ", ".join(f"{_version(v)} (until {v.remove_after})" for v in record.kept) or "-"),
         ("alarms", ", ".join(record.alarms) or "-"),
+        ("when idle", _idle(record)),
         ("promotion under way", _pending(record)),
     ]
     fields([(k, str(v)) for k, v in rows])

@@ -30,6 +30,8 @@ from modeldrop.serving.idle_plan import IdleDecision, decide, refusal_message, r
 from modeldrop.serving.memory_plan import hourly_price, instance
 
 DEFAULT_STARTUP_SECONDS = 600
+# How long a close waits for the component to go before the endpoint can: then it is left to the next close.
+CLOSE_WAIT_SECONDS = 300
 
 
 def _variant(ctx: ChannelContext, version: ChannelVersion) -> dict[str, Any]:
@@ -236,14 +238,14 @@ def close(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
     if describe(ctx.sm, idle.component) is not None:
         ctx.sm.delete_inference_component(InferenceComponentName=idle.component)
         deleted.append(f"inference-component/{idle.component}")
-        pause = 1.0
-        for _ in range(120):
-            if describe(ctx.sm, idle.component) is None:
-                break
+        waited, pause = 0.0, 1.0
+        while describe(ctx.sm, idle.component) is not None:
+            if waited > CLOSE_WAIT_SECONDS:  # within a Lambda's time: the close is finished by a later one
+                raise ChannelInvalid(
+                    f"component {idle.component} is still being deleted", "close the channel again later"
+                )
             clock.sleep(pause)
-            pause = min(pause * 2, 30.0)
-        else:
-            raise ChannelInvalid(f"component {idle.component} is still being deleted", "close the channel again later")
+            waited, pause = waited + pause, min(pause * 2, 30.0)
     return deleted
 
 
