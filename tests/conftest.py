@@ -14,6 +14,10 @@ os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
 os.environ.setdefault("POWERTOOLS_TRACE_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_METRICS_DISABLED", "true")
 os.environ.setdefault("POWERTOOLS_LOG_LEVEL", "CRITICAL")
+# run-local's engine check (a vLLM probe, tens of seconds per deployment on a busy CPU) is on by default
+# where the engine venv is: the tests that judge it ask for it (--engine-check, EngineCheck Enabled), and
+# every other run-local a test starts -- in-process or as a subprocess inheriting this -- goes without.
+os.environ.setdefault("MODELDROP_ENGINE_CHECK", "Disabled")
 
 ROOT = Path(__file__).resolve().parent.parent
 
