@@ -185,10 +185,8 @@ class ComponentHost:
         hosted = self.bases.get(component.name)
         if hosted is None:
             return "Failed", "the inference component's container is gone"
+        self.status(component)  # the new container's start, advanced as a created one's is
         with hosted.lock:
-            if hosted.status == "Creating":
-                self.hosting._advance(hosted)
-            self.hosting._flush_logs(hosted)
             if hosted.status == "Creating":
                 return "Updating", None
             if hosted.status == "InService" or hosted.previous is None:

@@ -103,23 +103,27 @@ def install() -> None:
                 stored["ManagedInstanceScaling"] = asked["ManagedInstanceScaling"]
         return result
 
-    def update_runtime_config(self: Any) -> Any:
-        from moto.core.responses import ActionResult
-
-        backend = self.sagemaker_backend
-        name = str(self._get_param("InferenceComponentName"))
+    def updatable(backend: Any, name: str, changes: bool) -> Any:
+        """The component NAME an update may change: there, not an adapter (with CHANGES), InService."""
         component = find(backend, name)
         if component is None or component.seen_deleting >= 0:
             raise ValidationError(message=f'Could not find inference component "{name}".')
-        if component.base is not None:
-            raise ValidationError(message="An adapter inference component takes no RuntimeConfig.")
-        copies = (self._get_param("DesiredRuntimeConfig") or {}).get("CopyCount")
-        if copies is None or int(copies) < 0:
-            raise ValidationError(message="DesiredRuntimeConfig.CopyCount of at least 0 is required.")
+        if changes and component.base is not None:
+            raise ValidationError(message="An adapter inference component takes no RuntimeConfig or Specification.")
         refresh(backend, component)
         if component.status != "InService":
             raise ValidationError(message=f"Inference component {name} is {component.status}: it must be InService.")
-        set_copies(backend, name, int(copies))
+        return component
+
+    def update_runtime_config(self: Any) -> Any:
+        from moto.core.responses import ActionResult
+
+        name = str(self._get_param("InferenceComponentName"))
+        copies = (self._get_param("DesiredRuntimeConfig") or {}).get("CopyCount")
+        if copies is None or int(copies) < 0:
+            raise ValidationError(message="DesiredRuntimeConfig.CopyCount of at least 0 is required.")
+        component = updatable(self.sagemaker_backend, name, True)
+        set_copies(self.sagemaker_backend, name, int(copies))
         return ActionResult({"InferenceComponentArn": component.arn})
 
     def update_inference_component(self: Any) -> Any:
@@ -127,15 +131,8 @@ def install() -> None:
 
         backend = self.sagemaker_backend
         name = str(self._get_param("InferenceComponentName"))
-        component = find(backend, name)
-        if component is None or component.seen_deleting >= 0:
-            raise ValidationError(message=f'Could not find inference component "{name}".')
         runtime, spec = self._get_param("RuntimeConfig"), self._get_param("Specification")
-        if (runtime or spec) and component.base:
-            raise ValidationError(message="An adapter inference component takes no RuntimeConfig or Specification.")
-        refresh(backend, component)
-        if component.status != "InService":
-            raise ValidationError(message=f"Inference component {name} is {component.status}: it must be InService.")
+        component = updatable(backend, name, bool(runtime or spec))
         if runtime:
             set_copies(backend, name, int(runtime.get("CopyCount") or 0))
         if spec:
