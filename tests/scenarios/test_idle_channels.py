@@ -68,3 +68,44 @@ def test_a_wake_up_longer_than_the_wait_refuses_the_candidate_and_leaves_nothing
     assert steps["not woken"]["error"].startswith("ChannelAsleep")
     assert steps["not promoted"]["error"] == "PromotionFailed"
     assert result.leftover_resources == []
+
+
+def test_channels_json_gives_the_cost_and_invoke_waits_out_a_sleeping_channel(
+    deployed: Any, tmp_path: Any, monkeypatch: Any
+) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from modeldrop.cli import app
+    from modeldrop.contracts import clock
+    from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
+
+    stack = deployed
+    monkeypatch.setenv("AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME", stack.runtime.url)  # as `local up`'s env has it
+    where = ["--stack", "modeldrop-local", "--region", "us-east-1"]
+    packed = write_tar_gz(write_checkpoint(tmp_path / "ckpt"), tmp_path / "ckpt.tar.gz")
+    stack.client("s3").upload_file(str(packed), stack.bucket, "direct/idle/model.tar.gz")
+    request = {"artifact_uri": f"s3://{stack.bucket}/direct/idle/model.tar.gz", "channel": "nightly",
+               "idle": {"scale_to_zero_after": "10m"}}  # fmt: skip
+    done = stack.wait(stack.start(request), timeout=240)
+    assert done["status"] == "SUCCEEDED", (done.get("error"), done.get("cause"))
+    clock.advance(3 * 3600)  # three hours without a call: asleep after ten minutes
+    cli = CliRunner()
+    [listed] = json.loads(cli.invoke(app, ["channels", *where, "--json"]).output)
+    cost = listed["cost"]
+    assert listed["idle"]["mode"] == "scale_to_zero" and cost["scales_to_zero"] and cost["current_instances"] == 0
+    today = cost["today"] if cost["today"]["instance_hours"] else cost["month"]  # a run across midnight UTC
+    assert (
+        0 < today["instance_hours"] < 0.5 and today["idle_hours_saved"] > 2.5 and today["usd"] < today["always_on_usd"]
+    )
+    woke = cli.invoke(app, ["invoke", "nightly", *where, "--json"])
+    answered = json.loads(woke.output)
+    assert woke.exit_code == 0 and answered["answered"] and answered["retries"] > 0, woke.output
+    assert answered["target"] == {
+        "EndpointName": "modeldrop-ch-nightly",
+        "InferenceComponentName": "modeldrop-ch-nightly",
+    }
+    closed = cli.invoke(app, ["teardown", "nightly", *where, "--json"])
+    assert closed.exit_code == 0, closed.output
+    assert stack.leftover_resources() == []  # the channel's scaling, component, endpoint and versions
