@@ -139,3 +139,31 @@ def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     stack.client("cloudformation").create_stack(StackName="modeldrop-local", TemplateBody=json.dumps(template))
     monkeypatch.setenv("MODELDROP_POLL_SECONDS", "0.02")
     return stack
+
+
+# xdist hands each worker whole files (--dist loadfile) in collection order: the longest files are
+# collected first, so that no worker is left running one at the end while the others idle. A
+# scheduling hint for CI's wall time (from `--durations`), not an order any test depends on.
+LONGEST_FIRST = (
+    "test_cli.py",
+    "test_capacity_and_phases.py",
+    "test_real_engine.py",
+    "test_isolation.py",
+    "test_engine_check.py",
+    "test_state_machine.py",
+    "test_hosting_fidelity.py",
+    "test_doc_examples.py",
+    "test_doc_examples_local.py",
+    "test_idle_channels.py",
+    "test_channels.py",
+    "test_shared_adapters.py",
+    "test_channel_requests.py",
+    "test_adapter_channels.py",
+    "test_shared_operate.py",
+    "test_hybrid_plan.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file's own order is kept
