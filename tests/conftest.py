@@ -145,6 +145,8 @@ def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 # collected first, so that no worker is left running one at the end while the others idle. A
 # scheduling hint for CI's wall time (from `--durations`), not an order any test depends on.
 LONGEST_FIRST = (
+    "test_doc_examples.py",
+    "test_doc_examples_local.py",
     "test_cli.py",
     "test_capacity_and_phases.py",
     "test_real_engine.py",
@@ -152,8 +154,6 @@ LONGEST_FIRST = (
     "test_engine_check.py",
     "test_state_machine.py",
     "test_hosting_fidelity.py",
-    "test_doc_examples.py",
-    "test_doc_examples_local.py",
     "test_idle_channels.py",
     "test_channels.py",
     "test_shared_adapters.py",
