@@ -169,3 +169,23 @@ def test_an_idle_component_scales_to_zero_refuses_and_wakes(stack: Any, tmp_path
     gone = idle_scaling.remove_idle_scaling(aas, cw, component)
     assert any(g.startswith("scalable-target/") for g in gone)
     assert cw.describe_alarms(AlarmNames=idle_scaling.alarm_names(component))["MetricAlarms"] == []
+
+
+def test_a_close_leaves_a_component_that_is_not_the_channels_alone(stack: Any, tmp_path: Path) -> None:
+    """A component under the channel's name but not tagged as its own (another stack's, a hand-made one)
+    is neither deleted nor unscaled by closing the channel, nor taken for the channel's by its checks."""
+    from modeldrop.contracts.channel import ChannelIdle, ChannelRecord
+    from modeldrop.contracts.errors import ChannelInvalid
+    from modeldrop.local.scenarios.channel import channel_context
+    from modeldrop.pipeline import idle_channel
+
+    component = _component_endpoint(stack, tmp_path, "foreign")  # untagged: nobody's channel
+    ctx = channel_context(stack)
+    idle_scaling.put_idle_scaling(ctx.autoscaling, ctx.cloudwatch, component, 600, 1)  # type: ignore[arg-type]
+    record = ChannelRecord(name="foreign", endpoint_name="foreign", idle=ChannelIdle(
+        after_seconds=600, mode="scale_to_zero", component=component, endpoint_config="foreign"))  # fmt: skip
+    with pytest.raises(ChannelInvalid):
+        idle_channel.close(ctx, record)
+    assert idle_scaling.copies(stack.client("sagemaker"), component) == (1, 1)
+    assert ctx.cloudwatch.describe_alarms(AlarmNames=idle_scaling.alarm_names(component))["MetricAlarms"]
+    assert idle_channel.delete_config(ctx, record) == []  # its endpoint config is not the channel's either

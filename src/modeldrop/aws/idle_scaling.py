@@ -168,17 +168,6 @@ def copies(sm: SageMakerClient, component: str) -> tuple[int, int]:
     return int(runtime.get("DesiredCopyCount") or 0), int(runtime.get("CurrentCopyCount") or 0)
 
 
-def wake(sm: SageMakerClient, component: str) -> bool:
-    """One copy asked for where none is desired (the gate's own wake-up); True when it asked."""
-    desired, _current = copies(sm, component)
-    if desired > 0:
-        return False
-    sm.update_inference_component_runtime_config(
-        InferenceComponentName=component, DesiredRuntimeConfig={"CopyCount": 1}
-    )
-    return True
-
-
 def scaling_changes(aas: ApplicationAutoScalingClient, component: str) -> list[tuple[datetime, int]]:
     """(when, copies) for each successful scaling of COMPONENT, oldest first, from its activities."""
     changes: list[tuple[datetime, int]] = []

@@ -19,7 +19,7 @@ from botocore.exceptions import ClientError
 
 from modeldrop.aws import idle_scaling
 from modeldrop.aws.inference_components import describe
-from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG, describe_endpoint
+from modeldrop.aws.sagemaker_resources import DEPLOYMENT_TAG, MANAGED_BY_TAG, describe_endpoint, list_tags
 from modeldrop.contracts import clock
 from modeldrop.contracts.channel import ChannelIdle, ChannelRecord, ChannelVersion
 from modeldrop.contracts.errors import ChannelInvalid, PromotionFailed
@@ -82,8 +82,18 @@ def create_endpoint(ctx: ChannelContext, channel: ChannelRecord, version: Channe
         if refusal_message().lower() in message.lower():
             return as_record(refused_at_create(decision, message))
         raise
-    ctx.sm.create_endpoint(EndpointName=channel.endpoint_name, EndpointConfigName=config, Tags=tags)  # type: ignore[arg-type]
+    try:
+        ctx.sm.create_endpoint(EndpointName=channel.endpoint_name, EndpointConfigName=config, Tags=tags)  # type: ignore[arg-type]
+    except ClientError:
+        ctx.sm.delete_endpoint_config(EndpointConfigName=config)  # made by this call: it goes with the refusal
+        raise
     return as_record(decision, component=channel.endpoint_name, config=config)
+
+
+def _ours(ctx: ChannelContext, channel: ChannelRecord, arn: str) -> bool:
+    """Whether ARN is tagged as this stack's channel of that name (a name alone proves nothing)."""
+    tags = list_tags(ctx.sm, arn)
+    return tags.get(CHANNEL_TAG) == channel.name and tags.get(MANAGED_BY_TAG) == ctx.stack_tag
 
 
 def _spec(ctx: ChannelContext, version: ChannelVersion, channel: ChannelRecord) -> dict[str, Any]:
@@ -122,15 +132,16 @@ def _check(ctx: ChannelContext, channel: ChannelRecord) -> tuple[str, str | None
         return "failed", f"channel {channel.name}'s endpoint is {desc['EndpointStatus']}: {desc.get('FailureReason')}"
     component = describe(ctx.sm, idle.component)
     if component is None and pending.phase == "creating":
-        ctx.sm.create_inference_component(
-            InferenceComponentName=idle.component, EndpointName=channel.endpoint_name, VariantName="AllTraffic",
-            Specification=_spec(ctx, version, channel), RuntimeConfig={"CopyCount": 1},  # type: ignore[arg-type]
-            Tags=[{"Key": MANAGED_BY_TAG, "Value": ctx.stack_tag}, {"Key": CHANNEL_TAG, "Value": channel.name},
-                  {"Key": DEPLOYMENT_TAG, "Value": version.deployment_id}],
-        )  # fmt: skip
+        try:
+            _create_component(ctx, channel, version, idle.component)
+        except ClientError as exc:  # a twin check created it first: it is read back (and its tags) next time
+            if "already existing" not in str(exc.response.get("Error", {}).get("Message", "")):
+                raise
         return "moving", None
     if component is None:
         return "failed", f"channel {channel.name}'s component {idle.component} is gone"
+    if not _ours(ctx, channel, str(component["InferenceComponentArn"])):
+        return "failed", f"component {idle.component} is not channel {channel.name}'s (its tags say otherwise)"
     status = component.get("InferenceComponentStatus")
     if status in ("Creating", "Updating"):
         return "moving", None
@@ -142,6 +153,15 @@ def _check(ctx: ChannelContext, channel: ChannelRecord) -> tuple[str, str | None
         idle_scaling.put_idle_scaling(ctx.autoscaling, ctx.cloudwatch, idle.component, idle.after_seconds,
                                       idle.max_instances)  # fmt: skip
     return "done", None
+
+
+def _create_component(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion, name: str) -> None:
+    ctx.sm.create_inference_component(
+        InferenceComponentName=name, EndpointName=channel.endpoint_name, VariantName="AllTraffic",
+        Specification=_spec(ctx, version, channel), RuntimeConfig={"CopyCount": 1},  # type: ignore[arg-type]
+        Tags=[{"Key": MANAGED_BY_TAG, "Value": ctx.stack_tag}, {"Key": CHANNEL_TAG, "Value": channel.name},
+              {"Key": DEPLOYMENT_TAG, "Value": version.deployment_id}],
+    )  # fmt: skip
 
 
 def start_update(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion) -> None:
@@ -233,9 +253,15 @@ def close(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
     if idle is None or idle.component is None:
         return []
     deleted: list[str] = []
+    found = describe(ctx.sm, idle.component)
+    if found is not None and not _ours(ctx, channel, str(found["InferenceComponentArn"])):
+        raise ChannelInvalid(
+            f"component {idle.component} is not channel {channel.name}'s: left alone, with its scaling",
+            "delete it by hand if it is stale, then close the channel again",
+        )
     if ctx.autoscaling is not None:
         deleted += idle_scaling.remove_idle_scaling(ctx.autoscaling, ctx.cloudwatch, idle.component)
-    if describe(ctx.sm, idle.component) is not None:
+    if found is not None:
         ctx.sm.delete_inference_component(InferenceComponentName=idle.component)
         deleted.append(f"inference-component/{idle.component}")
         waited, pause = 0.0, 1.0
@@ -254,6 +280,9 @@ def delete_config(ctx: ChannelContext, channel: ChannelRecord) -> list[str]:
     if not config:
         return []
     try:
+        arn = ctx.sm.describe_endpoint_config(EndpointConfigName=config)["EndpointConfigArn"]
+        if not _ours(ctx, channel, arn):
+            return []
         ctx.sm.delete_endpoint_config(EndpointConfigName=config)
     except ClientError:
         return []
