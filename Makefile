@@ -18,7 +18,7 @@ BUILD_DIR ?= .aws-sam/build
 # so a third worker overlaps those waits.
 PYTEST_WORKERS ?= 3
 
-.PHONY: vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
+.PHONY: engine-image vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 # The venvs are made with uv (PyPI's `uv`, in .venv-uv): parallel downloads and installs, where pip
 # took a quarter of CI from a clean clone. uv reads no pip.conf: the system's CA bundle (UV_NATIVE_TLS).
@@ -57,6 +57,14 @@ $(VLLM_VENV)/.installed: tools/vllm-requirements.txt $(UV_VENV)/.installed
 
 vllm-venv: $(VLLM_VENV)/.installed
 
+# The engine-check function as a container image (tools/build_engine_image.py): what `sam build` ships for
+# it, the engine venv and a Debian base from debootstrap, in one `docker import`. Needs a Docker engine
+# and, for the base (cached in .cache/), root; `make test ENGINE_IMAGE=` leaves it out (its test skips).
+ENGINE_IMAGE ?= modeldrop-engine-check:dev
+engine-image: install sam-build $(VLLM_VENV)/.installed
+	$(if $(ENGINE_IMAGE),$(PY) tools/build_engine_image.py --python $(PY313) --build-dir $(BUILD_DIR) \
+	  --engine-venv $(VLLM_VENV) --tag $(ENGINE_IMAGE))
+
 install: $(VENV)/.installed
 
 run-local: install
@@ -85,8 +93,8 @@ sam-validate: $(SAM_VENV)/.installed
 sam-build: $(SAM_VENV)/.installed
 	$(SAM) build --build-dir $(BUILD_DIR)
 
-pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
-	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
+pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed engine-image
+	MODELDROP_ENGINE_IMAGE=$(ENGINE_IMAGE) MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
 	MODELDROP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The pure tier alone (seconds): the unit and contract tests, no emulated stack.
@@ -119,4 +127,4 @@ schema: install
 	$(PY) tools/gen_schema.py
 
 clean:
-	rm -rf $(VENV) $(SAM_VENV) $(LAMBDA_VENV) $(VLLM_VENV) $(UV_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .bench
+	rm -rf $(VENV) $(SAM_VENV) $(LAMBDA_VENV) $(VLLM_VENV) $(UV_VENV) .aws-sam .pytest_cache .mypy_cache .ruff_cache .bench .cache

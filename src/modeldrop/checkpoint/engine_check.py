@@ -68,7 +68,10 @@ def engine_python() -> str | None:
 
 def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> list[dict[str, object]]:
     """The probe's verdict on each directory, in one engine process (vLLM is imported once)."""
-    env = {**os.environ, "VLLM_LOGGING_LEVEL": "ERROR", "VLLM_HOST_IP": "127.0.0.1", "TOKENIZERS_PARALLELISM": "false"}
+    # The engine venv is self-contained: the caller's PYTHONPATH (a Lambda's /var/task and /opt/python,
+    # built for another Python) must not reach it.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(VLLM_LOGGING_LEVEL="ERROR", VLLM_HOST_IP="127.0.0.1", TOKENIZERS_PARALLELISM="false")
     done = subprocess.run(
         [python, str(PROBE), *(str(d) for d in directories)],
         capture_output=True, text=True, timeout=timeout, env=env, check=False,
