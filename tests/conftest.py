@@ -153,6 +153,7 @@ LONGEST_FIRST = (
     "test_isolation.py",
     "test_engine_check.py",
     "test_engine_image.py",
+    "test_engine_oracle.py",
     "test_state_machine.py",
     "test_hosting_fidelity.py",
     "test_idle_channels.py",

@@ -1,6 +1,7 @@
 """Write tiny random-init checkpoints with transformers' own save_pretrained, one per architecture,
 and broken variants of each (run with a Python that has torch and transformers:
-python tools/gen_arch_checkpoints.py OUT_DIR). The torch-tier test judges every one with validate.
+python tools/gen_arch_checkpoints.py OUT_DIR [TYPES]; the engine venv has both). The torch-tier test
+judges every one with validate; test_engine_oracle holds validate to the engine check on them.
 
 Each architecture's default config is shrunk (few layers, narrow, small vocab) keeping every
 structural feature (MoE, sliding layers, untied heads, KV sharing, towers), then saved. The broken
@@ -31,10 +32,20 @@ TYPES = (
 )  # fmt: skip
 
 
+# What the real models of a family set and their engines assume (not shrunk alone): Falcon's MLP is
+# 4 x hidden in vLLM whatever ffn_hidden_size says, and its kv-head count follows the attention heads;
+# DeepSeek-V3's gate keeps its correction bias only with noaux_tc routing.
+FAMILY = {
+    "falcon": {"ffn_hidden_size": 4 * SHRINK["hidden_size"], "num_kv_heads": SHRINK["num_attention_heads"]},
+    "deepseek_v3": {"topk_method": "noaux_tc"},
+}
+
+
 def shrink(section: dict, model_type: str) -> None:
     for key, value in SHRINK.items():
         if key in section and isinstance(section[key], int | float) and not isinstance(section[key], bool):
             section[key] = value
+    section.update(FAMILY.get(model_type, {}))
     if isinstance(section.get("layer_types"), list):
         kinds = section["layer_types"]
         section["layer_types"] = [kinds[i % len(kinds)] for i in range(4)]
@@ -54,14 +65,14 @@ def shrink(section: dict, model_type: str) -> None:
         section["layer_types"] = ["sliding_attention", "full_attention"] * 2
 
 
-def main(out: Path) -> None:
+def main(out: Path, types: tuple[str, ...] = TYPES) -> None:
     import torch
     from safetensors.torch import load_file
     from transformers import AutoConfig, AutoModelForCausalLM
 
     out.mkdir(parents=True, exist_ok=True)
     made = []
-    for model_type in TYPES:
+    for model_type in types:
         try:
             config = AutoConfig.for_model(model_type)
             data = config.to_dict()
@@ -115,5 +126,29 @@ def _write(where: Path, tensors: dict, config: dict) -> None:
     (where / "config.json").write_text(json.dumps(config))
 
 
-if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+def write_shapes(out: Path, fixture: Path) -> None:
+    """The intact checkpoints' config.json and tensor shapes as one JSON (tests/fixtures/arch-shapes.json)."""
+    import transformers
+    from safetensors import safe_open
+
+    archs = {}
+    for model_type in json.loads((out / "made.json").read_text()):
+        intact = out / model_type / "intact"
+        with safe_open(str(intact / "model.safetensors"), "np") as fh:
+            shapes = {name: list(fh.get_slice(name).get_shape()) for name in sorted(fh.keys())}
+        archs[model_type] = {"config": json.loads((intact / "config.json").read_text()), "shapes": shapes}
+    provenance = (
+        f"tools/gen_arch_checkpoints.py: tiny random-init models saved by transformers {transformers.__version__} "
+        "save_pretrained; tensor names and shapes from their safetensors headers"
+    )
+    fixture.write_text(
+        json.dumps({"_provenance": provenance, "architectures": archs}, separators=(",", ":"), sort_keys=True)
+    )
+
+
+if __name__ == "__main__":  # OUT_DIR [TYPE,TYPE,...] [--shapes FIXTURE]
+    args = [a for a in sys.argv[1:] if not a.startswith("--shapes")]
+    main(Path(args[0]), tuple(args[1].split(",")) if len(args) > 1 else TYPES)
+    shapes = [a.split("=", 1)[1] for a in sys.argv[1:] if a.startswith("--shapes=")]
+    if shapes:
+        write_shapes(Path(args[0]), Path(shapes[0]))

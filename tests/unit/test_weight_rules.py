@@ -1,5 +1,5 @@
 """Weights against config.json, on the tensor names and shapes transformers' save_pretrained writes for
-28 architectures (tests/fixtures/arch-shapes.json, from tools/gen_arch_checkpoints.py): every intact
+31 architectures (tests/fixtures/arch-shapes.json, from tools/gen_arch_checkpoints.py): every intact
 one passes, and each fault users meet is refused naming the tensor."""
 
 from __future__ import annotations
@@ -81,3 +81,16 @@ def test_a_list_nested_inside_a_layer_is_not_counted_as_layers() -> None:
     assert not [f for f in weight_findings(config, shapes) if f.code == "WEIGHTS_UNEXPECTED"]
     shapes["model.layers.1.block.0.weight"] = (8, 4096)
     assert "WEIGHTS_UNEXPECTED" in {f.code for f in weight_findings(config, shapes)}
+
+
+def test_a_tensor_the_engine_builds_only_behind_a_config_switch() -> None:
+    """DeepSeek-V3's gate correction bias: vLLM builds it only with topk_method noaux_tc (its load fails on the
+    tensor otherwise, as the engine oracle showed on transformers' default config)."""
+    arch = ARCHS["deepseek_v3"]
+    shapes = {name: tuple(shape) for name, shape in arch["shapes"].items()}
+    assert weight_findings(arch["config"], shapes) == []
+    switched_off = {**arch["config"], "topk_method": None}
+    [finding] = weight_findings(switched_off, shapes)
+    assert finding.code == "WEIGHTS_UNEXPECTED" and "topk_method 'noaux_tc'" in finding.message
+    unbiased = {n: s for n, s in shapes.items() if not n.endswith("e_score_correction_bias")}
+    assert weight_findings(switched_off, unbiased) == []

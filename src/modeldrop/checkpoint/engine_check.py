@@ -47,6 +47,8 @@ class EngineCheck(BaseModel):
     judged_for: str = ""  # the resolved image's engine and version
     note: str | None = None  # where the judging code is not the image's own version
     strict_not_loaded: list[str] = Field(default_factory=list)
+    # What the probe took as a GPU host has it where this CPU differs (kernel selection only: nothing runs).
+    assumed: list[str] = Field(default_factory=list)
     seconds: float | None = None
     peak_rss_mb: int | None = None
     # The cache the built model asks for (its own get_kv_cache_spec): what the memory plan is held to.

@@ -28,7 +28,11 @@ from collections.abc import Iterator
 from typing import Any
 
 # A refusal that comes from running on this CPU, not from the checkpoint.
-CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size")
+CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size",
+            "failed to find a kernel")  # fmt: skip
+# Parameters the engine sets itself when a checkpoint has none: the attention layer's KV-cache and
+# activation scales (1.0 unless an FP8 KV cache's calibration supplies them).
+ENGINE_DEFAULTED = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale")
 # A model whose load_weights reads the tensors' values (Phi's copies them): meta tensors have none, so the
 # probe cannot judge it, which says nothing of the checkpoint.
 PROBE_ONLY = ("meta tensor", "on the meta device", "device='meta'")
@@ -80,14 +84,17 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
     from vllm.config import set_current_vllm_config
     from vllm.engine.arg_utils import EngineArgs
 
+    quantization = None
+
     def verdict(kind: str, stage: str, message: str = "", **extra: Any) -> dict[str, Any]:
         return {"directory": model_dir, "verdict": kind, "stage": stage, "message": message,
-                "seconds": round(time.time() - started, 2), **extra}  # fmt: skip
+                "seconds": round(time.time() - started, 2), "quantization": quantization, **extra}  # fmt: skip
 
     try:
         config = EngineArgs(model=model_dir, enforce_eager=True, max_model_len=256).create_engine_config()
     except Exception as exc:
         return verdict("refused", "config", _message(exc))
+    quantization = config.model_config.quantization
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
     from vllm.model_executor.model_loader.utils import initialize_model
 
@@ -107,14 +114,14 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
             text = _message(exc)
             probe_only = any(marker in text.lower() for marker in PROBE_ONLY)
             return verdict("undetermined" if probe_only else "refused", "load", text, **cache)
-        strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()))
-        quantized = config.model_config.quantization is not None
+        defaulted = {name for name, _ in model.named_parameters() if name.endswith(ENGINE_DEFAULTED)}
+        strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()) - defaulted)
+        quantized = quantization is not None
         try:  # mutates LOADED: the exemptions the engine makes
             DefaultModelLoader(config.load_config).track_weights_loading(model, set(loaded or ()), quantized=quantized)
         except Exception as exc:
             return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50], **cache)
-    return verdict("loads", "check", strict_not_loaded=strict[:50], quantization=config.model_config.quantization,
-                   **cache)  # fmt: skip
+    return verdict("loads", "check", strict_not_loaded=strict[:50], **cache)
 
 
 def _count(shape: Any) -> int:
@@ -174,6 +181,25 @@ def judge_adapter(adapter_dir: str, started: float) -> dict[str, Any]:
     return verdict("loads")
 
 
+def _gpu_kernels_assumed() -> list[str]:
+    """Kernel selection as on a GPU host, not this CPU's: vLLM's CPU FP8 kernels ask for AMX tiles (Sapphire
+    Rapids) and refuse the layer without them, which says nothing of the checkpoint. The model is built on
+    the meta device and no kernel ever runs, so the probe answers yes; the result lists what it assumed."""
+    import importlib
+
+    assumed = []
+    try:  # vLLM 0.30+; older releases pick the CPU's FP8 kernels elsewhere (and then may say undetermined)
+        cpu_kernels = importlib.import_module("vllm.model_executor.kernels.linear.scaled_mm.cpu")
+    except ImportError:
+        return assumed
+    for name, kernel in vars(cpu_kernels).items():
+        if isinstance(kernel, type) and kernel.__module__ == cpu_kernels.__name__ and hasattr(kernel, "can_implement"):
+            kernel.is_supported = classmethod(lambda cls, compute_capability=None: (True, None))
+            kernel.can_implement = classmethod(lambda cls, config: (True, None))
+            assumed.append(name)
+    return [f"vLLM's CPU scaled-mm kernels take any layer (AMX tiles, 128-wide blocks): {', '.join(assumed)}"]
+
+
 def main(dirs: list[str]) -> None:
     import vllm
     from vllm.config import VllmConfig, set_current_vllm_config
@@ -186,6 +212,7 @@ def main(dirs: list[str]) -> None:
         init_distributed_environment(world_size=1, rank=0, distributed_init_method=f"tcp://127.0.0.1:{port}",
                                      local_rank=0, backend="gloo")  # fmt: skip
         initialize_model_parallel(1, 1)
+    assumed = _gpu_kernels_assumed()
     for model_dir in dirs:
         started = time.time()
         try:
@@ -195,6 +222,8 @@ def main(dirs: list[str]) -> None:
                 result = judge(model_dir, started)
         except BaseException as exc:  # the probe's own failure: said, never a pass
             result = {"directory": model_dir, "verdict": "undetermined", "stage": "probe", "message": _message(exc)}
+        if assumed and result.get("quantization"):
+            result["assumed"] = assumed
         result.update(engine="vllm", version=vllm.__version__,
                       peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # fmt: skip
         print(json.dumps(result), flush=True)

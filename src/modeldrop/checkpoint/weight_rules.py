@@ -69,7 +69,32 @@ def weight_findings(
         sized_per_layer = prefix == decoder and _sized_per_layer(section)
         findings += _alike(prefix, layers, kinds, skip_layers if prefix == decoder else frozenset(), sized_per_layer)
         findings += _experts(prefix, layers)
+    findings += _switched(config, shapes)
     return findings[:20]
+
+
+# Tensors an engine builds a parameter for only when a config.json switch says so: (architectures, tensor
+# suffix, key, value). vLLM's DeepSeek-V2/V3 MoE gate has e_score_correction_bias only with
+# topk_method "noaux_tc" (0.26-0.32 alike); transformers 5 saves the tensor whatever the config says,
+# and vLLM's load_weights then fails on it (KeyError).
+SWITCHED_TENSORS = (
+    (frozenset({"DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM"}), ".mlp.gate.e_score_correction_bias",
+     "topk_method", "noaux_tc"),
+)  # fmt: skip
+
+
+def _switched(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterable[Finding]:
+    architectures = set(config.get("architectures") or []) if isinstance(config.get("architectures"), list) else set()
+    for archs, suffix, key, value in SWITCHED_TENSORS:
+        if not archs & architectures or text_section(config).get(key) == value:
+            continue
+        found = sorted(n for n in shapes if n.endswith(suffix))
+        if found:
+            has = text_section(config).get(key)
+            yield Finding(code="WEIGHTS_UNEXPECTED", severity="error",
+                          message=f"{len(found)} tensors like {found[0]} that the engine builds only when config.json "
+                          f"has {key} {value!r} (it has {has!r}): vLLM's load fails on them",
+                          hint=f"set {key} to {value!r} as the model was trained (or drop the tensors)")  # fmt: skip
 
 
 def _embedding(section: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterable[Finding]:
