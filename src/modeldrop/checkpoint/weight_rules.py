@@ -29,7 +29,13 @@ from modeldrop.contracts.models import Finding
 _LAYER = re.compile(r"^(?P<prefix>(?:.*?\.)?(?:layers|h|blocks|block|layer))\.(?P<index>\d{1,5})\.(?P<rest>.+)$")
 _EXPERT = re.compile(r"(?P<head>(?:^|.*\.)experts)\.(?P<index>\d{1,5})\.(?P<rest>.+)$")
 _TOWERS = ("vision", "visual", "audio", "image", "vit", "mm_projector", "multi_modal", "speech", "encoder")
-_EMBEDDINGS = ("embed_tokens.weight", "wte.weight", "embed_in.weight", "word_embeddings.weight")
+_EMBEDDINGS = (
+    "embed_tokens.weight",
+    "wte.weight",
+    "embed_in.weight",
+    "word_embeddings.weight",
+    "backbone.embeddings.weight",
+)
 _HEADS = ("lm_head.weight", "embed_out.weight", ".output_layer.weight")
 FEW = 4  # layers alike but for at most this many tensors are the same kind of layer, one of them damaged
 _FIX = "re-save the model with save_pretrained from the trained weights (or restore the file from the training run)"
