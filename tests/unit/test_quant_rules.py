@@ -114,3 +114,18 @@ def test_the_committed_lists_are_what_the_engine_venvs_source_says() -> None:
 
     committed = json.loads((root / "src/modeldrop/checkpoint/data/engine_lists.json").read_text())["vllm"]
     assert committed[version] == from_installed(Path(site))
+
+
+def test_a_refusal_by_the_venvs_release_for_what_the_images_release_reads_is_not_the_verdict() -> None:
+    """The engine venv (0.32) refuses bitsandbytes, which vLLM dropped at 0.28; the image's 0.26 reads it:
+    its refusal is undetermined for that image, and stands for an image of its own release."""
+    from modeldrop.checkpoint.engine_check import from_probe
+    from modeldrop.contracts.engine_target import EngineVersion
+
+    message = "ValidationError: Value error, Unknown quantization method: bitsandbytes. Must be one of [...]"
+    raw = {"verdict": "refused", "stage": "config", "version": "0.32.0", "message": message}
+    older = from_probe(raw, EngineVersion("vllm", "0.26.0", "image"), python=None)
+    assert older.verdict == "undetermined" and "vLLM 0.26.0, the image's, reads" in older.message
+    assert from_probe(raw, EngineVersion("vllm", "0.32.0", "image"), python=None).verdict == "refused"
+    exl2 = {**raw, "message": "Unknown quantization method: exl2. Must be one of [...]"}
+    assert from_probe(exl2, EngineVersion("vllm", "0.26.0", "image"), python=None).verdict == "refused"

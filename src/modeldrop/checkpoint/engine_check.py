@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -128,7 +129,32 @@ def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None
             f"judged by vLLM {check.version}'s code (the engine venv's), not {target.version}'s (the image's): "
             "rules that changed between them may differ"
         )
+        moved = _changed_between(check, target)
+        if check.verdict == "refused" and moved:
+            check.verdict = "undetermined"
+            check.message = f"{check.message} ({moved})"
     return check
+
+
+_REFUSED_NAME = (
+    (re.compile(r"Unknown quantization method: ([\w-]+)"), "methods", "quantization method"),
+    (re.compile(r"Unknown RoPE scaling type ([\w-]+)"), "rope", "rope type"),
+)
+
+
+def _changed_between(check: EngineCheck, target: EngineVersion) -> str | None:
+    """Why a refusal by the venv's release does not hold for the image's: what it names is in the image
+    release's own lists (its source, tools/gen_engine_lists.py), e.g. bitsandbytes, which vLLM dropped at 0.28."""
+    from modeldrop.checkpoint.quant_rules import engine_lists
+
+    lists = engine_lists(target)
+    if lists.release is None:
+        return None
+    for pattern, field, what in _REFUSED_NAME:
+        found = pattern.search(check.message)
+        if found and found.group(1).lower() in getattr(lists, field):
+            return f"vLLM {lists.release}, the image's, reads the {what} {found.group(1)}: the static rules judge it"
+    return None
 
 
 @functools.cache
