@@ -122,7 +122,10 @@ def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None
     inspected = "failed to be inspected" in check.message
     if check.verdict == "refused" and inspected and _lacks_torchvision(python or engine_python()):
         check.verdict = "undetermined"
-        check.message += " (this CPU venv cannot import the model class: multimodal models need torchvision)"
+        check.message = (
+            "this CPU venv cannot import the model class (multimodal models need torchvision, which PyPI has "
+            f"for no CPU torch the venv can hold): {check.message}"
+        )
     check.judged_for = target.describe()
     if check.version and check.version != target.version:
         check.note = (
