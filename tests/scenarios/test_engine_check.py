@@ -179,3 +179,15 @@ def test_an_adapter_is_judged_by_peft_helper_on_its_base(tmp_path: Path) -> None
     assert verdicts["plain"][:2] == (True, "loads"), verdicts
     assert verdicts["pissa"][:2] == (False, "refused") and "init_lora_weights='pissa'" in verdicts["pissa"][2]
     assert verdicts["dora"][:2] == (False, "refused") and "DoRA" in verdicts["dora"][2]
+
+
+def test_upload_asks_the_engine_before_the_first_byte(tmp_path: Path) -> None:
+    """upload --engine-check: the engine's refusal stops it before any S3 call (no bucket exists here)."""
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    broken = _variant(base, tmp_path, "odd", config=lambda c: c.update(hidden_act="wibble"))
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "upload", str(broken), "s3://no-such-bucket/x/",
+                           "--engine-check", "--json"], capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    result = json.loads(done.stdout)
+    assert result["uploaded"] is False and result["validation"]["engine_check"]["verdict"] == "refused"
+    assert "Unsupported activation: wibble" in result["validation"]["engine_check"]["message"]

@@ -38,6 +38,10 @@ def upload_cmd(
     merge_marker: Annotated[
         bool, typer.Option("--merge-marker", help="use DIR's own modeldrop.json, these overrides on top")
     ] = False,
+    engine_check: Annotated[
+        bool,
+        typer.Option("--engine-check", help="also ask the engine's own code (the vLLM venv, on CPU) before any byte"),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Upload a checkpoint as an S3 prefix: shards in parallel (multipart, SHA-256 checked), objects
@@ -45,6 +49,7 @@ def upload_cmd(
     json_mode(as_json)
     from modeldrop.aws.checkpoint_upload import upload_directory
     from modeldrop.checkpoint.validation import validate_source
+    from modeldrop.cli.checkpoint_commands import _engine_check_possible, _with_engine_check, judging_target
     from modeldrop.contracts.s3uri import parse_s3_uri
 
     try:
@@ -56,9 +61,14 @@ def upload_cmd(
     if not directory.is_dir():
         fail(f"{directory}: not a directory", "pass the checkpoint's directory")
     overrides = _marker_overrides(directory, engine, instance_type, merge_marker)
-    if validate:
+    if engine_check:
+        _engine_check_possible(str(directory), None)
+    if validate or engine_check:
+        target = judging_target(None, overrides.get("engine", engine))  # the marker's engine's default image
         with byte_progress("validating"):
-            report = validate_source(str(directory))
+            report = validate_source(str(directory), target=target)
+        if engine_check:
+            report = _with_engine_check(report, str(directory), target)
         if not report.deployable:
             errors = [f for f in report.findings if f.severity == "error"]
             if as_json:
