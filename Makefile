@@ -18,7 +18,7 @@ BUILD_DIR ?= .aws-sam/build
 # so a third worker overlaps those waits.
 PYTEST_WORKERS ?= 3
 
-.PHONY: engine-image vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
+.PHONY: engine-image engine-base vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 # The venvs are made with uv (PyPI's `uv`, in .venv-uv): parallel downloads and installs, where pip
 # took a quarter of CI from a clean clone. uv reads no pip.conf: the system's CA bundle (UV_NATIVE_TLS).
@@ -61,9 +61,14 @@ vllm-venv: $(VLLM_VENV)/.installed
 # it, the engine venv and a Debian base from debootstrap, in one `docker import`. Needs a Docker engine
 # and, for the base (cached in .cache/), root; `make test ENGINE_IMAGE=` leaves it out (its test skips).
 ENGINE_IMAGE ?= modeldrop-engine-check:dev
+ENGINE_IMAGE_BUILD = $(abspath $(PY)) tools/build_engine_image.py --python $(PY313) --build-dir $(BUILD_DIR) \
+	--engine-venv $(VLLM_VENV) --tag $(ENGINE_IMAGE)
 engine-image: install sam-build $(VLLM_VENV)/.installed
-	$(if $(ENGINE_IMAGE),$(PY) tools/build_engine_image.py --python $(PY313) --build-dir $(BUILD_DIR) \
-	  --engine-venv $(VLLM_VENV) --tag $(ENGINE_IMAGE))
+	$(if $(ENGINE_IMAGE),$(ENGINE_IMAGE_BUILD))
+
+# The image's Debian base alone (standard library only, cached): .ci/run starts it beside the venvs.
+engine-base:
+	$(PYTHON) tools/build_engine_image.py --base-only
 
 install: $(VENV)/.installed
 
@@ -93,8 +98,11 @@ sam-validate: $(SAM_VENV)/.installed
 sam-build: $(SAM_VENV)/.installed
 	$(SAM) build --build-dir $(BUILD_DIR)
 
-pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed engine-image
-	MODELDROP_ENGINE_IMAGE=$(ENGINE_IMAGE) MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
+# The engine image is built by its own test (test_engine_image), in a worker beside the others: most of
+# the build is disk and network, which the CPU-bound tests overlap.
+pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
+	MODELDROP_ENGINE_IMAGE=$(ENGINE_IMAGE) MODELDROP_ENGINE_IMAGE_BUILD="$(if $(ENGINE_IMAGE),$(ENGINE_IMAGE_BUILD))" \
+	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
 	MODELDROP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The pure tier alone (seconds): the unit and contract tests, no emulated stack.

@@ -18,6 +18,7 @@ EngineCheckImageUri parameter (docs/validation.md, "The engine check on AWS").
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import json
 import os
@@ -72,11 +73,19 @@ def docker_ready() -> None:
 
 
 def debian_base() -> Path:
-    """A minbase Debian root with PACKAGES, cached by the package list."""
+    """A minbase Debian root with PACKAGES, cached by the package list (one builder at a time: .ci/run
+    starts it early, beside the venvs, and the image build waits for it)."""
     key = hashlib.sha256(json.dumps([SUITE, PACKAGES]).encode()).hexdigest()[:12]
     base = CACHE / f"base-{SUITE}-{key}"
-    if (base / ".complete").is_file():
-        return base
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "base.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (base / ".complete").is_file():
+            _debootstrap(base)
+    return base
+
+
+def _debootstrap(base: Path) -> None:
     if os.geteuid() != 0 or shutil.which("debootstrap") is None:
         raise BuildError("the Debian base needs debootstrap, as root: apt-get install debootstrap")
     work = base.with_name(base.name + ".tmp")
@@ -91,7 +100,6 @@ def debian_base() -> Path:
     (work / ".complete").touch()
     shutil.rmtree(base, ignore_errors=True)
     work.rename(base)
-    return base
 
 
 def runtime_packages(python: str, uv: str) -> Path:
@@ -208,10 +216,20 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--build-dir", type=Path, default=ROOT / ".aws-sam" / "build")
     parser.add_argument("--engine-venv", type=Path, default=ROOT / ".venv-vllm")
-    parser.add_argument("--python", required=True, help="the Lambda runtime's Python (3.13), self-contained")
+    parser.add_argument("--python", help="the Lambda runtime's Python (3.13), self-contained")
     parser.add_argument("--uv", default=str(ROOT / ".venv-uv" / "bin" / "uv"))
     parser.add_argument("--tag", default="modeldrop-engine-check:dev")
+    parser.add_argument("--base-only", action="store_true", help="only the Debian base (cached; no Docker needed)")
     args = parser.parse_args()
+    if args.base_only:
+        try:
+            print(debian_base())
+        except (BuildError, subprocess.CalledProcessError) as exc:
+            print(f"build_engine_image: {exc}", file=sys.stderr)
+            return 2
+        return 0
+    if not args.python:
+        parser.error("--python is required (the Lambda runtime's Python 3.13)")
     try:
         image = build(args.build_dir, args.engine_venv, args.python, args.uv, args.tag)
     except (BuildError, subprocess.CalledProcessError) as exc:
