@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -53,6 +54,28 @@ def make_stack() -> Iterator[Callable[..., Any]]:
 @pytest.fixture
 def stack(make_stack: Callable[..., Any]) -> Any:
     return make_stack()
+
+
+@contextlib.contextmanager
+def served_dispatch(stack: Any, functions: Callable[[str], Any]) -> Iterator[Any]:
+    """STACK's emulated account served over HTTP (a moto server in this process), and its Lambda
+    invocations answered by FUNCTIONS(endpoint_url) -- functions that run outside this process and reach
+    the account as a deployed function reaches AWS. Restored and closed after."""
+    from moto.server import ThreadedMotoServer
+
+    from modeldrop.local.emulator import moto_shims
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    answering = functions(f"http://{host}:{port}")
+    moto_shims.set_dispatcher(answering.dispatch)
+    try:
+        yield answering
+    finally:
+        moto_shims.set_dispatcher(stack.dispatch)
+        answering.close()
+        server.stop()
 
 
 @pytest.fixture

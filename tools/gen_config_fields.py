@@ -20,6 +20,8 @@ import typing
 from collections import Counter
 from pathlib import Path
 
+from generated_file import write_or_check
+
 OUT = Path(__file__).resolve().parents[1] / "src" / "modeldrop" / "checkpoint" / "data" / "config_fields.json"
 _SIMPLE = {int: "int", float: "float", bool: "bool", str: "str", type(None): "none", dict: "dict", list: "list"}
 
@@ -87,13 +89,7 @@ def main() -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the committed file differs")
     args = parser.parse_args()
     text = json.dumps(table(), indent=0, sort_keys=True, separators=(",", ":")) + "\n"
-    if args.check:
-        same = OUT.exists() and OUT.read_text() == text
-        print("config_fields.json is current" if same else "config_fields.json differs: regenerate it")
-        return 0 if same else 1
-    OUT.write_text(text)
-    print(f"wrote {OUT} ({len(text):,} bytes)")
-    return 0
+    return write_or_check(OUT, text, args.check, ".venv-vllm/bin/python tools/gen_config_fields.py")
 
 
 if __name__ == "__main__":

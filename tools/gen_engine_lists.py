@@ -26,6 +26,8 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
+from generated_file import write_or_check
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from gen_engine_options import VLLM_VERSIONS  # the releases the images data names
 
@@ -159,14 +161,7 @@ def main() -> int:
             table[version] = from_wheel(version, folder)
             for wheel in folder.iterdir():
                 wheel.unlink()
-    text = render(table)
-    if args.check:
-        same = OUT.exists() and OUT.read_text() == text
-        print("engine_lists.json is current" if same else "engine_lists.json differs: run tools/gen_engine_lists.py")
-        return 0 if same else 1
-    OUT.write_text(text)
-    print(f"wrote {OUT}: {len(table)} releases")
-    return 0
+    return write_or_check(OUT, render(table), args.check, "tools/gen_engine_lists.py")
 
 
 if __name__ == "__main__":

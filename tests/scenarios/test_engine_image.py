@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, served_dispatch
 from test_engine_check import _deploy, _variant
 
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
@@ -104,23 +104,10 @@ class ImageFunction:
 
 @pytest.fixture
 def in_container(make_stack: Any) -> Iterator[tuple[Any, ImageFunction]]:
-    from moto.server import ThreadedMotoServer
-
-    from modeldrop.local.emulator import moto_shims
-
     image = _image()
     stack = make_stack({"EngineCheck": "Enabled", "DefaultEngine": "vllm"})
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    function = ImageFunction(stack, image, f"http://{host}:{port}")
-    moto_shims.set_dispatcher(function.dispatch)
-    try:
+    with served_dispatch(stack, lambda url: ImageFunction(stack, image, url)) as function:
         yield stack, function
-    finally:
-        moto_shims.set_dispatcher(stack.dispatch)
-        function.close()
-        server.stop()
 
 
 def test_the_image_judges_the_served_copy_in_its_own_container(in_container: Any, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, served_dispatch
 
 BUILD_DIR = os.environ.get("MODELDROP_SAM_BUILD_DIR")
 LAMBDA_PYTHON = os.environ.get("MODELDROP_LAMBDA_PYTHON")
@@ -155,23 +155,10 @@ class _Tail:
 
 @pytest.fixture
 def shipped(make_stack: Any) -> Any:
-    from moto.server import ThreadedMotoServer
-
-    from modeldrop.local.emulator import moto_shims
-
     build, python = _built()
     stack = make_stack()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    functions = ShippedFunctions(build, python, stack, f"http://{host}:{port}")
-    moto_shims.set_dispatcher(functions.dispatch)
-    try:
+    with served_dispatch(stack, lambda url: ShippedFunctions(build, python, stack, url)) as functions:
         yield stack, functions
-    finally:
-        moto_shims.set_dispatcher(stack.dispatch)
-        functions.close()
-        server.stop()
 
 
 def _wait(stack: Any, count: int, functions: ShippedFunctions, timeout: float = 120) -> list[dict[str, Any]]:
