@@ -64,11 +64,11 @@ def upload_cmd(
     if engine_check:
         _engine_check_possible(str(directory), None)
     if validate or engine_check:
-        target = judging_target(None, overrides.get("engine", engine))  # the marker's engine's default image
+        image = judging_target(None, overrides.get("engine", engine))  # the marker's engine's default image
         with byte_progress("validating"):
-            report = validate_source(str(directory), target=target)
+            report = validate_source(str(directory), target=image)
         if engine_check:
-            report = _with_engine_check(report, str(directory), target)
+            report = _with_engine_check(report, str(directory), image)
         if not report.deployable:
             errors = [f for f in report.findings if f.severity == "error"]
             if as_json:
