@@ -104,7 +104,7 @@ def create_endpoint(
 ) -> None:
     """Model, config and endpoint as the CreateEndpoint step makes them, from the archive's files at a
     prefix no rule watches (a served copy is always uncompressed)."""
-    from modeldrop.aws.sagemaker_resources import create_all, tags_for
+    from modeldrop.aws.sagemaker.sagemaker_resources import create_all, tags_for
 
     create_all(
         stack.client("sagemaker"),

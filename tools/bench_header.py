@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from modeldrop.checkpoint.safetensors_header import parse_header, read_header_length
+from modeldrop.checkpoint.headers.safetensors_header import parse_header, read_header_length
 
 ROUNDS = 7
 

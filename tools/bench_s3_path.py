@@ -48,7 +48,7 @@ while body.read(1 << 20):
 """
 INFLATE = """
 import boto3, sys
-from modeldrop.checkpoint.tar_scan import open_stream
+from modeldrop.checkpoint.archive.tar_scan import open_stream
 body = boto3.client('s3').get_object(Bucket=sys.argv[1], Key=sys.argv[2])['Body']
 stream = open_stream(body, True)
 while stream.skip(1 << 24):
@@ -56,7 +56,7 @@ while stream.skip(1 << 24):
 """
 VALIDATE = """
 import boto3, sys
-from modeldrop.aws.served_writer import ServedPrefixWriter, open_pinned
+from modeldrop.aws.s3.served_writer import ServedPrefixWriter, open_pinned
 from modeldrop.checkpoint.validation import validate_archive_stream
 from modeldrop.contracts.artifact import Artifact
 s3 = boto3.client('s3')
@@ -68,7 +68,7 @@ else:
     _scan, report = validate_archive_stream(open_pinned(s3, artifact, None), str(artifact))
 assert report.tensor_count > 0, report
 """
-STARTUP = "import boto3, modeldrop.aws.served_writer, modeldrop.checkpoint.validation, modeldrop.cli"
+STARTUP = "import boto3, modeldrop.aws.s3.served_writer, modeldrop.checkpoint.validation, modeldrop.cli"
 # Before this change the step called the CLI's own path: `modeldrop validate s3://...`.
 BEFORE = (
     "import sys; from modeldrop.cli import main; sys.argv = ['modeldrop', 'validate', sys.argv[1], '--json']; main()"

@@ -29,7 +29,7 @@ SHARD_BYTES = 1024**3
 ROW = 4096 * 2  # one bf16 row of 4096 values
 
 STDLIB = (
-    "import gzip, sys, modeldrop.checkpoint.artifact_scan as a;"
+    "import gzip, sys, modeldrop.checkpoint.archive.artifact_scan as a;"
     "a.decompressor = lambda raw, c: gzip.GzipFile(fileobj=raw, mode='rb') if c else raw;"
     "a._scan_with_rapidgzip = lambda path: None;"
     "from modeldrop.cli import main; sys.argv = ['modeldrop'] + sys.argv[1:]; main()"

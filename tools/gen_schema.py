@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from modeldrop.contracts.models import DeploymentRequest, GateThresholds
-from modeldrop.pipeline.starter import MARKER_ONLY_BY_DIRECT_START
+from modeldrop.pipeline.deployment.starter import MARKER_ONLY_BY_DIRECT_START
 
 SCHEMAS = Path(__file__).resolve().parent.parent / "schemas"
 PATH = SCHEMAS / "deployment-request.schema.json"

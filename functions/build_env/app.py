@@ -6,8 +6,8 @@ from pydantic import BaseModel
 
 from modeldrop.contracts.models import NormalizedRequest, ValidationSummary
 from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
-from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -8,7 +8,7 @@ from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.served import CopyBatchResult, CopyItem
 from modeldrop.pipeline.config import RecordSettings
-from modeldrop.pipeline.copy_steps import copy_batch
+from modeldrop.pipeline.deployment.copy_steps import copy_batch
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -9,8 +9,8 @@ from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.step_payloads import CreateOutcome, EnginePlan, ImageChoice
-from modeldrop.pipeline import endpoint_steps
 from modeldrop.pipeline.config import DeploySettings
+from modeldrop.pipeline.deployment import endpoint_steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

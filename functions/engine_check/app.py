@@ -7,11 +7,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.checkpoint.engine_check import EngineCheck
+from modeldrop.checkpoint.engine.engine_check import EngineCheck
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.step_payloads import Engine
 from modeldrop.pipeline.config import RecordSettings
-from modeldrop.pipeline.engine_check_step import run_step
+from modeldrop.pipeline.deployment.engine_check_step import run_step
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -5,8 +5,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import ReaperSettings
+from modeldrop.pipeline.deployment import teardown
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
 

@@ -5,8 +5,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.pipeline import closing_steps
 from modeldrop.pipeline.config import RegistrySettings
+from modeldrop.pipeline.deployment import closing_steps
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
 

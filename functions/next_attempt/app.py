@@ -7,8 +7,8 @@ from pydantic import BaseModel
 from modeldrop.aws import clients
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.step_payloads import AttemptStep, EndpointRef, EnginePlan
-from modeldrop.pipeline import attempts
 from modeldrop.pipeline.config import RegistrySettings
+from modeldrop.pipeline.deployment import attempts
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

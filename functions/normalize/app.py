@@ -5,8 +5,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import NormalizeSettings
+from modeldrop.pipeline.deployment import steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

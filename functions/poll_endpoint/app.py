@@ -6,8 +6,8 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.step_payloads import EndpointPoll, EndpointRef
-from modeldrop.pipeline import endpoint_steps
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import endpoint_steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -6,12 +6,12 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from modeldrop.aws import clients
-from modeldrop.aws.channel_store import ChannelStore
+from modeldrop.aws.dynamodb.channel_store import ChannelStore
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.pipeline.channel_context import ChannelContext
+from modeldrop.pipeline.channels.channel_context import ChannelContext
+from modeldrop.pipeline.channels.promotion_steps import PromotionProgress, promotion_step
 from modeldrop.pipeline.config import PromoteSettings
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
-from modeldrop.pipeline.promotion_steps import PromotionProgress, promotion_step
 
 
 class Event(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any
 from modeldrop.aws import clients
 from modeldrop.pipeline.config import ReaperSettings
 from modeldrop.pipeline.lambda_support import logger, metrics, time_budget
-from modeldrop.pipeline.reaper import reap
+from modeldrop.pipeline.reaper.reaper import reap
 
 
 @logger.inject_lambda_context

@@ -6,8 +6,8 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.step_payloads import FailureRecord
-from modeldrop.pipeline import closing_steps
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import closing_steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -7,8 +7,8 @@ from pydantic import BaseModel
 
 from modeldrop.aws import clients
 from modeldrop.contracts.models import NormalizedRequest
-from modeldrop.pipeline import register_steps
 from modeldrop.pipeline.config import RegisterSettings
+from modeldrop.pipeline.deployment import register_steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

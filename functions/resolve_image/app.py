@@ -6,8 +6,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from modeldrop.contracts.step_payloads import Engine, ImageChoice
-from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import steps
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -7,8 +7,8 @@ from pydantic import BaseModel
 from modeldrop.aws import clients
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.step_payloads import EndpointRef, EnginePlan, EvalVerdict
-from modeldrop.pipeline import eval_steps
 from modeldrop.pipeline.config import EvalSettings
+from modeldrop.pipeline.deployment import eval_steps
 from modeldrop.pipeline.lambda_support import handler, logger, metrics
 
 

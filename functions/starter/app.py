@@ -4,8 +4,8 @@ from typing import Any
 
 from modeldrop.aws import clients
 from modeldrop.pipeline.config import StarterSettings
+from modeldrop.pipeline.deployment.starter import start_from_event
 from modeldrop.pipeline.lambda_support import logger
-from modeldrop.pipeline.starter import start_from_event
 
 
 @logger.inject_lambda_context

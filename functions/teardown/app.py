@@ -8,8 +8,8 @@ from pydantic import BaseModel
 from modeldrop.aws import clients
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.step_payloads import TeardownProgress
-from modeldrop.pipeline import teardown
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import teardown
 from modeldrop.pipeline.lambda_support import handler, logger
 
 

@@ -9,8 +9,8 @@ from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.models import NamedAdapter, ValidationSummary
 from modeldrop.contracts.served import CopyItem
 from modeldrop.contracts.step_payloads import AttachedBase, Engine
-from modeldrop.pipeline import steps
 from modeldrop.pipeline.config import RecordSettings
+from modeldrop.pipeline.deployment import steps
 from modeldrop.pipeline.lambda_support import handler, logger, metrics, tracer
 
 

@@ -145,7 +145,7 @@ def test_lambda_layer_requirements_match_the_package_and_exclude_cli_dependencie
 
 def test_sample_events_are_valid_inputs() -> None:
     from modeldrop.contracts.models import DeploymentRequest
-    from modeldrop.pipeline.starter import S3Object, classify_key, parse_marker
+    from modeldrop.pipeline.deployment.starter import S3Object, classify_key, parse_marker
 
     events = ROOT / "events"
     for path in sorted(events.glob("direct-start*.json")):
@@ -238,14 +238,14 @@ def test_an_execution_stays_within_the_history_limit() -> None:
     each instance type's poll loop (MAX_POLLS, the Wait stretched to fit the deadline), its quota
     re-checks (MAX_QUOTA_CHECKS) and its teardown passes (deadline / recheck), for MAX_INSTANCE_TYPES;
     then a channel's promotion, its checks stretched to at most MAX_PROMOTION_CHECKS."""
-    from modeldrop.aws.served_copy import MAX_COPY_BATCHES, copy_batches
+    from modeldrop.aws.s3.served_copy import MAX_COPY_BATCHES, copy_batches
     from modeldrop.contracts.models import MAX_INSTANCE_TYPES
     from modeldrop.contracts.served import CopyItem
-    from modeldrop.pipeline.attempts import MAX_QUOTA_CHECKS
-    from modeldrop.pipeline.endpoint_steps import MAX_POLLS
-    from modeldrop.pipeline.promotion_steps import MAX_PROMOTION_CHECKS
-    from modeldrop.pipeline.register_steps import MAX_COPY_ITEMS
-    from modeldrop.pipeline.teardown import TEARDOWN_DEADLINE_SECONDS, TEARDOWN_RECHECK_SECONDS
+    from modeldrop.pipeline.channels.promotion_steps import MAX_PROMOTION_CHECKS
+    from modeldrop.pipeline.deployment.attempts import MAX_QUOTA_CHECKS
+    from modeldrop.pipeline.deployment.endpoint_steps import MAX_POLLS
+    from modeldrop.pipeline.deployment.register_steps import MAX_COPY_ITEMS
+    from modeldrop.pipeline.deployment.teardown import TEARDOWN_DEADLINE_SECONDS, TEARDOWN_RECHECK_SECONDS
 
     states = _states(json.loads(ASL.read_text()))
     # Entered and exited for every state; a Task adds scheduled, started and succeeded.
@@ -298,7 +298,7 @@ def _finding_codes() -> set[str]:
     `code=`) of each Finding / _finding / _error / archive_refused / HeaderError, and the rule tables."""
     import ast
 
-    from modeldrop.checkpoint.archive_rules import ARCHIVE_RULES
+    from modeldrop.checkpoint.archive.archive_rules import ARCHIVE_RULES
     from modeldrop.checkpoint.validation import HEADER_HINTS
 
     makers = {"Finding", "_finding", "_error", "archive_refused", "HeaderError"}

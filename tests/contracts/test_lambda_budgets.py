@@ -7,8 +7,8 @@ from pathlib import Path
 
 import yaml
 
-from modeldrop.aws import inference_components
 from modeldrop.aws.clients import RUNTIME
+from modeldrop.aws.sagemaker import inference_components
 from modeldrop.evaluation import runner
 
 ROOT = Path(__file__).resolve().parents[2]

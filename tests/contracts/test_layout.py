@@ -89,7 +89,7 @@ def test_the_reaper_imports_no_eval_or_template_code() -> None:
     import sys
 
     probe = (
-        "import sys, modeldrop.pipeline.reaper; "
+        "import sys, modeldrop.pipeline.reaper.reaper; "
         "heavy = [m for m in sys.modules if m.split('.')[0] == 'jinja2' or m.startswith('modeldrop.evaluation')]; "
         "print(heavy); sys.exit(1 if heavy else 0)"
     )
@@ -97,62 +97,139 @@ def test_the_reaper_imports_no_eval_or_template_code() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
-# src/modeldrop/local, by what each part holds: what each may import of the others (nothing runs back
-# up: the emulator never imports the stack built on it, nor the stack run-local's scenarios).
+# Each package with parts, by what each part holds: what each may import of the others (nothing runs
+# back up). "" is the package's own modules: in `local` they are below every part, in `checkpoint` they
+# put the parts together (above them all), in `pipeline` and `aws` they are what every part shares.
 _EMULATED = {"emulator.s3", "emulator.stepfunctions", "emulator.iam", "emulator.sagemaker", "emulator.autoscaling"}
-LOCAL_PARTS: dict[str, set[str]] = {
-    "faults": set(),
-    "samples": set(),
-    "engines": set(),
-    "emulator.s3": set(),
-    "emulator.stepfunctions": set(),
-    "emulator.iam": set(),
-    "emulator.autoscaling": set(),  # asks the component shims through hooks they set
-    "emulator.sagemaker": {"emulator.iam", "emulator.autoscaling", "engines", "faults"},  # publishes metrics to it
-    "emulator": {*_EMULATED, "engines", "faults"},  # moto_shims: installs every service's patches
-    "stack": {"emulator", *_EMULATED, "engines", "faults", "samples"},
-    "scenarios": {"emulator", *_EMULATED, "engines", "faults", "samples", "stack"},
+_CHECKPOINT_PARTS = {"headers", "archive", "weights", "chat", "adapters", "engine"}
+PARTS: dict[str, dict[str, set[str]]] = {
+    "local": {
+        "": set(),  # faults: data the emulator reads too
+        "samples": set(),
+        "engines": set(),
+        "emulator.s3": set(),
+        "emulator.stepfunctions": set(),
+        "emulator.iam": set(),
+        "emulator.autoscaling": set(),  # asks the component shims through hooks they set
+        "emulator.sagemaker": {"emulator.iam", "emulator.autoscaling", "engines", ""},  # publishes metrics to it
+        "emulator": {*_EMULATED, "engines", ""},  # moto_shims: installs every service's patches
+        "stack": {"emulator", *_EMULATED, "engines", "", "samples"},
+        "scenarios": {"emulator", *_EMULATED, "engines", "", "samples", "stack"},
+    },
+    "checkpoint": {
+        "headers": set(),
+        "archive": {"headers"},
+        "weights": {"headers", "archive"},
+        "chat": {"headers", "archive"},
+        "adapters": {"headers", "archive", "chat"},
+        "engine": {"weights"},  # each release's own lists
+        "": _CHECKPOINT_PARTS,  # the checks, the report, validation and repair
+    },
+    "pipeline": {
+        "": set(),  # settings, limits, the handlers' error contract, where reports go
+        "adapters": {""},
+        "deployment": {"", "adapters"},
+        "channels": {"", "adapters", "deployment"},
+        "reaper": {"", "deployment", "channels"},
+    },
+    "aws": {
+        "": set(),  # clients, pages and the services of one module
+        "sagemaker": {""},
+        "s3": {""},
+        "dynamodb": {""},
+        "autoscaling": {""},
+    },
 }
+# The packages of modeldrop, each importing only those before it: the ground floor imports nothing.
+FLOORS = ["contracts", "serving", "checkpoint", "aws", "evaluation", "pipeline", "operate", "local", "cli"]
 
 
-def _local_part(module: str) -> str | None:
+def _part(module: str) -> tuple[str, str] | None:
+    """(package, part) of a module in a package with parts; "" for the package's own modules."""
     parts = module.split(".")
-    if parts[:2] != ["modeldrop", "local"] or len(parts) < 3:
+    if parts[0] != "modeldrop" or len(parts) < 3 or parts[1] not in PARTS:
         return None
-    if parts[2] == "emulator" and len(parts) > 3 and f"emulator.{parts[3]}" in LOCAL_PARTS:
-        return f"emulator.{parts[3]}"
-    return parts[2]
+    package, name = parts[1], parts[2]
+    if not (SRC / package / name).is_dir():
+        return package, ""
+    if package == "local" and name == "emulator" and len(parts) > 3 and f"emulator.{parts[3]}" in PARTS["local"]:
+        return package, f"emulator.{parts[3]}"
+    return package, name
 
 
 def _back_edges(graph: dict[str, set[str]]) -> list[str]:
     wrong = []
     for module, deps in graph.items():
-        here = _local_part(module)
+        here = _part(module)
         for dep in deps:
-            there = _local_part(dep)
-            if here and there and there != here and there not in LOCAL_PARTS.get(here, set()):
+            there = _part(dep)
+            same_package = here and there and here[0] == there[0] and there[1] != here[1]
+            if same_package and there[1] not in PARTS[here[0]].get(here[1], set()):
                 wrong.append(f"{module} -> {dep}")
     return sorted(wrong)
 
 
-def test_local_parts_import_only_what_lies_below_them() -> None:
+def _floor_breaches(graph: dict[str, set[str]]) -> list[str]:
+    wrong = []
+    for module, deps in graph.items():
+        here = module.split(".")[1] if module.count(".") else None
+        for dep in deps:
+            there = dep.split(".")[1] if dep.count(".") else None
+            if here in FLOORS and there in FLOORS and FLOORS.index(there) > FLOORS.index(here):
+                wrong.append(f"{module} -> {dep}")
+    return sorted(wrong)
+
+
+def test_parts_import_only_what_lies_below_them() -> None:
     graph = _imports()
-    unknown = sorted({p for m in graph if (p := _local_part(m)) and p not in LOCAL_PARTS})
-    assert unknown == [], "a new part of modeldrop.local: place it in LOCAL_PARTS and local/__init__.py"
+    unknown = sorted({f"{p[0]}.{p[1]}" for m in graph if (p := _part(m)) and p[1] not in PARTS[p[0]]})
+    assert unknown == [], "a new part: place it in PARTS and in its package's __init__.py"
     assert _back_edges(graph) == []
 
 
-def test_the_back_edge_finder_finds_one() -> None:
+def test_packages_import_only_the_floors_below_them() -> None:
+    graph = _imports()
+    assert sorted({m.split(".")[1] for m in graph if m.count(".")} - {*FLOORS, "__main__"}) == []
+    assert _floor_breaches(graph) == []
+
+
+def test_contracts_imports_nothing_else_of_modeldrop() -> None:
+    graph = _imports()
+    outside = sorted(
+        f"{m} -> {d}" for m, deps in graph.items() if m.startswith("modeldrop.contracts") for d in deps
+        if not d.startswith("modeldrop.contracts")
+    )  # fmt: skip
+    assert outside == []
+
+
+def test_the_back_edge_finders_find_one() -> None:
     graph = {"modeldrop.local.emulator.sagemaker.hosting": {"modeldrop.local.stack.build"}}
     assert _back_edges(graph) == ["modeldrop.local.emulator.sagemaker.hosting -> modeldrop.local.stack.build"]
+    graph = {"modeldrop.checkpoint.archive.tar_scan": {"modeldrop.checkpoint.weights.model_dims"}}
+    assert _back_edges(graph) == ["modeldrop.checkpoint.archive.tar_scan -> modeldrop.checkpoint.weights.model_dims"]
+    graph = {"modeldrop.pipeline.deployment.teardown": {"modeldrop.pipeline.channels.channel_close"}}
+    assert _back_edges(graph) == ["modeldrop.pipeline.deployment.teardown -> modeldrop.pipeline.channels.channel_close"]
+    graph = {"modeldrop.pipeline.config": {"modeldrop.pipeline.deployment.steps"}}
+    assert _back_edges(graph) == ["modeldrop.pipeline.config -> modeldrop.pipeline.deployment.steps"]
+    graph = {"modeldrop.contracts.channel": {"modeldrop.serving.idle_plan"}}
+    assert _floor_breaches(graph) == ["modeldrop.contracts.channel -> modeldrop.serving.idle_plan"]
 
 
-def test_every_part_of_local_opens_by_saying_what_it_holds() -> None:
-    local = SRC / "local"
+def test_every_part_opens_by_saying_what_it_holds() -> None:
     silent = [
         str(p.relative_to(ROOT))
-        for p in local.rglob("*.py")
-        if p.name == "__init__.py" and not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
+        for package in PARTS
+        for p in (SRC / package).rglob("__init__.py")
+        if not (ast.get_docstring(ast.parse(p.read_text())) or "").strip()
     ]
     assert silent == []
-    assert sorted(p.name for p in local.glob("*.py")) == ["__init__.py", "faults.py"]
+    assert sorted(p.name for p in (SRC / "local").glob("*.py")) == ["__init__.py", "faults.py"]
+
+
+def test_no_directory_holds_more_than_fifteen_modules() -> None:
+    crowded = {
+        str(d.relative_to(ROOT)): n
+        for d in [SRC, *(p for p in SRC.rglob("*") if p.is_dir())]
+        if (n := len(list(d.glob("*.py")))) > 15
+    }
+    assert crowded == {}

@@ -16,7 +16,7 @@ import pytest
 
 from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import parse_request
-from modeldrop.pipeline.starter import parse_marker, request_for
+from modeldrop.pipeline.deployment.starter import parse_marker, request_for
 
 ROOT = Path(__file__).resolve().parents[2]
 MARKER = jsonschema.Draft202012Validator(json.loads((ROOT / "schemas" / "modeldrop-marker.schema.json").read_text()))

@@ -22,8 +22,8 @@ from modeldrop.local.scenarios import inputs as run_inputs
 from modeldrop.local.scenarios.channel import channel_context
 from modeldrop.local.scenarios.run import _deploy, _teardown_at_exit
 from modeldrop.operate.deployments import OperateError, refuse_if_channel_holds
-from modeldrop.pipeline.channel_admin import close_channel, rollback
-from modeldrop.pipeline.promotion import promote
+from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
+from modeldrop.pipeline.channels.promotion import promote
 
 CASES = load_eval_set(None, None)
 LENIENT = GateThresholds(latency_slack_s=30)

@@ -252,8 +252,8 @@ def test_concurrent_waiters_for_one_free_slot(stack: Any, archive: bytes, monkey
     from modeldrop.contracts.artifact import Artifact
     from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
     from modeldrop.local.emulator import service_quotas
-    from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
+    from modeldrop.pipeline.deployment import endpoint_steps, steps
 
     service_quotas.set_endpoint_quota("ml.g6.2xlarge", 1)
     monkeypatch.setattr(endpoint_steps, "check_endpoint_quota", lambda *a, **k: None)  # both saw a free slot

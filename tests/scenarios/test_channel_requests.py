@@ -69,7 +69,7 @@ def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack:
                          "eval_thresholds": {"max_truncated": 10}})  # fmt: skip
     assert third["status"] == "FAILED" and third["error"] == "PromotionBlocked", third.get("cause")
     assert sm.describe_endpoint(EndpointName="modeldrop-ch-main")["EndpointConfigName"] == config
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
 
     channel = ChannelStore(stack.registry().table).get("main")
     assert channel is not None and channel.live is not None and channel.live.deployment_id == second_id
@@ -81,7 +81,7 @@ def test_the_state_machine_creates_the_channel_then_promotes_onto_it(make_stack:
     # The candidate's own record says why, as `status` of the deployment shows it.
     assert blocked_record.error == "PromotionBlocked" and "regressed" in str(blocked_record.failure_reason)
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_admin import close_channel
 
     close_channel(channel_context(stack), "main")
     assert stack.leftover_resources() == []
@@ -100,7 +100,7 @@ def test_a_request_cannot_loosen_the_gate_past_the_stack(make_stack: Any, tmp_pa
 def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no_endpoint(
     make_stack: Any, tmp_path: Path
 ) -> None:
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
     from modeldrop.local.samples.adapter import write_adapter
 
     stack = make_stack({"MaxGateLatencySlack": "30"})
@@ -128,7 +128,7 @@ def test_a_marker_naming_an_adapter_channel_puts_its_adapter_on_the_base_with_no
     assert event.kind == "promoted" and event.reason == "timed from its marker" and event.seconds > 0
     assert promoted["seconds"] == event.seconds
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_admin import close_channel
 
     close_channel(channel_context(stack), "support")
     assert stack.leftover_resources() == []
@@ -163,9 +163,9 @@ def test_a_retried_start_checks_and_a_stale_promotion_does_not_hold_the_channel(
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.contracts.models import NormalizedRequest
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
-    from modeldrop.pipeline.promotion import promote, start_promotion
-    from modeldrop.pipeline.promotion_steps import promotion_step
+    from modeldrop.pipeline.channels.channel_admin import close_channel
+    from modeldrop.pipeline.channels.promotion import promote, start_promotion
+    from modeldrop.pipeline.channels.promotion_steps import promotion_step
 
     stack = make_stack({"MaxGateLatencySlack": "30"})
     ctx = channel_context(stack)
@@ -202,13 +202,13 @@ def test_a_channel_name_taken_by_another_endpoint_is_refused_and_that_endpoint_l
     import pytest
     from conftest import create_endpoint
 
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
     from modeldrop.contracts.errors import PromotionFailed
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.scenarios.channel import channel_context
     from modeldrop.local.scenarios.run import _deploy
-    from modeldrop.pipeline.promotion import promote
+    from modeldrop.pipeline.channels.promotion import promote
 
     stack = make_stack()
     create_endpoint(stack, "modeldrop-ch-main", archive, managed_by="someone-else")
@@ -225,7 +225,7 @@ def test_a_marker_cannot_choose_the_cases_the_gate_judges_by(make_stack: Any, tm
     """A bucket writer's marker names its own one-case eval set (max_tokens 1: both answers cut) for a
     candidate whose every answer truncates: the gate still judges by the channel's pinned cases, and the
     candidate is PromotionBlocked, the champion serving on. The same set overwritten is refused too."""
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
     from modeldrop.local.samples.checkpoint import write_checkpoint
 
     stack = make_stack({"MaxEvalTolerance": "100", "MaxGateLatencySlack": "30"})
@@ -251,7 +251,7 @@ def test_a_marker_cannot_choose_the_cases_the_gate_judges_by(make_stack: Any, tm
     assert channel.history[-1].kind == "blocked" and channel.history[-1].gate is not None
     assert len(channel.history[-1].gate["cases"]) == pinned.eval_set.cases  # the pinned cases, not the marker's
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_admin import close_channel
 
     close_channel(channel_context(stack), "main")
     assert stack.leftover_resources() == []
@@ -288,15 +288,15 @@ def test_a_promotion_is_refused_busy_while_a_rollback_is_in_flight(make_stack: A
 
     import pytest
 
-    from modeldrop.aws.channel_store import ChannelChanged
+    from modeldrop.aws.dynamodb.channel_store import ChannelChanged
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
-    from modeldrop.pipeline.channel_context import promotion_timeouts, start_update
-    from modeldrop.pipeline.promotion import promote, start_promotion
-    from modeldrop.pipeline.promotion_settle import claim_rollback, settle_rollback
+    from modeldrop.pipeline.channels.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_context import promotion_timeouts, start_update
+    from modeldrop.pipeline.channels.promotion import promote, start_promotion
+    from modeldrop.pipeline.channels.promotion_settle import claim_rollback, settle_rollback
 
     stack = make_stack()
     ctx = channel_context(stack)
@@ -348,8 +348,8 @@ def test_an_update_refused_for_quota_ends_promotion_failed_with_the_channel_free
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.emulator import service_quotas
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
-    from modeldrop.pipeline.promotion import promote
+    from modeldrop.pipeline.channels.channel_admin import close_channel
+    from modeldrop.pipeline.channels.promotion import promote
 
     stack = make_stack()
     ctx = channel_context(stack)
@@ -379,8 +379,8 @@ def test_the_reaper_settles_a_promotion_nobody_checked(make_stack: Any, tmp_path
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_admin import close_channel
-    from modeldrop.pipeline.promotion import promote, start_promotion
+    from modeldrop.pipeline.channels.channel_admin import close_channel
+    from modeldrop.pipeline.channels.promotion import promote, start_promotion
 
     stack = make_stack()
     ctx = channel_context(stack)
@@ -415,9 +415,9 @@ def test_the_reaper_keeps_a_rollbacks_target_and_finishes_a_close_that_stopped(m
     from modeldrop.evaluation.eval_sets import load_eval_set
     from modeldrop.evaluation.gate import GateThresholds
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline.channel_upkeep import retire_due
-    from modeldrop.pipeline.promotion import promote
-    from modeldrop.pipeline.promotion_settle import claim_rollback
+    from modeldrop.pipeline.channels.channel_upkeep import retire_due
+    from modeldrop.pipeline.channels.promotion import promote
+    from modeldrop.pipeline.channels.promotion_settle import claim_rollback
 
     stack = make_stack()
     ctx = channel_context(stack)
@@ -439,7 +439,7 @@ def test_the_reaper_keeps_a_rollbacks_target_and_finishes_a_close_that_stopped(m
                                event=ChannelEvent(at=clock.iso(clock.utcnow()), kind="retired"))  # fmt: skip
     ctx.channels.save(fresh.model_copy(update={"candidate": closing}))
     clock.advance(closing.budget_seconds + 60)
-    from modeldrop.aws.sagemaker_resources import describe_endpoint
+    from modeldrop.aws.sagemaker.sagemaker_resources import describe_endpoint
 
     for endpoint in sm.list_endpoints()["Endpoints"]:  # an hour on, the previews deleted long ago are gone
         describe_endpoint(sm, endpoint["EndpointName"])

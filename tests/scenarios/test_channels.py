@@ -91,8 +91,8 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
     from modeldrop.local.samples.checkpoint import write_checkpoint
     from modeldrop.local.scenarios.channel import channel_context
     from modeldrop.local.scenarios.run import _deploy
-    from modeldrop.pipeline.channel_admin import close_channel, rollback
-    from modeldrop.pipeline.promotion import promote
+    from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
+    from modeldrop.pipeline.channels.promotion import promote
 
     stack = make_stack()
     ctx = channel_context(stack)
@@ -106,7 +106,7 @@ def test_rollback_returns_the_channel_to_its_last_known_good_version(tmp_path: P
         rollback(ctx, "main")
     sm = stack.client("sagemaker")
     # A racing twin wrote the channel after this promotion read it: refused before the endpoint is touched.
-    from modeldrop.aws.channel_store import ChannelChanged
+    from modeldrop.aws.dynamodb.channel_store import ChannelChanged
 
     read_first = ctx.channels.get("main")
     assert read_first is not None and read_first.live is not None
@@ -286,7 +286,7 @@ def test_rollback_alarms_let_one_error_and_a_long_answer_through_and_clear_after
     for a broken fleet; after a guardrail rollback the alarm returns to OK once its evaluation periods
     pass, so the next update is not rolled back by a stale ALARM; a blue/green update may not rename
     the endpoint's variants."""
-    from modeldrop.aws.channel_alarms import alarms_in_alarm, put_channel_alarms
+    from modeldrop.aws.autoscaling.channel_alarms import alarms_in_alarm, put_channel_alarms
     from modeldrop.contracts import clock
     from modeldrop.local.emulator.sagemaker.endpoint_updates import ALARM_CLEARS_AFTER, _set_alarm
 

@@ -135,7 +135,7 @@ def test_a_prefix_changed_after_registration_is_refused_by_the_pinned_copy(stack
 
 
 def test_upload_skips_what_is_there_and_sends_what_changed(stack: Any, tmp_path: Path) -> None:
-    from modeldrop.aws.checkpoint_upload import upload_directory
+    from modeldrop.aws.s3.checkpoint_upload import upload_directory
 
     checkpoint = write_checkpoint(tmp_path / "ck", shards=3)
     s3 = stack.client("s3")
@@ -209,7 +209,7 @@ def test_a_base_prefixs_own_adapters_folder_is_not_served(stack: Any, tmp_path: 
     served = s3.list_objects_v2(Bucket=stack.bucket, Prefix=f"modeldrop-served/{deployment_id}/")["Contents"]
     assert served and not any("/adapters/" in o["Key"] for o in served)
     # `validate` of the source says so (the pipeline judges the served copy, which has no such folder).
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
 
     (checkpoint / "adapters").mkdir()
@@ -219,7 +219,7 @@ def test_a_base_prefixs_own_adapters_folder_is_not_served(stack: Any, tmp_path: 
 
 
 def test_upload_trusts_only_the_checksum_s3_computed_and_redeploys_a_changed_shard(stack: Any, tmp_path: Path) -> None:
-    from modeldrop.aws.checkpoint_upload import DIGEST_KEY, file_digest, upload_directory
+    from modeldrop.aws.s3.checkpoint_upload import DIGEST_KEY, file_digest, upload_directory
 
     checkpoint = write_checkpoint(tmp_path / "ck", shards=2)
     s3 = stack.client("s3")

@@ -483,7 +483,7 @@ def test_plan_refuses_env_values_that_would_smuggle_flags_or_credentials() -> No
 
 
 def test_a_checkpoint_that_ships_code_says_so(checkpoint: Path) -> None:
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
 
     config = json.loads((checkpoint / "config.json").read_text())

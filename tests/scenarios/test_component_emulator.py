@@ -11,7 +11,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from modeldrop.aws.checkpoint_upload import upload_directory
+from modeldrop.aws.s3.checkpoint_upload import upload_directory
 from modeldrop.local.samples.adapter import write_adapter
 from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 

@@ -170,7 +170,7 @@ def test_a_copy_of_a_multipart_upload_reads_back_as_s3_serves_it(stack: Any, tmp
     artifact over 8 MB (uploaded in parts) then fails the SDK's checksum check: the shim keeps it."""
     from boto3.s3.transfer import TransferConfig
 
-    from modeldrop.aws.served_copy import copy_pinned
+    from modeldrop.aws.s3.served_copy import copy_pinned
 
     big = tmp_path / "model-00001-of-00001.safetensors"
     big.write_bytes(os.urandom(20 * 1024 * 1024))

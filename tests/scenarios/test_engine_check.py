@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
-from modeldrop.checkpoint.engine_check import engine_findings, from_probe, probe
+from modeldrop.checkpoint.engine.engine_check import engine_findings, from_probe, probe
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
 
@@ -147,8 +147,8 @@ def test_the_pipeline_asks_the_engine_before_any_endpoint(make_stack: Any, tmp_p
 
 
 def test_the_skeleton_holds_the_headers_and_no_weight_bytes(tmp_path: Path) -> None:
-    from modeldrop.checkpoint.artifact_scan import scan_local
-    from modeldrop.pipeline.engine_check_step import write_skeleton
+    from modeldrop.checkpoint.archive.artifact_scan import scan_local
+    from modeldrop.pipeline.deployment.engine_check_step import write_skeleton
 
     base = write_cpu_checkpoint(tmp_path / "llama")
     skeleton = write_skeleton(scan_local(str(base)), tmp_path / "skeleton")

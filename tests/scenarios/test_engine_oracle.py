@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from modeldrop.checkpoint.engine_check import from_probe, probe
+from modeldrop.checkpoint.engine.engine_check import from_probe, probe
 from modeldrop.checkpoint.validation import validate_source
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint

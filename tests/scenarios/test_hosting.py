@@ -55,7 +55,7 @@ def _pid_alive(pid: int) -> bool:
 def test_endpoint_is_a_process_with_a_read_only_model_dir_and_its_env(stack: Any, archive: bytes) -> None:
     from conftest import create_endpoint
 
-    from modeldrop.aws.sagemaker_resources import delete_all
+    from modeldrop.aws.sagemaker.sagemaker_resources import delete_all
 
     create_endpoint(
         stack, "modeldrop-proc", archive, env={"SM_VLLM_MAX_MODEL_LEN": "1024", "SM_VLLM_SERVED_MODEL_NAME": "tiny"}
@@ -119,7 +119,7 @@ def test_a_refused_endpoint_delete_leaves_its_config_and_model(stack: Any, archi
     from moto.sagemaker import models as sm_models
     from moto.sagemaker.exceptions import ValidationError
 
-    from modeldrop.aws.sagemaker_resources import delete_all
+    from modeldrop.aws.sagemaker.sagemaker_resources import delete_all
 
     create_endpoint(stack, "modeldrop-stuck", archive, env={})
 

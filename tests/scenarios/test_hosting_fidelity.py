@@ -63,7 +63,7 @@ def test_the_endpoint_config_carries_the_ami_and_without_it_the_container_cannot
     )
     assert config["ProductionVariants"][0]["InferenceAmiVersion"] == "al2023-ami-sagemaker-inference-gpu-4-1"
 
-    from modeldrop.aws.sagemaker_resources import create_all, tags_for
+    from modeldrop.aws.sagemaker.sagemaker_resources import create_all, tags_for
 
     image = config_image = sm.describe_model(ModelName=name)["PrimaryContainer"]["Image"]
     assert "-cu130-" in config_image

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from modeldrop.checkpoint.artifact_scan import scan_local
-from modeldrop.checkpoint.engine_check import probe
-from modeldrop.checkpoint.hybrid_layers import hybrid_layout
+from modeldrop.checkpoint.archive.artifact_scan import scan_local
+from modeldrop.checkpoint.engine.engine_check import probe
 from modeldrop.checkpoint.validation import validate_scan
+from modeldrop.checkpoint.weights.hybrid_layers import hybrid_layout
 from modeldrop.cli import app
 from modeldrop.local.samples.cpu_checkpoint import write_cpu_checkpoint
 from modeldrop.serving.memory_plan import ModelShape, kv_bytes_per_token

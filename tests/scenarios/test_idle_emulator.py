@@ -13,8 +13,8 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from modeldrop.aws import idle_scaling
-from modeldrop.aws.checkpoint_upload import upload_directory
+from modeldrop.aws.autoscaling import idle_scaling
+from modeldrop.aws.s3.checkpoint_upload import upload_directory
 from modeldrop.contracts import clock
 from modeldrop.local.samples.checkpoint import write_checkpoint
 from modeldrop.serving.idle_plan import is_waking_error
@@ -177,7 +177,7 @@ def test_a_close_leaves_a_component_that_is_not_the_channels_alone(stack: Any, t
     from modeldrop.contracts.channel import ChannelIdle, ChannelRecord
     from modeldrop.contracts.errors import ChannelInvalid
     from modeldrop.local.scenarios.channel import channel_context
-    from modeldrop.pipeline import idle_channel
+    from modeldrop.pipeline.channels import idle_channel
 
     component = _component_endpoint(stack, tmp_path, "foreign")  # untagged: nobody's channel
     ctx = channel_context(stack)

@@ -99,8 +99,8 @@ def test_a_step_that_finds_its_deployment_ended_releases_what_it_created(stack: 
     from modeldrop.contracts.errors import DeploymentEnded
     from modeldrop.contracts.step_payloads import EnginePlan, ImageChoice
     from modeldrop.local.emulator.iam.enforcement import after_call
-    from modeldrop.pipeline import endpoint_steps, steps
     from modeldrop.pipeline.config import DefaultsSettings
+    from modeldrop.pipeline.deployment import endpoint_steps, steps
 
     uri = _put(stack, "direct/late/model.tar.gz", archive)
     request = steps.normalize({"artifact_uri": uri}, "late", DefaultsSettings(), "arn:local:late", 0)
@@ -296,7 +296,7 @@ def test_markers_within_their_own_limits_cannot_add_up_past_the_stacks_ceiling(
         record = stack.record_of(loser["executionArn"])
         assert _served_keys(stack, record.deployment_id) == []
     # A deployment that ends gives its share back: the next one fits.
-    from modeldrop.aws import stack_budget
+    from modeldrop.aws.dynamodb import stack_budget
 
     hourly, instances = stack_budget.current(stack.table())
     assert round(hourly, 2) == 4.88 and instances == 4
@@ -306,7 +306,7 @@ def test_markers_within_their_own_limits_cannot_add_up_past_the_stacks_ceiling(
 
 
 def test_a_reservation_left_by_an_ended_deployment_is_released_by_the_reaper(stack: Any) -> None:
-    from modeldrop.aws import stack_budget
+    from modeldrop.aws.dynamodb import stack_budget
 
     registry = stack.registry()
     stack_budget.reserve(stack.table(), "gone-1", 2.0, 1, 60.0, 8)  # no record: a Lambda killed mid-way
@@ -369,7 +369,7 @@ def test_delete_objects_answers_per_key_errors_and_the_caller_reads_them(stack: 
     """S3 answers DeleteObjects 200 with the keys it refused in Errors (moto's emulation raised for the
     whole call): the served copy a non-pipeline principal may not delete stays, and delete_served says so
     instead of reporting it deleted."""
-    from modeldrop.aws.served_copy import delete_served
+    from modeldrop.aws.s3.served_copy import delete_served
     from modeldrop.contracts.errors import TeardownIncomplete
     from modeldrop.local.emulator.iam.enforcement import Principal, acting_as
 

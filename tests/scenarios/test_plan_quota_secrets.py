@@ -12,7 +12,7 @@ import boto3
 import pytest
 from conftest import ROOT, create_endpoint
 
-from modeldrop.aws.endpoint_quota import check_endpoint_quota
+from modeldrop.aws.sagemaker.endpoint_quota import check_endpoint_quota
 from modeldrop.aws.secret_refs import check_refs, resolve
 from modeldrop.contracts.errors import QuotaExceeded, RequestInvalid
 from modeldrop.contracts.models import ValidationSummary

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conftest import create_endpoint
 
-from modeldrop.aws.sagemaker_resources import tags_for
+from modeldrop.aws.sagemaker.sagemaker_resources import tags_for
 from modeldrop.contracts import clock
 
 
@@ -180,7 +180,7 @@ def test_the_reaper_deletes_served_copies_of_ended_deployments_only(stack: Any, 
     soon = stack.invoke_function("ReaperFunction", {})
     assert soon["served_copies_deleted"] == [f"s3://{stack.bucket}/modeldrop-served/ended-1/model.tar.gz"]
     from modeldrop.aws import clients
-    from modeldrop.pipeline.reaper import reap
+    from modeldrop.pipeline.reaper.reaper import reap
 
     later = reap(
         stack.client("sagemaker"), registry, stack.client("events"), stack.resources["EventBus"], "modeldrop-local",
@@ -226,7 +226,7 @@ def _deployed(stack: Any, archive: bytes, key: str, **request: Any) -> dict[str,
 
 
 def test_an_endpoint_deleted_out_of_band_closes_its_record_frees_its_claim_and_copy(stack: Any, archive: bytes) -> None:
-    from modeldrop.aws import stack_budget
+    from modeldrop.aws.dynamodb import stack_budget
 
     out = _deployed(stack, archive, "oob/weights.tar.gz")
     sm = stack.client("sagemaker")

@@ -242,8 +242,8 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
     # The validate function inflates with isal and parses headers with msgspec, not the stdlib
     # fallbacks, in the runtime.
     probe_code = (
-        "from isal import igzip; import modeldrop.checkpoint.artifact_scan;"
-        "from modeldrop.checkpoint import header_json as h; assert h._msgspec_decode is not None"
+        "from isal import igzip; import modeldrop.checkpoint.archive.artifact_scan;"
+        "from modeldrop.checkpoint.headers import header_json as h; assert h._msgspec_decode is not None"
     )
     probe = subprocess.run(
         [functions.python, "-s", "-c", probe_code],
@@ -263,7 +263,7 @@ def test_every_built_function_imports_and_runs_in_the_lambda_runtime(
     assert len(others) - len(components) == 12 and len(components) == 2, left
     assert len(endpoints) == 3 and len(served) == 3, left
     # The channel's endpoint serves the fallback deployment's config (its own preview endpoint is gone).
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
 
     channel = ChannelStore(stack.registry().table).get("shipped")
     assert channel is not None and channel.live is not None and "modeldrop-ch-shipped" in endpoints, left

@@ -379,7 +379,7 @@ def judge(data: bytes, compressed: bool, workdir: Path) -> tuple[str, str]:
     modeldrop rule or unreadable; detail is the code and whether GNU tar exited 0), or 'DIFFER'."""
     import os
 
-    from modeldrop.checkpoint.tar_scan import extract_archive, scan_tar_stream
+    from modeldrop.checkpoint.archive.tar_scan import extract_archive, scan_tar_stream
     from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
 
     shutil.rmtree(workdir, ignore_errors=True)

@@ -65,7 +65,7 @@ def test_every_request_field_reaches_the_steps_as_given() -> None:
     passes through unchanged."""
     from modeldrop.contracts.models import NormalizedRequest
     from modeldrop.pipeline.config import DefaultsSettings
-    from modeldrop.pipeline.steps import normalize
+    from modeldrop.pipeline.deployment.steps import normalize
 
     raw = {
         "artifact_uri": "s3://bucket-a/m/model.tar.gz",

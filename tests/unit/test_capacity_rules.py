@@ -10,12 +10,12 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from modeldrop.aws.registry import Registry
+from modeldrop.aws.dynamodb.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EndpointFailed, InsufficientCapacity, QuotaExceeded
 from modeldrop.contracts.models import NormalizedRequest
 from modeldrop.contracts.step_payloads import EndpointRef, EnginePlan
-from modeldrop.pipeline import attempts, endpoint_steps
+from modeldrop.pipeline.deployment import attempts, endpoint_steps
 from modeldrop.serving.instance_choice import candidates, usable
 from modeldrop.serving.memory_plan import ModelShape, hourly_price
 from modeldrop.serving.plan import plan_serving
@@ -208,7 +208,7 @@ class _Quotas:
 
 
 def test_a_quota_left_at_its_aws_default_is_still_found() -> None:
-    from modeldrop.aws.endpoint_quota import endpoint_quotas
+    from modeldrop.aws.sagemaker.endpoint_quota import endpoint_quotas
 
     quotas = _Quotas(applied={"ml.g6e.2xlarge": 4}, defaults={"ml.g6.2xlarge": 0, "ml.g6e.2xlarge": 1})
     found = endpoint_quotas(quotas)  # type: ignore[arg-type]

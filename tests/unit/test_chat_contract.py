@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
-from modeldrop.checkpoint.chat_contract import chat_contract, drift, template_source
-from modeldrop.checkpoint.chat_template_render import RenderRefused, compile_template, render
-from modeldrop.checkpoint.vocabulary import sentencepiece_pieces
+from modeldrop.checkpoint.chat.bounded_child import ChildRefused, run_bounded
+from modeldrop.checkpoint.chat.chat_contract import chat_contract, drift, template_source
+from modeldrop.checkpoint.chat.chat_template_render import RenderRefused, compile_template, render
+from modeldrop.checkpoint.chat.vocabulary import sentencepiece_pieces
 from modeldrop.cli import app
 from modeldrop.local.samples.checkpoint import write_checkpoint
 
@@ -299,7 +299,7 @@ def test_a_template_that_works_past_the_bounds_is_refused_by_the_cli_without_a_t
 def test_the_bounded_child_stops_work_past_its_seconds_and_its_memory() -> None:
     import time
 
-    from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
+    from modeldrop.checkpoint.chat.bounded_child import ChildRefused, run_bounded
 
     with pytest.raises(ChildRefused, match="past 1 s"):
         run_bounded(time.sleep, 60, seconds=1.0, memory_bytes=64 << 20)

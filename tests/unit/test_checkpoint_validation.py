@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from modeldrop.checkpoint.artifact_scan import scan_local, scan_source, scan_tar_stream
-from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
+from modeldrop.checkpoint.archive.artifact_scan import scan_local, scan_source, scan_tar_stream
+from modeldrop.checkpoint.headers.safetensors_header import HeaderError, parse_header, read_header_length
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
 from modeldrop.local.samples.checkpoint import TINY_CONFIG, safetensors_bytes, tar_gz_bytes, write_checkpoint
@@ -112,7 +112,7 @@ def test_kv_shared_tensors_found_missing_in_both_namings(tmp_path: Path) -> None
 
 
 def test_e4b_arithmetic_54_missing() -> None:
-    from modeldrop.checkpoint.architecture_rules import KV_SHARED_RULES, expected_kv_tensors
+    from modeldrop.checkpoint.weights.architecture_rules import KV_SHARED_RULES, expected_kv_tensors
 
     assert len(expected_kv_tensors(KV_SHARED_RULES[0], "model.language_model.layers.", 42, 18, None, False)) == 54
     assert len(expected_kv_tensors(KV_SHARED_RULES[0], "model.language_model.layers.", 35, 20, None, False)) == 60
@@ -181,7 +181,7 @@ def test_local_archives_parallel_path_trusts_only_a_matching_trailer(
     import gzip
     import tarfile
 
-    from modeldrop.checkpoint import tar_scan as artifact_scan
+    from modeldrop.checkpoint.archive import tar_scan as artifact_scan
 
     d = write_checkpoint(tmp_path / "c")
     # The sample's weights compress far better than real ones do: parallel inflate is not for it.
@@ -238,7 +238,7 @@ def test_a_bomb_behind_a_lying_trailer_is_stopped_at_the_inflaters_memory_bound(
     import sys
     import zlib
 
-    from modeldrop.checkpoint import parallel_inflate
+    from modeldrop.checkpoint.archive import parallel_inflate
 
     info = tarfile.TarInfo("model.safetensors")
     info.size = 1 << 30
@@ -253,7 +253,7 @@ def test_a_bomb_behind_a_lying_trailer_is_stopped_at_the_inflaters_memory_bound(
     bomb.write_bytes(bytes(body))
     script = (
         "import json, resource, sys; from pathlib import Path;"
-        "from modeldrop.checkpoint import tar_scan as a;"
+        "from modeldrop.checkpoint.archive import tar_scan as a;"
         "fast = a._scan_with_rapidgzip(Path(sys.argv[1]));"
         "print(json.dumps([fast is None, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024]))"
     )
@@ -269,7 +269,7 @@ def test_a_bomb_behind_a_lying_trailer_is_stopped_at_the_inflaters_memory_bound(
 def test_a_member_refused_mid_archive_stops_the_parallel_decoder(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from modeldrop.checkpoint import parallel_inflate
+    from modeldrop.checkpoint.archive import parallel_inflate
 
     d = write_checkpoint(tmp_path / "c")
     (d / "extra-weights.bin").write_bytes(os.urandom(8 << 20))  # weights-like, so the parallel path takes it

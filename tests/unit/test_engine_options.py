@@ -170,7 +170,7 @@ def test_keys_are_judged_for_the_images_engine_version() -> None:
 def test_a_request_with_a_refused_key_is_refused_before_anything_is_created() -> None:
     from modeldrop.contracts.errors import RequestInvalid
     from modeldrop.pipeline.config import DefaultsSettings
-    from modeldrop.pipeline.steps import normalize
+    from modeldrop.pipeline.deployment.steps import normalize
 
     raw = {"artifact_uri": "s3://bucket-a/m/model.tar.gz", "engine_env": {"SM_VLLM_TRUST_REMOTE": "1"}}
     DeploymentRequest.model_validate(raw)  # the shape is fine: the engine's parser is what refuses

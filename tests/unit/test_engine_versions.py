@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from modeldrop.checkpoint.artifact_scan import scan_source
+from modeldrop.checkpoint.archive.artifact_scan import scan_source
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.cli import app
 from modeldrop.contracts.step_payloads import ImageChoice
@@ -40,7 +40,7 @@ def test_lmi_is_judged_by_the_vllm_it_bundles_and_an_unknown_image_is_a_usage_er
 
 
 def test_the_pipeline_judges_for_the_image_the_stack_resolves(monkeypatch: object) -> None:
-    from modeldrop.pipeline.steps import _target
+    from modeldrop.pipeline.deployment.steps import _target
 
     monkeypatch.setenv("AWS_REGION", "us-east-1")  # type: ignore[attr-defined]
     monkeypatch.setenv("VLLM_IMAGE_URI", VLLM_030)  # type: ignore[attr-defined]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from botocore.exceptions import ClientError
 
-from modeldrop.aws.execution_role import RoleUnreadable, role_problem
+from modeldrop.aws.sagemaker.execution_role import RoleUnreadable, role_problem
 from modeldrop.operate.doctor import check_role_trust
 
 ARN = "arn:aws:iam::123456789012:role/serving"

@@ -6,13 +6,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from modeldrop.contracts.channel import IdleRequest
+from modeldrop.contracts.channel import IdleRequest, parse_idle
 from modeldrop.serving.idle_plan import (
     decide,
     hours_within,
     instance_intervals,
     is_waking_error,
-    parse_idle,
     refused_at_create,
 )
 

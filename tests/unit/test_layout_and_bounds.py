@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from modeldrop.checkpoint.artifact_scan import scan_local, scan_tar_stream
-from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header
+from modeldrop.checkpoint.archive.artifact_scan import scan_local, scan_tar_stream
+from modeldrop.checkpoint.headers.safetensors_header import HeaderError, parse_header
 from modeldrop.checkpoint.validation import validate_scan, validate_source
 from modeldrop.local.samples.checkpoint import TINY_CONFIG, write_checkpoint
 
@@ -170,7 +170,7 @@ def test_shards_that_hold_no_tensor_are_named(tmp_path: Path) -> None:
 
 
 def test_prefix_keys_must_be_plain_relative_paths() -> None:
-    from modeldrop.checkpoint.archive_rules import prefix_key_problem
+    from modeldrop.checkpoint.archive.archive_rules import prefix_key_problem
 
     for bad in ("zz/../config.json", "zz//../config.json", "./config.json", "a//b", "..", "x/.", "a" * 256):
         assert prefix_key_problem(bad) is not None, bad

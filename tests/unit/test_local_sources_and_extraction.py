@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT
 from hostile_archives import builders
 
-from modeldrop.checkpoint.archive_rules import ARCHIVE_RULES
-from modeldrop.checkpoint.artifact_scan import extract_archive, scan_local
+from modeldrop.checkpoint.archive.archive_rules import ARCHIVE_RULES
+from modeldrop.checkpoint.archive.artifact_scan import extract_archive, scan_local
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts.errors import CheckpointRefused, CheckpointUnreadable
 

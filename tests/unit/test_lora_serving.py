@@ -36,7 +36,7 @@ def test_each_engine_gets_its_own_lora_keys_at_an_accepted_rank() -> None:
 
 
 def test_the_plan_serves_the_adapter_and_counts_its_memory() -> None:
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
     from modeldrop.serving.plan import plan_checkpoint
 

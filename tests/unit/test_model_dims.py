@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modeldrop.checkpoint.model_dims import kv_dims
+from modeldrop.checkpoint.weights.model_dims import kv_dims
 from modeldrop.serving.memory_plan import ModelShape, kv_bytes_per_token
 
 REFERENCE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "kv-reference.json").read_text())

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from modeldrop.checkpoint import tar_scan
-from modeldrop.checkpoint.artifact_scan import scan_local
+from modeldrop.checkpoint.archive import tar_scan
+from modeldrop.checkpoint.archive.artifact_scan import scan_local
 from modeldrop.contracts import progress
 from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 

@@ -4,7 +4,7 @@ downloads and starts as its first deployment did, then bakes -- within the API's
 from __future__ import annotations
 
 from modeldrop.contracts.record import DeploymentRecord
-from modeldrop.pipeline.channel_context import (
+from modeldrop.pipeline.channels.channel_context import (
     CHECK_MARGIN_SECONDS,
     TERMINATION_WAIT_SECONDS,
     WAIT_INTERVAL_SECONDS,

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from modeldrop.checkpoint.quant_rules import quant_findings, rope_findings
+from modeldrop.checkpoint.weights.quant_rules import quant_findings, rope_findings
 
 GPTQ = {"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": False, "sym": True}
 
@@ -119,7 +119,7 @@ def test_the_committed_lists_are_what_the_engine_venvs_source_says() -> None:
 def test_a_refusal_by_the_venvs_release_for_what_the_images_release_reads_is_not_the_verdict() -> None:
     """The engine venv (0.32) refuses bitsandbytes, which vLLM dropped at 0.28; the image's 0.26 reads it:
     its refusal is undetermined for that image, and stands for an image of its own release."""
-    from modeldrop.checkpoint.engine_check import from_probe
+    from modeldrop.checkpoint.engine.engine_check import from_probe
     from modeldrop.contracts.engine_target import EngineVersion
 
     message = "ValidationError: Value error, Unknown quantization method: bitsandbytes. Must be one of [...]"

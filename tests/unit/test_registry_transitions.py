@@ -10,7 +10,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from modeldrop.aws.registry import Registry
+from modeldrop.aws.dynamodb.registry import Registry
 from modeldrop.contracts.errors import DeploymentEnded, RecordNotOwned, RegistryBusy, StepContractViolated
 
 MINE = "arn:aws:states:us-east-1:123456789012:execution:sm:mine"

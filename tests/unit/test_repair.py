@@ -21,7 +21,7 @@ import pytest
 from conftest import ROOT
 from moto import mock_aws
 
-from modeldrop.checkpoint.artifact_scan import scan_source
+from modeldrop.checkpoint.archive.artifact_scan import scan_source
 from modeldrop.checkpoint.repair import INDEX, RESTORED_SHARD, repair
 from modeldrop.checkpoint.validation import validate_scan
 from modeldrop.contracts.errors import RequestInvalid

@@ -109,7 +109,7 @@ def test_limits_a_stack_owner_raised_are_honoured_and_the_ttl_is_bounded() -> No
 
 def test_markers_may_not_carry_capabilities_and_secrets_are_never_echoed() -> None:
     from modeldrop.aws.secret_refs import parse_ref
-    from modeldrop.pipeline.starter import parse_marker
+    from modeldrop.pipeline.deployment.starter import parse_marker
 
     capabilities = (
         ("secrets", {"HF_TOKEN": "ssm:/modeldrop/t"}),

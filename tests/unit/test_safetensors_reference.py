@@ -18,8 +18,8 @@ import pytest
 from conftest import ROOT
 from header_mutator import cases
 
-from modeldrop.checkpoint import header_json
-from modeldrop.checkpoint.safetensors_header import HeaderError, parse_header, read_header_length
+from modeldrop.checkpoint.headers import header_json
+from modeldrop.checkpoint.headers.safetensors_header import HeaderError, parse_header, read_header_length
 
 safetensors = pytest.importorskip("safetensors")
 
@@ -88,7 +88,7 @@ def test_mutated_headers_agree_with_the_reference(parser: str, monkeypatch: pyte
 
 def test_the_dtype_table_is_the_references() -> None:
     """The reference's error for an unknown dtype lists every variant it knows."""
-    from modeldrop.checkpoint.safetensors_header import DTYPE_BITS
+    from modeldrop.checkpoint.headers.safetensors_header import DTYPE_BITS
 
     header = b'{"a":{"dtype":"NOPE","shape":[],"data_offsets":[0,0]}}'
     with tempfile.TemporaryDirectory() as directory:

@@ -11,7 +11,7 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from modeldrop.aws import served_copy
+from modeldrop.aws.s3 import served_copy
 from modeldrop.contracts.artifact import Artifact
 from modeldrop.contracts.errors import CheckpointUnreadable
 
@@ -49,7 +49,7 @@ def test_a_copy_is_pinned_to_the_listed_etag(s3: Any, monkeypatch: Any, multipar
 
 
 def test_a_prefix_that_changed_since_it_was_pinned_is_refused(s3: Any) -> None:
-    from modeldrop.aws.artifact_version import artifact_facts
+    from modeldrop.aws.s3.artifact_version import artifact_facts
 
     s3.put_object(Bucket="bucket-x", Key="p/config.json", Body=b"{}")
     facts = artifact_facts(s3, Artifact.parse("s3://bucket-x/p/"))
@@ -85,7 +85,7 @@ def test_an_archive_is_served_as_the_members_its_validation_read(s3: Any, monkey
     import io
     import tarfile
 
-    from modeldrop.aws import served_writer
+    from modeldrop.aws.s3 import served_writer
     from modeldrop.checkpoint.validation import validate_archive_stream
     from modeldrop.local.samples.checkpoint import write_checkpoint, write_tar_gz
 
@@ -138,7 +138,7 @@ def test_a_prefix_whose_file_list_would_not_fit_the_execution_state_is_refused()
     """The Map's items travel in the execution's state (256 KiB): 200 files of 1,000-byte names are
     under the count limit and still too many bytes."""
     from modeldrop.contracts.errors import ArchiveTooLarge
-    from modeldrop.pipeline.register_steps import check_size
+    from modeldrop.pipeline.deployment.register_steps import check_size
 
     prefix = Artifact.parse("s3://bucket-x/p/")
     few = [{"key": f"model-{i}.safetensors", "size": 1, "etag": '"e"'} for i in range(10)]
@@ -151,7 +151,7 @@ def test_a_prefix_whose_file_list_would_not_fit_the_execution_state_is_refused()
 
 
 def test_copy_batches_are_contiguous_balanced_and_bounded() -> None:
-    from modeldrop.aws.served_copy import MAX_COPY_BATCHES, copy_batches
+    from modeldrop.aws.s3.served_copy import MAX_COPY_BATCHES, copy_batches
     from modeldrop.contracts.served import CopyItem
 
     shards = [CopyItem(key=f"model-{i:05d}.safetensors", size=5_000_000_000, etag="e") for i in range(30)]
@@ -174,7 +174,7 @@ def test_parts_go_with_their_crc32_header_and_an_unsigned_payload_over_tls() -> 
     import boto3
     from botocore.awsrequest import AWSResponse
 
-    from modeldrop.aws import served_writer
+    from modeldrop.aws.s3 import served_writer
 
     class _Raw:
         def stream(self, **_kwargs: Any) -> Any:

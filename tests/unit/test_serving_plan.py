@@ -140,7 +140,7 @@ def test_raw_keys_the_plan_owns_or_that_contradict_the_request_are_refused() -> 
 
 
 def test_the_deadline_comes_from_the_plan_capped_by_the_stack() -> None:
-    from modeldrop.pipeline.endpoint_steps import PROVISIONING_MARGIN_SECONDS, deploy_deadline
+    from modeldrop.pipeline.deployment.endpoint_steps import PROVISIONING_MARGIN_SECONDS, deploy_deadline
 
     plan = plan_serving("vllm", E4B_MM, "ml.g6.2xlarge", "us-east-1")
     needed = plan.download_timeout_seconds + plan.startup_timeout_seconds + PROVISIONING_MARGIN_SECONDS
@@ -156,7 +156,7 @@ def test_the_deadline_comes_from_the_plan_capped_by_the_stack() -> None:
 
 def test_a_multimodal_checkpoint_gets_one_image_per_prompt_where_the_engine_has_the_key() -> None:
     """As the source project serves Gemma-4 multimodal; SGLang has no such flag, and a text model none."""
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
     from modeldrop.serving.plan import plan_serving, shape_from
 
@@ -235,7 +235,7 @@ def test_named_dtype_sizes_the_weights_and_quantization_is_checked() -> None:
     assert weights_scale({"BF16": 100}, "auto") == 1.0
     assert _plan(dtype="bfloat16").env["SM_VLLM_DTYPE"] == "bfloat16"
     # Through the checkpoint's own dtypes: a bf16 checkpoint served as float32 needs twice the weights.
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
     from modeldrop.serving.plan import plan_checkpoint
 

@@ -8,7 +8,7 @@ import pytest
 from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import DeploymentRequest, ValidationSummary
 from modeldrop.contracts.served import AdapterInfo
-from modeldrop.pipeline.adapter_steps import adapter_fields
+from modeldrop.pipeline.adapters.adapter_steps import adapter_fields
 from modeldrop.serving.lora_plan import lora_gib, widest
 
 BASE = "s3://bucket-a/base/model.tar.gz"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from modeldrop.checkpoint.artifact_scan import scan_local
-from modeldrop.checkpoint.config_rules import matches
+from modeldrop.checkpoint.archive.artifact_scan import scan_local
 from modeldrop.checkpoint.validation import validate_scan
+from modeldrop.checkpoint.weights.config_rules import matches
 from modeldrop.local.samples.checkpoint import write_checkpoint
 
 VLLM_PYTHON = os.environ.get("MODELDROP_VLLM_PYTHON")

@@ -6,7 +6,7 @@ import pytest
 
 from modeldrop.contracts.errors import RequestInvalid
 from modeldrop.contracts.models import deployment_id_for, resource_name_for
-from modeldrop.pipeline.starter import classify_key, execution_name, parse_marker
+from modeldrop.pipeline.deployment.starter import classify_key, execution_name, parse_marker
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ import pytest
 from conftest import ROOT
 from tar_mutator import case, gnu_tar, judge, seeds
 
-from modeldrop.checkpoint.tar_scan import scan_tar_stream
+from modeldrop.checkpoint.archive.tar_scan import scan_tar_stream
 from modeldrop.contracts.errors import CheckpointRefused
 
 CORPUS = ROOT / "tests" / "fixtures" / "tar-corpus"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from modeldrop.checkpoint.weight_rules import weight_findings
+from modeldrop.checkpoint.weights.weight_rules import weight_findings
 
 HYBRIDS = ("jamba", "lfm2", "qwen3_next", "falcon_h1", "minimax", "nemotron_h")
 FIXTURE = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "arch-shapes.json").read_text())

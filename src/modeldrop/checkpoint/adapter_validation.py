@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from modeldrop.checkpoint.adapter_companions import base_name_findings, tokenizer_findings
-from modeldrop.checkpoint.adapter_rules import (
+from modeldrop.checkpoint.adapters.adapter_companions import base_name_findings, tokenizer_findings
+from modeldrop.checkpoint.adapters.adapter_rules import (
     ADAPTER_CONFIG,
     ADAPTER_WEIGHTS,
     AdapterSummary,
@@ -13,10 +13,10 @@ from modeldrop.checkpoint.adapter_rules import (
     judge,
     layout_findings,
 )
-from modeldrop.checkpoint.bounded_child import ChildRefused, run_bounded
-from modeldrop.checkpoint.safetensors_header import TensorInfo
-from modeldrop.checkpoint.scan_result import ArtifactScan
-from modeldrop.checkpoint.side_files import load_json
+from modeldrop.checkpoint.archive.scan_result import ArtifactScan
+from modeldrop.checkpoint.chat.bounded_child import ChildRefused, run_bounded
+from modeldrop.checkpoint.chat.side_files import load_json
+from modeldrop.checkpoint.headers.safetensors_header import TensorInfo
 from modeldrop.checkpoint.validation_report import KvShared, ValidationReport
 from modeldrop.contracts.models import AdapterInfo, Finding
 from modeldrop.contracts.text import printable

@@ -9,27 +9,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from modeldrop.checkpoint.architecture_rules import (
+from modeldrop.checkpoint.archive.scan_result import ArtifactScan
+from modeldrop.checkpoint.chat.chat_contract import ChatContract, chat_contract, template_source
+from modeldrop.checkpoint.chat.side_files import config_findings, implausible, parse_json
+from modeldrop.checkpoint.validation_report import KvShared
+from modeldrop.checkpoint.weights.architecture_rules import (
     KV_SHARED_FIXED_IN,
     expected_kv_tensors,
     kv_shared_tensors_needed,
     layer_prefix,
     rule_for,
 )
-from modeldrop.checkpoint.base_compare import BaseComparison, base_findings
-from modeldrop.checkpoint.chat_contract import ChatContract, chat_contract, template_source
-from modeldrop.checkpoint.config_rules import (
+from modeldrop.checkpoint.weights.base_compare import BaseComparison, base_findings
+from modeldrop.checkpoint.weights.config_rules import (
     config_type_findings,
     generation_findings,
     special_token_findings,
     tokenizer_json_findings,
 )
-from modeldrop.checkpoint.layout_rules import Layout, index_mismatches
-from modeldrop.checkpoint.quant_rules import architecture_findings, quant_findings, rope_findings
-from modeldrop.checkpoint.scan_result import ArtifactScan
-from modeldrop.checkpoint.side_files import config_findings, implausible, parse_json
-from modeldrop.checkpoint.validation_report import KvShared
-from modeldrop.checkpoint.weight_rules import weight_findings
+from modeldrop.checkpoint.weights.layout_rules import Layout, index_mismatches
+from modeldrop.checkpoint.weights.quant_rules import architecture_findings, quant_findings, rope_findings
+from modeldrop.checkpoint.weights.weight_rules import weight_findings
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.models import Finding
 

@@ -22,12 +22,12 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from modeldrop.checkpoint.artifact_scan import ArtifactScan, scan_source
-from modeldrop.checkpoint.base_compare import MIN_SHARED_FRACTION, compare_to_base, tensor_index
-from modeldrop.checkpoint.safetensors_header import TensorInfo
-from modeldrop.checkpoint.scan_result import Readable, read_exact
-from modeldrop.checkpoint.tar_scan import iter_archive
+from modeldrop.checkpoint.archive.artifact_scan import ArtifactScan, scan_source
+from modeldrop.checkpoint.archive.scan_result import Readable, read_exact
+from modeldrop.checkpoint.archive.tar_scan import iter_archive
+from modeldrop.checkpoint.headers.safetensors_header import TensorInfo
 from modeldrop.checkpoint.validation import ValidationReport, validate_scan
+from modeldrop.checkpoint.weights.base_compare import MIN_SHARED_FRACTION, compare_to_base, tensor_index
 from modeldrop.contracts.artifact import is_archive, is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable, RequestInvalid
 from modeldrop.contracts.s3uri import S3Uri, parse_s3_uri

@@ -5,16 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from modeldrop.checkpoint.adapter_rules import is_adapter
-from modeldrop.checkpoint.artifact_scan import scan_source
-from modeldrop.checkpoint.base_compare import compare_to_base
-from modeldrop.checkpoint.hybrid_layers import hybrid_layout
-from modeldrop.checkpoint.layout_rules import INDEX, layout
-from modeldrop.checkpoint.model_dims import kv_dims
-from modeldrop.checkpoint.scan_result import ArtifactScan
-from modeldrop.checkpoint.side_files import load_json
-from modeldrop.checkpoint.tar_scan import MemberSink, scan_tar_stream
+from modeldrop.checkpoint.adapters.adapter_rules import is_adapter
+from modeldrop.checkpoint.archive.artifact_scan import scan_source
+from modeldrop.checkpoint.archive.scan_result import ArtifactScan
+from modeldrop.checkpoint.archive.tar_scan import MemberSink, scan_tar_stream
+from modeldrop.checkpoint.chat.side_files import load_json
 from modeldrop.checkpoint.validation_report import ValidationReport
+from modeldrop.checkpoint.weights.base_compare import compare_to_base
+from modeldrop.checkpoint.weights.hybrid_layers import hybrid_layout
+from modeldrop.checkpoint.weights.layout_rules import INDEX, layout
+from modeldrop.checkpoint.weights.model_dims import kv_dims
 from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import CheckpointRefused

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from modeldrop.checkpoint.adapter_rules import AdapterSummary
-from modeldrop.checkpoint.base_compare import BaseComparison
-from modeldrop.checkpoint.chat_contract import ChatContract
-from modeldrop.checkpoint.engine_check import EngineCheck
+from modeldrop.checkpoint.adapters.adapter_rules import AdapterSummary
+from modeldrop.checkpoint.chat.chat_contract import ChatContract
+from modeldrop.checkpoint.engine.engine_check import EngineCheck
+from modeldrop.checkpoint.weights.base_compare import BaseComparison
 from modeldrop.contracts.models import Finding, ValidationSummary
 
 

@@ -17,13 +17,13 @@ from modeldrop.contracts.channel import channel_problem
 from modeldrop.contracts.errors import PromotionBlocked, PromotionFailed
 
 if TYPE_CHECKING:
-    from modeldrop.pipeline.promotion import ChannelContext
+    from modeldrop.pipeline.channels.promotion import ChannelContext
 
 
 def _context(stack: str, region: str | None, profile: str | None) -> ChannelContext:
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
     from modeldrop.evaluation.runner import runtime_client_config
-    from modeldrop.pipeline.promotion import ChannelContext
+    from modeldrop.pipeline.channels.promotion import ChannelContext
 
     session, info, registry = _connect(stack, region, profile)
     return ChannelContext(
@@ -78,8 +78,8 @@ def promote_cmd(
     alarms, read back. Exit 0 serving, 1 PromotionBlocked or PromotionFailed, 2 bad input."""
     json_mode(as_json)
     from modeldrop.evaluation.gate import GateThresholds
-    from modeldrop.pipeline.gate_cases import operator_gate_cases
-    from modeldrop.pipeline.promotion import promote
+    from modeldrop.pipeline.channels.gate_cases import operator_gate_cases
+    from modeldrop.pipeline.channels.promotion import promote
 
     name = _channel_name(channel)
     with aws_errors():
@@ -104,7 +104,7 @@ def rollback_cmd(
 ) -> None:
     """Return a channel to the version it served before, in one step, verified by reading it back."""
     json_mode(as_json)
-    from modeldrop.pipeline.channel_admin import rollback
+    from modeldrop.pipeline.channels.channel_admin import rollback
 
     name = _channel_name(channel)
     with aws_errors():
@@ -125,8 +125,8 @@ def channels_cmd(
     """Every channel: its endpoint, the version serving, the versions kept for a rollback, and what it
     cost today and this month (from its scaling history where it scales to zero) with the hours idle saved."""
     json_mode(as_json)
-    from modeldrop.aws.channel_store import ChannelStore
-    from modeldrop.pipeline.channel_cost import channel_cost
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
+    from modeldrop.pipeline.channels.channel_cost import channel_cost
 
     with aws_errors():
         session, _info, registry = _connect(stack, region, profile)

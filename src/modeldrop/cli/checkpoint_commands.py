@@ -69,7 +69,7 @@ def validate_cmd(
     json_mode(as_json)
     if engine_check:
         _engine_check_possible(source, base)
-    from modeldrop.checkpoint.chat_contract import drift_finding
+    from modeldrop.checkpoint.chat.chat_contract import drift_finding
     from modeldrop.checkpoint.validation import validate_source
 
     target = judging_target(image, engine)
@@ -132,7 +132,7 @@ def validate_cmd(
 
 
 def _engine_check_possible(source: str, base: str | None) -> None:
-    from modeldrop.checkpoint.engine_check import engine_python
+    from modeldrop.checkpoint.engine.engine_check import engine_python
 
     for where in [source, *([base] if base else [])]:
         if not Path(where).is_dir():
@@ -144,7 +144,7 @@ def _engine_check_possible(source: str, base: str | None) -> None:
 def _with_engine_check(report: Any, source: str, target: Any, base: str | None = None) -> Any:
     """REPORT with the engine's own verdict on SOURCE (an adapter on BASE) and its findings (the stricter
     of the two stands)."""
-    from modeldrop.checkpoint.engine_check import engine_check, engine_findings
+    from modeldrop.checkpoint.engine.engine_check import engine_check, engine_findings
     from modeldrop.checkpoint.validation import default_target
 
     with console.status("asking the engine's own code") if console.is_terminal else contextlib.nullcontext():
@@ -272,7 +272,7 @@ def plan_cmd(
     json_mode(as_json)
     idle_seconds = _idle_seconds(idle)
 
-    from modeldrop.checkpoint.artifact_scan import scan_source
+    from modeldrop.checkpoint.archive.artifact_scan import scan_source
     from modeldrop.checkpoint.validation import validate_scan
     from modeldrop.serving.plan import plan_report
 
@@ -324,7 +324,7 @@ def plan_cmd(
 
 
 def _idle_seconds(idle: str | None) -> int | None:
-    from modeldrop.serving.idle_plan import parse_idle
+    from modeldrop.contracts.channel import parse_idle
 
     if idle is None:
         return None

@@ -38,8 +38,8 @@ def invoke_cmd(
 ) -> None:
     """Call a channel or endpoint once; a channel asleep is woken and waited for. Exit 0 answered, 1 not."""
     json_mode(as_json)
-    from modeldrop.aws.channel_invoke import call_waiting
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
+    from modeldrop.aws.sagemaker.channel_invoke import call_waiting
     from modeldrop.evaluation.runner import runtime_client_config
 
     body = json.dumps({"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens}).encode()

@@ -209,7 +209,7 @@ def run_local_cmd(
 
 
 def _engine_check_wanted(asked: bool | None) -> bool:
-    from modeldrop.checkpoint.engine_check import engine_python
+    from modeldrop.checkpoint.engine.engine_check import engine_python
 
     if asked and engine_python() is None:
         fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
@@ -219,7 +219,7 @@ def _engine_check_wanted(asked: bool | None) -> bool:
 
 
 def _idle_problem(idle: str, channel: str | None) -> str | None:
-    from modeldrop.serving.idle_plan import parse_idle
+    from modeldrop.contracts.channel import parse_idle
 
     if channel is None:
         return "--idle is a channel's policy: pass --channel NAME too (run-local --channel demo --idle 10m)"

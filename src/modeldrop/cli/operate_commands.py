@@ -37,7 +37,7 @@ from modeldrop.cli.states import StatePrinter
 from modeldrop.contracts.errors import cause_message
 
 if TYPE_CHECKING:
-    from modeldrop.aws.registry import Registry
+    from modeldrop.aws.dynamodb.registry import Registry
     from modeldrop.contracts.record import DeploymentRecord
 
 # ---- operating a deployed stack ----------------------------------------------------------------
@@ -50,7 +50,7 @@ ProfileOpt = Annotated[str | None, typer.Option(help="AWS named profile (default
 
 def _connect(stack: str, region: str | None, profile: str | None = None) -> tuple[Any, Any, Registry]:
     """(boto3 session, the stack's outputs, the deployments registry)."""
-    from modeldrop.aws.registry import Registry
+    from modeldrop.aws.dynamodb.registry import Registry
     from modeldrop.operate.deployments import stack_info
 
     session = session_for(region, profile)
@@ -322,7 +322,7 @@ def status_cmd(
 
 
 def _channel_named(registry: Registry, name: str) -> Any:
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
 
     return ChannelStore(registry.table).get(name)
 

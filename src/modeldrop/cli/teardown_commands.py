@@ -100,7 +100,7 @@ def teardown_cmd(
 def _close_channel(name: str, stack: str, region: str | None, profile: str | None, as_json: bool) -> bool:
     """NAME is a channel (or its endpoint): it is closed, and True."""
     from modeldrop.cli.channel_commands import _context
-    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_admin import close_channel
 
     with aws_errors():
         ctx = _context(stack, region, profile)
@@ -118,7 +118,7 @@ def _close_channel(name: str, stack: str, region: str | None, profile: str | Non
 def _close_every_channel(stack: str, region: str | None, profile: str | None) -> list[dict[str, Any]]:
     from modeldrop.cli.channel_commands import _context
     from modeldrop.contracts.errors import ModeldropError
-    from modeldrop.pipeline.channel_admin import close_channel
+    from modeldrop.pipeline.channels.channel_admin import close_channel
 
     ctx = _context(stack, region, profile)
     results: list[dict[str, Any]] = []

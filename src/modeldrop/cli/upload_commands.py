@@ -47,7 +47,7 @@ def upload_cmd(
     """Upload a checkpoint as an S3 prefix: shards in parallel (multipart, SHA-256 checked), objects
     already there with the same size and digest skipped, the modeldrop.json marker last."""
     json_mode(as_json)
-    from modeldrop.aws.checkpoint_upload import upload_directory
+    from modeldrop.aws.s3.checkpoint_upload import upload_directory
     from modeldrop.checkpoint.validation import validate_source
     from modeldrop.cli.checkpoint_commands import _engine_check_possible, _with_engine_check, judging_target
     from modeldrop.contracts.s3uri import parse_s3_uri
@@ -108,10 +108,10 @@ def upload_cmd(
 def _marker_overrides(directory: Path, engine: str | None, instance_type: str | None, merge: bool) -> dict[str, Any]:
     """The marker's settings, checked here with the rules the starter and the plan apply (a marker
     that could never deploy is refused before any upload); DIR's own modeldrop.json only with MERGE."""
-    from modeldrop.aws.served_copy import MARKER
+    from modeldrop.aws.s3.served_copy import MARKER
     from modeldrop.contracts.errors import RequestInvalid
     from modeldrop.contracts.instance_types import instance_type_problem
-    from modeldrop.pipeline.starter import parse_marker
+    from modeldrop.pipeline.deployment.starter import parse_marker
 
     if engine is not None and engine not in ("vllm", "sglang", "lmi"):
         fail(f"unknown --engine {engine!r}; choose vllm, sglang or lmi")
@@ -136,8 +136,8 @@ def _marker_overrides(directory: Path, engine: str | None, instance_type: str | 
 def _started_by_marker(session: Any, state_machine_arn: str, bucket: str, prefix: str, version: str | None) -> str:
     """The execution the S3 starter starts for the marker: its name comes from the marker's key and
     version (as the starter derives it), so it is found, not guessed."""
-    from modeldrop.aws.served_copy import MARKER
-    from modeldrop.pipeline.starter import execution_name
+    from modeldrop.aws.s3.served_copy import MARKER
+    from modeldrop.pipeline.deployment.starter import execution_name
 
     key = prefix + MARKER
     if version is None:  # the marker was already there: follow the deployment its version started

@@ -9,11 +9,35 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from modeldrop.serving.idle_plan import parse_idle
-
 CHANNEL_PREFIX = "channel#"
 CHANNEL_PATTERN = r"^[a-z0-9](-?[a-z0-9]){0,23}$"
 EventKind = Literal["created", "promoted", "blocked", "rolled_back", "promotion_failed", "retired"]
+
+# The idle alarm counts invocations per minute; CloudWatch evaluates at most a day of 60-second periods
+# (EvaluationPeriods x Period <= 86400), and under 5 minutes a client's think time would wake it again.
+MIN_IDLE_SECONDS = 300
+MAX_IDLE_SECONDS = 86_400
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h|hr|d)?\s*$", re.IGNORECASE)
+_UNIT = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
+
+
+def parse_idle(text: str | int | float) -> int:
+    """Seconds from `10m`, `1h`, `90s`, `1.5h` or a number of seconds; ValueError says what is wrong."""
+    if isinstance(text, bool):
+        raise ValueError("an idle period is a duration such as 10m or 1h")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        match = _DURATION.match(str(text)[:40])
+        if match is None:
+            raise ValueError(f"idle period {str(text)[:40]!r}: a duration such as 10m, 1h or 90s")
+        seconds = float(match.group(1)) * _UNIT[(match.group(2) or "s").lower()]
+    if not MIN_IDLE_SECONDS <= seconds <= MAX_IDLE_SECONDS:
+        raise ValueError(
+            f"idle period {seconds:g} s: between {MIN_IDLE_SECONDS // 60} minutes and {MAX_IDLE_SECONDS // 3600} "
+            "hours (the idle alarm's minutes of no invocation)"
+        )
+    return int(seconds // 60 * 60)  # whole minutes: the alarm's 60-second periods
 
 
 class IdleRequest(BaseModel):

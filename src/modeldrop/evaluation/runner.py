@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, cast
 from botocore.config import Config
 from botocore.exceptions import ClientError, EventStreamError, ReadTimeoutError
 
-from modeldrop.aws.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
+from modeldrop.aws.sagemaker.sagemaker_resources import THROTTLE_CODES, endpoint_container_env
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import EvalOutOfTime, RequestInvalid
 from modeldrop.contracts.models import EvalThresholds
@@ -322,7 +322,7 @@ def evaluate_endpoint(
 ) -> EvalReport:
     """The smoke eval against any existing endpoint (COMPONENT: through that inference component),
     with its max model length read from its container env."""
-    from modeldrop.aws.inference_components import component_container_env
+    from modeldrop.aws.sagemaker.inference_components import component_container_env
 
     found = component_container_env(sm, component) if component else endpoint_container_env(sm, endpoint_name)
     what = f"inference component {component}" if component else f"endpoint {endpoint_name}"

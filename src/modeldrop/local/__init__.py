@@ -1,7 +1,7 @@
 """The laptop path: the real ASL and handlers over an emulated AWS account (needs the `local` extra).
 Never shipped in the Lambda layer. May import anything in modeldrop except `cli`.
 
-Its parts, each importing only the ones listed before it (tests/contracts/test_local_layout.py holds
+Its parts, each importing only the ones listed before it (tests/contracts/test_layout.py holds
 that order):
 - `faults`: the names of the failures `run-local --fault` plays (data; the emulator reads them too).
 - `samples/`: generated checkpoints and adapters (the sample Gemma-4, the CPU Llama, PEFT adapters).

@@ -15,9 +15,9 @@ from urllib.parse import quote
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
+from modeldrop.aws.dynamodb.registry import Registry
 from modeldrop.aws.events_bus import lifecycle_detail, publish
-from modeldrop.aws.registry import Registry
-from modeldrop.aws.sagemaker_resources import (
+from modeldrop.aws.sagemaker.sagemaker_resources import (
     DEPLOYMENT_TAG,
     EXPIRES_TAG,
     MANAGED_BY_TAG,
@@ -28,8 +28,8 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
 from modeldrop.contracts.record import TRANSITIONS, DeploymentRecord
-from modeldrop.pipeline.teardown import Held, held_by
-from modeldrop.pipeline.teardown import teardown as teardown_now
+from modeldrop.pipeline.deployment.teardown import Held, held_by
+from modeldrop.pipeline.deployment.teardown import teardown as teardown_now
 
 if TYPE_CHECKING:
     from mypy_boto3_cloudformation import CloudFormationClient
@@ -173,7 +173,7 @@ def row_for(record: DeploymentRecord, now: datetime | None = None) -> Deployment
 
 def _adapter_label(record: DeploymentRecord) -> str | None:
     """The adapter's name; shared, the adapters still served as components (and how many there were)."""
-    from modeldrop.pipeline.component_steps import adapter_shares
+    from modeldrop.pipeline.adapters.component_steps import adapter_shares
 
     shares = adapter_shares(record)
     if not shares:
@@ -193,7 +193,7 @@ def deployment_status(info: StackInfo, record: DeploymentRecord, sm: SageMakerCl
         failure=record.step("failure"),
         links=console_links(info, record),
     )
-    from modeldrop.pipeline.component_steps import adapter_shares
+    from modeldrop.pipeline.adapters.component_steps import adapter_shares
 
     if shares := adapter_shares(record):
         for share in shares:
@@ -215,7 +215,7 @@ def _component_exists(sm: SageMakerClient, name: str) -> bool:
 
 def attached_to(registry: Registry, deployment_id: str) -> list[dict[str, Any]]:
     """The live deployments whose adapters sit on DEPLOYMENT_ID's base endpoint (base_endpoint)."""
-    from modeldrop.pipeline.component_steps import adapter_shares
+    from modeldrop.pipeline.adapters.component_steps import adapter_shares
 
     return [
         {
@@ -308,7 +308,7 @@ def extend(
 
 
 def _owned_arns(sm: SageMakerClient, item: DeploymentRecord, desc: DescribeEndpointOutputTypeDef) -> list[str]:
-    from modeldrop.pipeline.component_steps import adapter_components
+    from modeldrop.pipeline.adapters.component_steps import adapter_components
 
     if not item.step_dict("create_endpoint").get("attached_to"):
         return [desc["EndpointArn"]]
@@ -390,7 +390,7 @@ def _record_to_tear_down(
 def refuse_if_channel_holds(registry: Registry, deployment_id: str, component: str | None = None) -> None:
     """A deployment a channel serves or keeps (COMPONENT: that adapter component of it): its config and
     model, or its component, are the channel's now."""
-    from modeldrop.aws.channel_store import ChannelStore
+    from modeldrop.aws.dynamodb.channel_store import ChannelStore
     from modeldrop.contracts.channel import ChannelVersion
 
     def held_in(version: ChannelVersion) -> bool:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import BaseModel
 
-from modeldrop.aws.endpoint_quota import find_quota, instances_in_use
-from modeldrop.aws.execution_role import SAGEMAKER, RoleUnreadable, role_problem
 from modeldrop.aws.pages import all_items
+from modeldrop.aws.sagemaker.endpoint_quota import find_quota, instances_in_use
+from modeldrop.aws.sagemaker.execution_role import SAGEMAKER, RoleUnreadable, role_problem
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
 from modeldrop.serving.image import resolve_image

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from modeldrop.aws.registry import Registry
-from modeldrop.aws.sagemaker_resources import (
+from modeldrop.aws.dynamodb.registry import Registry
+from modeldrop.aws.sagemaker.sagemaker_resources import (
     MANAGED_BY_TAG,
     list_endpoints,
     list_tags,
@@ -40,7 +40,7 @@ def live_endpoints(sm: SageMakerClient, stack_tag: str, resource_prefix: str, de
 def teardown_adapter_now(sm: SageMakerClient, registry: Registry, id_or_endpoint: str, adapter: str) -> dict[str, Any]:
     """adapter_mode shared: delete one adapter's inference component now; the base endpoint and the
     other adapters serve on (the whole deployment still goes at its TTL, or with `teardown`)."""
-    from modeldrop.pipeline.component_steps import adapter_components, teardown_adapter
+    from modeldrop.pipeline.adapters.component_steps import adapter_components, teardown_adapter
 
     item = find_deployment(registry, id_or_endpoint, sm, acting=True)
     if item.ended_at is not None:

@@ -9,7 +9,7 @@ from typing import Any, Self
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from modeldrop.aws import clients
-from modeldrop.aws.registry import Registry
+from modeldrop.aws.dynamodb.registry import Registry
 from modeldrop.contracts.models import INSTANCE_TYPE_PATTERN
 from modeldrop.contracts.step_payloads import Engine
 from modeldrop.pipeline.limits import StackLimits
@@ -78,7 +78,7 @@ class NormalizeSettings(DefaultsSettings):
         """How a request's adapter channel is resolved to its base deployment (None: no table)."""
         if not self.deployments_table:
             return None
-        from modeldrop.aws.channel_store import ChannelStore
+        from modeldrop.aws.dynamodb.channel_store import ChannelStore
 
         return ChannelStore(clients.table(self.deployments_table)).adapter_base
 

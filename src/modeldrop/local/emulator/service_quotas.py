@@ -40,7 +40,7 @@ def local_quota_code(instance_type: str) -> str:
 def quota_problem(backend: Any, config_name: str, in_flight: list[str]) -> str | None:
     """SageMaker's ResourceLimitExceeded message when CONFIG's instances would pass the local quota
     (endpoints count in the states the pre-check counts them in)."""
-    from modeldrop.aws.endpoint_quota import COUNTED_STATUSES
+    from modeldrop.aws.sagemaker.endpoint_quota import COUNTED_STATUSES
 
     config = backend.endpoint_configs.get(config_name)
     if config is None:

@@ -26,7 +26,7 @@ ABORT_FAULTS = {"abort", "abort-mid-validate", "abort-mid-create"}
 
 
 def writes_served_copy(params: Any) -> bool:
-    from modeldrop.aws.served_copy import SERVED_PREFIX
+    from modeldrop.aws.s3.served_copy import SERVED_PREFIX
 
     return str(params.get("Key", "")).startswith(SERVED_PREFIX)
 
@@ -116,7 +116,7 @@ OTHER_TEAM = "other-team-endpoint"
 def first_type(stack: Any, request: dict[str, Any] | None) -> str:
     """The type a deployment of REQUEST tries first, as NormalizeRequest decides it."""
     from modeldrop.pipeline.config import DefaultsSettings
-    from modeldrop.pipeline.steps import normalize
+    from modeldrop.pipeline.deployment.steps import normalize
 
     raw = {"artifact_uri": "s3://placeholder-bucket/model.tar.gz", **(request or {})}
     defaults = DefaultsSettings.model_validate(

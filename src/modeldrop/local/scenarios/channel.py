@@ -24,12 +24,12 @@ from typing import Any
 
 import boto3
 
-from modeldrop.aws.channel_store import ChannelStore
+from modeldrop.aws.dynamodb.channel_store import ChannelStore
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.evaluation.runner import runtime_client_config
-from modeldrop.pipeline.channel_admin import close_channel, rollback
-from modeldrop.pipeline.promotion import ChannelContext
+from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
+from modeldrop.pipeline.channels.promotion import ChannelContext
 
 CHANNEL_FAULTS = frozenset({"regression", "alarm-during-bake", "silent-rollback"})
 GRACE = timedelta(hours=1)

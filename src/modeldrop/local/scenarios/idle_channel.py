@@ -18,15 +18,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from modeldrop.aws import channel_invoke, idle_scaling
+from modeldrop.aws.autoscaling import idle_scaling
+from modeldrop.aws.sagemaker import channel_invoke
 from modeldrop.contracts import clock
-from modeldrop.contracts.channel import ChannelRecord
+from modeldrop.contracts.channel import ChannelRecord, parse_idle
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.local.scenarios.channel import CHANNEL_QUOTA, GATE, GRACE, channel_context
-from modeldrop.pipeline.channel_admin import close_channel, rollback
-from modeldrop.pipeline.channel_context import ChannelContext
-from modeldrop.pipeline.channel_cost import channel_cost
-from modeldrop.serving.idle_plan import parse_idle
+from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
+from modeldrop.pipeline.channels.channel_context import ChannelContext
+from modeldrop.pipeline.channels.channel_cost import channel_cost
 
 IDLE_FAULTS = frozenset({"slow-wake", "zero-refused"})
 # The night after the day: hours with no call, where a channel that scales to zero bills nothing.
@@ -35,7 +35,7 @@ PROMPT = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "m
 
 
 def call_waiting(ctx: ChannelContext, channel: ChannelRecord, wait_seconds: float) -> dict[str, Any]:
-    """One call to the channel as its clients are told to make it (aws/channel_invoke), the body left out."""
+    """One call to the channel as its clients are told to make it (aws/sagemaker/channel_invoke), the body left out."""
     assert ctx.runtime is not None
     done = channel_invoke.call_waiting(ctx.runtime, channel.invoke_target(), PROMPT, wait_seconds)
     done.pop("body", None)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 
 
 def writes_served_copy(params: Any) -> bool:
-    from modeldrop.aws.served_copy import SERVED_PREFIX
+    from modeldrop.aws.s3.served_copy import SERVED_PREFIX
 
     return str(params.get("Key", "")).startswith(SERVED_PREFIX)
 
@@ -71,7 +71,7 @@ def upload_prefix(
 ) -> Path:
     """The checkpoint directory as an S3 prefix (the way `modeldrop upload` leaves it); returns the
     directory. The marker goes last: the S3 starter starts the deployment from it."""
-    from modeldrop.aws.checkpoint_upload import upload_directory
+    from modeldrop.aws.s3.checkpoint_upload import upload_directory
     from modeldrop.local.samples.checkpoint import write_checkpoint
 
     directory = artifact if artifact is not None and artifact.is_dir() else write_checkpoint(workdir / "sample")

@@ -10,7 +10,7 @@ from typing import Any
 import boto3
 from botocore.exceptions import ClientError
 
-from modeldrop.pipeline.component_steps import adapter_components, teardown_adapter
+from modeldrop.pipeline.adapters.component_steps import adapter_components, teardown_adapter
 
 PROBE = {"inputs": "Say hello.", "parameters": {"max_new_tokens": 8}}
 

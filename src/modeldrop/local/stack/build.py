@@ -15,7 +15,7 @@ from typing import Any
 import boto3
 
 from modeldrop.aws import clients
-from modeldrop.aws.execution_role import SAGEMAKER
+from modeldrop.aws.sagemaker.execution_role import SAGEMAKER
 from modeldrop.local.emulator import moto_shims, service_quotas
 from modeldrop.local.emulator.iam import enforcement as iam_enforcement
 from modeldrop.local.emulator.iam.enforcement import ACCOUNT, Principal

@@ -25,7 +25,7 @@ import boto3
 import yaml
 
 from modeldrop.aws import clients
-from modeldrop.aws.registry import Registry
+from modeldrop.aws.dynamodb.registry import Registry
 from modeldrop.contracts import clock
 from modeldrop.contracts.record import DeploymentRecord
 from modeldrop.local.emulator import moto_shims
@@ -389,7 +389,7 @@ class EmulatedStack:
         left = [n for n in names if n.split("/", 1)[1].startswith(ours)]
         left += [f"process/{name}" for name in self.hosting.running()]
         # The served copies of artifacts are the deployment's too (any version, delete markers included).
-        from modeldrop.aws.served_copy import SERVED_PREFIX
+        from modeldrop.aws.s3.served_copy import SERVED_PREFIX
 
         versions = self.client("s3").list_object_versions(Bucket=self.bucket, Prefix=SERVED_PREFIX)
         left += sorted({f"s3://{self.bucket}/{v['Key']}" for v in versions.get("Versions", [])})

@@ -32,7 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from modeldrop.checkpoint.artifact_scan import extract_archive
+from modeldrop.checkpoint.archive.artifact_scan import extract_archive
 from modeldrop.contracts import clock
 from modeldrop.contracts.s3uri import parse_s3_uri
 from modeldrop.local.emulator.iam.enforcement import acting_as

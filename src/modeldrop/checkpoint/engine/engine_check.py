@@ -1,0 +1,195 @@
+"""The engine check: the engine's own code judges a checkpoint directory (engine_probe.py, run in the
+project's vLLM venv), and its verdict becomes findings beside the static rules'.
+
+The static rules are the fast first gate; the engine's verdict carries its own exception text and
+version. Where the engine is laxer than correct (vLLM starts a checkpoint missing an unquantized
+linear layer's weight and serves uninitialised memory), the stricter rule stands. Where its code
+cannot be run for a case (no engine venv, a model class this CPU venv cannot import, an SGLang image),
+the report says so and the static rules decide: never a silent pass.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from modeldrop.contracts.engine_target import EngineVersion
+from modeldrop.contracts.models import Finding
+
+PROBE = Path(__file__).with_name("engine_probe.py")
+VLLM_PYTHON_ENV = "MODELDROP_VLLM_PYTHON"
+# Importing vLLM takes 6-7 s and a first sight of an architecture ~7 s more; a busy machine doubles it.
+PROBE_TIMEOUT_SECONDS = 600.0
+Verdict = Literal["loads", "refused", "undetermined", "unavailable"]
+_FIXES = {
+    "config": "fix config.json as the engine says (architectures, quantization_config, rope_scaling/rope_parameters)",
+    "build": "the engine cannot build this model from its config.json: fix the field it names",
+    "load": "the weights do not fit the model the engine builds: re-save them with save_pretrained from the trained "
+    "model (a tensor renamed, cut or left over; a quantization_config that does not match the tensors)",
+    "check": "tensors the model needs are missing: re-save the checkpoint, or `modeldrop repair --base BASE`",
+}
+
+
+class EngineCheck(BaseModel):
+    engine: str
+    version: str | None = None  # the engine code that judged (the venv's)
+    verdict: Verdict
+    stage: str | None = None  # config, build, load, check (or probe)
+    message: str = ""  # the engine's own words on a refusal, or why it could not judge
+    judged_for: str = ""  # the resolved image's engine and version
+    note: str | None = None  # where the judging code is not the image's own version
+    strict_not_loaded: list[str] = Field(default_factory=list)
+    # What the probe took as a GPU host has it where this CPU differs (kernel selection only: nothing runs).
+    assumed: list[str] = Field(default_factory=list)
+    seconds: float | None = None
+    peak_rss_mb: int | None = None
+    # The cache the built model asks for (its own get_kv_cache_spec): what the memory plan is held to.
+    kv_bytes_per_token: float | None = None
+    sliding_kv_bytes_per_token: float | None = None
+    state_elements_per_sequence: int | None = None
+
+
+def engine_python() -> str | None:
+    """The interpreter with vLLM: MODELDROP_VLLM_PYTHON, else the project's .venv-vllm."""
+    if os.environ.get(VLLM_PYTHON_ENV):
+        return os.environ[VLLM_PYTHON_ENV]
+    for root in (Path.cwd(), *Path(__file__).resolve().parents):
+        candidate = root / ".venv-vllm" / "bin" / "python"
+        if candidate.is_file():
+            return str(candidate)
+    return None
+
+
+def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> list[dict[str, object]]:
+    """The probe's verdict on each directory, in one engine process (vLLM is imported once)."""
+    # The engine venv is self-contained: the caller's PYTHONPATH (a Lambda's /var/task and /opt/python,
+    # built for another Python) must not reach it.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.update(VLLM_LOGGING_LEVEL="ERROR", VLLM_HOST_IP="127.0.0.1", TOKENIZERS_PARALLELISM="false")
+    done = subprocess.run(
+        [python, str(PROBE), *(str(d) for d in directories)],
+        capture_output=True, text=True, timeout=timeout, env=env, check=False,
+    )  # fmt: skip
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    if len(lines) < len(directories):
+        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:500]
+        lines += [{"verdict": "undetermined", "stage": "probe", "message": f"the engine process ended: {tail}"}] * (
+            len(directories) - len(lines)
+        )
+    return lines
+
+
+def engine_check(
+    directory: Path, target: EngineVersion, python: str | None = None, base: Path | None = None
+) -> EngineCheck:
+    """DIRECTORY judged by the engine's own code for TARGET's image; with BASE, DIRECTORY is a LoRA adapter
+    (PEFTHelper's checks) served on BASE (judged as a checkpoint first, in the same engine process)."""
+    judged_for = target.describe()
+    if not target.runs_vllm:
+        sglang = "SGLang's code does not run on this CPU: the static rules judge SGLang images"
+        return EngineCheck(engine=target.engine, verdict="undetermined", judged_for=judged_for, message=sglang)
+    python = python or engine_python()
+    if python is None:
+        return EngineCheck(engine="vllm", verdict="unavailable", judged_for=judged_for,
+                           message="no engine venv: `make vllm-venv` (or set MODELDROP_VLLM_PYTHON)")  # fmt: skip
+    try:
+        if base is None:
+            [raw] = probe([directory], python)
+        else:
+            base_raw, raw = probe([base, Path(f"--adapter={directory}")], python)
+            if base_raw.get("verdict") != "loads":  # the adapter is served on that base: its verdict first
+                raw = {**base_raw, "message": f"the base {base}: {base_raw.get('message', '')}"}
+            else:
+                raw = {**base_raw, **raw}
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return EngineCheck(engine="vllm", verdict="undetermined", stage="probe", judged_for=judged_for,
+                           message=f"the engine process did not answer: {type(exc).__name__}")  # fmt: skip
+    return from_probe(raw, target, python)
+
+
+def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None = None) -> EngineCheck:
+    """The probe's line for one directory as the check's verdict for TARGET's image."""
+    check = EngineCheck.model_validate({"engine": "vllm", **{k: v for k, v in raw.items() if k != "directory"}})
+    inspected = "failed to be inspected" in check.message
+    if check.verdict == "refused" and inspected and _lacks_torchvision(python or engine_python()):
+        check.verdict = "undetermined"
+        check.message = (
+            "this CPU venv cannot import the model class (multimodal models need torchvision, which PyPI has "
+            f"for no CPU torch the venv can hold): {check.message}"
+        )
+    check.judged_for = target.describe()
+    if check.version and check.version != target.version:
+        check.note = (
+            f"judged by vLLM {check.version}'s code (the engine venv's), not {target.version}'s (the image's): "
+            "rules that changed between them may differ"
+        )
+        moved = _changed_between(check, target)
+        if check.verdict == "refused" and moved:
+            check.verdict = "undetermined"
+            check.message = f"{check.message} ({moved})"
+    return check
+
+
+_REFUSED_NAME = (
+    (re.compile(r"Unknown quantization method: ([\w-]+)"), "methods", "quantization method"),
+    (re.compile(r"Unknown RoPE scaling type ([\w-]+)"), "rope", "rope type"),
+)
+
+
+def _changed_between(check: EngineCheck, target: EngineVersion) -> str | None:
+    """Why a refusal by the venv's release does not hold for the image's: what it names is in the image
+    release's own lists (its source, tools/gen_engine_lists.py), e.g. bitsandbytes, which vLLM dropped at 0.28."""
+    from modeldrop.checkpoint.weights.quant_rules import engine_lists
+
+    lists = engine_lists(target)
+    if lists.release is None:
+        return None
+    for pattern, field, what in _REFUSED_NAME:
+        found = pattern.search(check.message)
+        if found and found.group(1).lower() in getattr(lists, field):
+            return f"vLLM {lists.release}, the image's, reads the {what} {found.group(1)}: the static rules judge it"
+    return None
+
+
+@functools.cache
+def _lacks_torchvision(python: str | None) -> bool:
+    """Whether the engine venv cannot import torchvision (the CPU venv leaves it out): vLLM then cannot
+    inspect a multimodal model class, whatever the checkpoint."""
+    if python is None:
+        return True
+    done = subprocess.run([python, "-c", "import torchvision"], capture_output=True, check=False, timeout=120)
+    return done.returncode != 0
+
+
+def engine_findings(check: EngineCheck) -> list[Finding]:
+    """The engine's verdict as findings: a refusal (its own words, and modeldrop's fix), weights the
+    engine would leave uninitialised, or why it could not judge (the static rules then decide)."""
+    version = f"vLLM {check.version}" if check.version else check.engine
+    if check.verdict == "refused":
+        return [Finding(code="ENGINE_REFUSED", severity="error", message=f"{version} refuses it ({check.stage}): "
+                        f"{check.message}", hint=_FIXES.get(str(check.stage), _FIXES["load"]))]  # fmt: skip
+    if check.verdict == "loads" and check.strict_not_loaded:
+        names = ", ".join(check.strict_not_loaded[:5]) + (" ..." if len(check.strict_not_loaded) > 5 else "")
+        return [Finding(code="ENGINE_WEIGHTS_UNINITIALIZED", severity="error",
+                        message=f"{version} would start it and serve uninitialised memory for {names}: no tensor "
+                        "of the checkpoint loads them", hint=_FIXES["check"])]  # fmt: skip
+    if check.verdict in ("undetermined", "unavailable"):
+        return [Finding(code="ENGINE_CHECK_UNDETERMINED", severity="warning",
+                        message=f"the engine could not judge it: {check.message}",
+                        hint="the static rules' verdict stands; run it where the engine's code can")]  # fmt: skip
+    return []
+
+
+if __name__ == "__main__":  # python -m modeldrop.checkpoint.engine.engine_check DIR: the verdict as JSON
+    from modeldrop.serving.engine_options import engine_version
+
+    print(engine_check(Path(sys.argv[1]), engine_version("vllm")).model_dump_json(indent=2))
