@@ -330,7 +330,7 @@ def definition() -> dict[str, Any]:
         timeout=960,
         assign={"engine_check": "{% $states.result.Payload %}"},
         phase="prepare",
-        errors=["CheckpointRefused", "CheckpointUnreadable"],
+        errors=["CheckpointRefused", "CheckpointUnreadable", "EngineCheckFailed"],
     )
     s["BuildEngineEnv"] = task(
         "BuildEnv",

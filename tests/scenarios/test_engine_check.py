@@ -191,3 +191,53 @@ def test_upload_asks_the_engine_before_the_first_byte(tmp_path: Path) -> None:
     result = json.loads(done.stdout)
     assert result["uploaded"] is False and result["validation"]["engine_check"]["verdict"] == "refused"
     assert "Unsupported activation: wibble" in result["validation"]["engine_check"]["message"]
+
+
+def _speculator(config: dict[str, Any]) -> None:
+    config["speculators_config"] = {
+        "algorithm": "eagle3",
+        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+        "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct", "architectures": ["LlamaForCausalLM"]},
+    }
+
+
+def test_a_config_naming_another_model_is_refused_and_the_engine_fetches_nothing(tmp_path: Path) -> None:
+    """speculators_config makes vLLM serve the verifier it names, from the Hub: refused statically, the engine
+    never started on it; and asked directly, the offline probe reaches nothing and does not answer `loads`."""
+    base = write_cpu_checkpoint(tmp_path / "llama")
+    spec = _variant(base, tmp_path, "speculator", config=_speculator)
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(spec), "--engine-check", "--json"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    report = json.loads(done.stdout)
+    found = [f for f in report["findings"] if f["code"] == "CONFIG_NAMES_ANOTHER_MODEL"]
+    assert found and "meta-llama/Llama-3.1-8B-Instruct" in found[0]["message"], report["findings"]
+    assert report["engine_check"]["verdict"] == "skipped"
+    assert VLLM is not None
+    [line] = probe([spec], VLLM)
+    assert line["verdict"] != "loads", line
+
+
+def test_run_local_with_the_engine_check_killed_for_memory_fails_named_leaving_nothing() -> None:
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "run-local", "--fault", "engine-check-oom", "--json"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 1, done.stderr[-2000:]
+    result = json.loads(done.stdout)
+    assert result["status"] == "failed" and result["error"] == "EngineCheckFailed", result.get("cause")
+    assert "memory bound" in json.dumps(result) and result["leftover_resources"] == []
+    assert "CreateEndpoint" not in [s["name"] for s in result["states"]]
+
+
+def test_the_channel_day_runs_with_the_engine_check_on_adapters_included() -> None:
+    """README's `run-local --channel demo` as a user with the engine venv runs it (the check on by default):
+    the shared base's adapter archive and the day-2 adapter-only copy are judged by PEFTHelper (not as model
+    directories), the adapter is promoted and rolled back, exit 0, and no line carries a stack trace."""
+    env = {k: v for k, v in os.environ.items() if k != "MODELDROP_ENGINE_CHECK"}
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "run-local", "--channel", "demo", "--json"],
+                          capture_output=True, text=True, timeout=1800, env=env)  # fmt: skip
+    assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-2000:])
+    assert "stackTrace" not in done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    steps = [s["step"] for s in result["channel"]["adapter_channel"]["steps"]]
+    assert steps == ["created", "promoted, adapter only", "rolled back"], result["channel"]["adapter_channel"]
+    assert result["leftover_resources"] == []

@@ -409,3 +409,25 @@ def test_the_reaper_may_delete_channel_records_and_no_deployments_record(stack: 
     assert refused.value.response["Error"]["Code"] == "AccessDeniedException"
     assert "Item" in table.get_item(Key={"deployment_id": "some-deployment-1"})
     assert "Item" not in table.get_item(Key={"deployment_id": "channel#main"})
+
+
+def test_the_models_it_creates_have_no_network_and_its_role_creates_no_other(stack: Any, archive: bytes) -> None:
+    """The container serves the validated copy, never what a config names on the Hub: CreateModel carries
+    EnableNetworkIsolation, and the role's sagemaker:NetworkIsolation condition refuses a model without it."""
+    from modeldrop.local.emulator.iam.enforcement import acting_as
+
+    created: list[dict[str, Any]] = []
+    from modeldrop.local.emulator.iam.enforcement import after_call
+
+    after_call("sagemaker", "CreateModel", lambda params, _result: created.append(dict(params)))
+    arn = stack.start({"artifact_uri": _put(stack, "direct/isolated/model.tar.gz", archive)}, name="isolated")
+    assert stack.wait(arn)["status"] == "SUCCEEDED"
+    assert created and all(p.get("EnableNetworkIsolation") is True for p in created), created
+    sm = stack.client("sagemaker")
+    model = created[0]
+    with acting_as(stack.functions["CreateEndpointFunction"].principal):
+        with pytest.raises(ClientError) as refused:
+            sm.create_model(ModelName=model["ModelName"] + "-open", PrimaryContainer=model["PrimaryContainer"],
+                            ExecutionRoleArn=model["ExecutionRoleArn"], Tags=model["Tags"])  # fmt: skip
+        assert refused.value.response["Error"]["Code"] in ("AccessDenied", "AccessDeniedException")
+    stack.settle()

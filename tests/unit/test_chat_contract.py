@@ -306,3 +306,16 @@ def test_the_bounded_child_stops_work_past_its_seconds_and_its_memory() -> None:
     with pytest.raises(ChildRefused, match="more than 64 MiB"):
         run_bounded(bytearray, 512 << 20, seconds=60.0, memory_bytes=64 << 20)
     assert run_bounded(sum, [1, 2, 3], seconds=60.0, memory_bytes=64 << 20) == 6
+
+
+def test_a_tokenizer_with_tokens_past_the_embedding_is_refused() -> None:
+    """Special tokens added without resize_token_embeddings: vLLM loads the model and fails on the first
+    request that uses one (IndexError); the tokenizer's highest id against config.json's vocab_size."""
+    added = {"added_tokens_decoder": {"300": {"content": "<|tool|>", "special": True, "lstrip": False,
+                                              "rstrip": False, "normalized": False, "single_word": False}},
+             "eos_token": "<|tool|>"}  # fmt: skip
+    _, findings = chat_contract({"vocab_size": 256}, added, {})
+    found = [f for f in findings if f.code == "TOKENIZER_PAST_EMBEDDING"]
+    assert found and "300" in found[0].message and "256" in found[0].message
+    _, fits = chat_contract({"vocab_size": 512}, added, {})
+    assert not [f for f in fits if f.code == "TOKENIZER_PAST_EMBEDDING"]

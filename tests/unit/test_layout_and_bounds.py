@@ -239,3 +239,64 @@ def test_a_5000_digit_integer_is_a_finding_not_a_traceback(tmp_path: Path) -> No
     (d / "config.json").write_text(json.dumps(config)[:-1] + ', "x": ' + "9" * 5000 + "}")
     report = validate_scan(scan_local(str(d)))
     assert not report.deployable and "JSON_INVALID" in {f.code for f in report.findings}
+
+
+def _wide_shard(path: Path, tensors: int) -> Path:
+    """A real shard of TENSORS tiny tensors (its header is the bulk of it)."""
+    entries = {f"model.layers.{i // 9}.mlp.experts.{i % 9}.w{i}.weight": {"dtype": "BF16", "shape": [2, 2],
+               "data_offsets": [8 * i, 8 * i + 8]} for i in range(tensors)}  # fmt: skip
+    raw = json.dumps(entries, separators=(",", ":")).encode()
+    raw += b" " * (-len(raw) % 8)
+    path.write_bytes(struct.pack("<Q", len(raw)) + raw + bytes(8 * tensors))
+    return path
+
+
+def test_a_checkpoint_of_too_many_tensors_in_all_is_refused_before_any_header_is_parsed(tmp_path: Path) -> None:
+    """40 shards x 100,000 tensors: each shard within the per-shard bound, together millions of tensors. The
+    shards' declared header lengths are summed first (eight bytes a shard): nothing is parsed, one finding."""
+    d = _single_shard(tmp_path)
+    (d / "model.safetensors").unlink()
+    first = _wide_shard(d / "model-00001-of-00040.safetensors", 100_000)
+    for n in range(2, 41):
+        (d / f"model-{n:05d}-of-00040.safetensors").hardlink_to(first)
+    scan = scan_local(str(d))
+    assert scan.headers == {} and set(scan.header_error_codes.values()) == {"TENSORS_TOO_MANY"}
+    report = validate_scan(scan)
+    assert [f.code for f in report.findings].count("TENSORS_TOO_MANY") == 1 and not report.deployable
+
+
+def test_a_stream_stops_parsing_headers_once_their_total_passes_the_bound(tmp_path: Path) -> None:
+    """A tar stream cannot be read twice: the running total refuses the shard that would pass the bound."""
+    from modeldrop.checkpoint.archive.scan_result import ArtifactScan, add_header
+    from modeldrop.checkpoint.headers.header_json import MAX_TOTAL_HEADER_BYTES
+
+    shard = _wide_shard(tmp_path / "a.safetensors", 1_000).read_bytes()
+    header = shard[8 : 8 + int.from_bytes(shard[:8], "little")]
+    scan = ArtifactScan(source="stream", format="tar", header_bytes=MAX_TOTAL_HEADER_BYTES - len(header))
+    add_header(scan, "model-1.safetensors", len(shard), lambda: header)
+    assert "model-1.safetensors" in scan.headers
+    add_header(scan, "model-2.safetensors", len(shard), lambda: header)
+    assert scan.header_error_codes == {"model-2.safetensors": "TENSORS_TOO_MANY"}
+
+
+def test_the_static_validator_refuses_40_shards_of_100k_tensors_within_128_mb(tmp_path: Path) -> None:
+    """The issue's bound, in a process of its own (peak RSS as the kernel counts it)."""
+    import subprocess
+    import sys
+
+    d = tmp_path / "wide"
+    shutil.copytree(_single_shard(tmp_path), d)
+    (d / "model.safetensors").unlink()
+    first = _wide_shard(d / "model-00001-of-00040.safetensors", 100_000)
+    for n in range(2, 41):
+        (d / f"model-{n:05d}-of-00040.safetensors").hardlink_to(first)
+    # VmHWM, not ru_maxrss: the latter keeps the forking parent's (pytest's) peak across the exec.
+    code = (
+        "import json, re, sys; from pathlib import Path; from modeldrop.checkpoint.validation import validate_source; "
+        "r = validate_source(sys.argv[1]); "
+        "hwm = int(re.search(r'VmHWM:\\s+(\\d+)', Path('/proc/self/status').read_text()).group(1)) // 1024; "
+        "print(json.dumps([r.deployable, [f.code for f in r.findings], hwm]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=600)
+    deployable, codes, peak_mb = json.loads(done.stdout)
+    assert not deployable and "TENSORS_TOO_MANY" in codes and peak_mb <= 128, (codes, peak_mb)

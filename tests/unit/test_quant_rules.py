@@ -129,3 +129,15 @@ def test_a_refusal_by_the_venvs_release_for_what_the_images_release_reads_is_not
     assert from_probe(raw, EngineVersion("vllm", "0.32.0", "image"), python=None).verdict == "refused"
     exl2 = {**raw, "message": "Unknown quantization method: exl2. Must be one of [...]"}
     assert from_probe(exl2, EngineVersion("vllm", "0.26.0", "image"), python=None).verdict == "refused"
+
+
+def test_an_architecture_spelled_in_another_case_than_the_engine_registers_is_refused() -> None:
+    """transformers 5 names PhiMoE `PhimoeForCausalLM`; vLLM registers `PhiMoEForCausalLM`, and under the other
+    spelling falls back to its Transformers backend, which fails at the first forward pass."""
+    from modeldrop.checkpoint.weights.quant_rules import architecture_findings
+    from modeldrop.contracts.engine_target import EngineVersion
+
+    image = EngineVersion("vllm", "0.32.0", "image")
+    [refused] = architecture_findings({"architectures": ["PhimoeForCausalLM"]}, image)
+    assert refused.code == "ARCHITECTURE_MISSPELLED" and "PhiMoEForCausalLM" in refused.hint
+    assert architecture_findings({"architectures": ["PhiMoEForCausalLM"]}, image) == []

@@ -188,3 +188,67 @@ def test_the_config_field_table_is_the_engine_venvs_transformers() -> None:
         [str(VLLM_PYTHON), str(ROOT / "tools" / "gen_config_fields.py"), "--check"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+ADDED_TOKENS: dict[str, Any] = {
+    "a key that is no integer": {"abc": {"content": "<x>"}},
+    "content not a string": {"7": {"content": 5}},
+    "a flag not a bool": {"7": {"content": "<x>", "special": 1}},
+    "a token given as a string": {"7": "<x>"},
+    "a token given as a list": {"7": ["<x>"]},
+    "the decoder a list": [],
+    "an unknown field (ignored)": {"7": {"content": "<x>", "foo": 1}},
+    "no content (an empty token)": {"7": {"special": True}},
+    "a negative key": {"-3": {"content": "<x>"}},
+    "a key with a space": {" 7": {"content": "<x>"}},
+    "a well-formed token": {
+        "7": {
+            "content": "<x>",
+            "special": True,
+            "lstrip": False,
+            "rstrip": False,
+            "normalized": False,
+            "single_word": False,
+        }
+    },
+}
+LOAD_TOKENIZERS = """
+import json, sys
+from transformers import AutoTokenizer
+verdicts = {}
+for folder in sys.argv[1:]:
+    try:
+        AutoTokenizer.from_pretrained(folder)
+        verdicts[folder] = "loads"
+    except Exception as exc:
+        verdicts[folder] = f"refused {type(exc).__name__}: {exc}"
+print(json.dumps(verdicts))
+"""
+
+
+@pytest.mark.skipif(not VLLM_PYTHON, reason="set MODELDROP_VLLM_PYTHON (transformers is in the engine venv)")
+def test_added_tokens_are_refused_exactly_where_transformers_refuses_them(tmp_path: Path) -> None:
+    """The engine loads the tokenizer with transformers at start-up: each added_tokens_decoder variant judged by
+    the engine venv's transformers (one process for all) and by the static rule, which agree."""
+    from modeldrop.checkpoint.weights.config_rules import added_tokens_findings
+
+    base = write_checkpoint(tmp_path / "base")
+    folders = {}
+    for name, decoder in ADDED_TOKENS.items():
+        folder = folders[name] = tmp_path / name.replace(" ", "-")
+        shutil.copytree(base, folder)
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        config["added_tokens_decoder"] = decoder
+        (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    done = subprocess.run([str(VLLM_PYTHON), "-c", LOAD_TOKENIZERS, *map(str, folders.values())], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "HF_HUB_OFFLINE": "1"})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    library = json.loads(done.stdout.strip().splitlines()[-1])
+    disagree = []
+    for name, folder in folders.items():
+        config = json.loads((folder / "tokenizer_config.json").read_text())
+        mine = added_tokens_findings(config)
+        if library[str(folder)].startswith("refused") != bool(mine):
+            disagree.append((name, library[str(folder)], [f.message for f in mine]))
+    assert disagree == []
+    assert sum(v.startswith("refused") for v in library.values()) >= 5

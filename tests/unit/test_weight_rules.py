@@ -98,3 +98,42 @@ def test_a_tensor_the_engine_builds_only_behind_a_config_switch() -> None:
     assert finding.code == "WEIGHTS_UNEXPECTED" and "topk_method 'noaux_tc'" in finding.message
     unbiased = {n: s for n, s in shapes.items() if not n.endswith("e_score_correction_bias")}
     assert weight_findings(switched_off, unbiased) == []
+
+
+MOE = sorted(a for a in ARCHS if re.search(r"experts\.|_linear", " ".join(ARCHS[a]["shapes"])) and a != "qwen3_next")
+_EXPERT_ID = re.compile(r"^(?P<layer>.*?\.(?:layers|h)\.(?P<index>\d+))\..*experts\.(?P<expert>\d+)\.")
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_a_moe_layer_without_one_expert_is_refused_naming_the_layer_and_the_expert(arch: str) -> None:
+    config, shapes = ARCHS[arch]["config"], _shapes(arch)
+    indexed = [m for n in shapes if (m := _EXPERT_ID.match(n))]
+    if indexed:  # the per-expert layout: every tensor of expert 1 of the last MoE layer gone
+        last = max(int(m["index"]) for m in indexed)
+        layer = next(m["layer"] for m in indexed if int(m["index"]) == last)
+        cut = {n: s for n, s in shapes.items() if not (n.startswith(layer + ".") and ".experts.1." in n)}
+        needle = f"{layer}."
+    else:  # the fused layout: one tensor per layer for all experts, the expert first
+        layer, name = next(
+            (n.rsplit(".experts.", 1)[0], n) for n, s in shapes.items() if ".experts." in n and len(s) >= 3
+        )
+        cut = {**shapes, name: (shapes[name][0] - 1, *shapes[name][1:])}
+        needle = layer
+    assert cut != shapes
+    found = [f for f in weight_findings(config, cut) if f.code == "WEIGHTS_MISSING" and needle in f.message]
+    assert found, weight_findings(config, cut)
+    assert "expert" in found[0].message and (not indexed or "expert 1 " in found[0].message), found[0].message
+
+
+@pytest.mark.parametrize("arch", MOE)
+def test_a_moe_checkpoint_with_no_expert_weights_is_refused(arch: str) -> None:
+    config, shapes = ARCHS[arch]["config"], _shapes(arch)
+    bare = {n: s for n, s in shapes.items() if ".experts." not in n}
+    assert "WEIGHTS_MISSING" in _codes(config, bare)
+
+
+def test_experts_past_the_configs_count_are_unexpected() -> None:
+    config = copy.deepcopy(ARCHS["mixtral"]["config"])
+    config["num_local_experts"] -= 1
+    found = [f for f in weight_findings(config, _shapes("mixtral")) if f.code == "WEIGHTS_UNEXPECTED"]
+    assert found and "past the" in found[0].message, weight_findings(config, _shapes("mixtral"))

@@ -22,8 +22,10 @@ from modeldrop.checkpoint.weights.architecture_rules import (
 )
 from modeldrop.checkpoint.weights.base_compare import BaseComparison, base_findings
 from modeldrop.checkpoint.weights.config_rules import (
+    added_tokens_findings,
     config_type_findings,
     generation_findings,
+    other_model_findings,
     special_token_findings,
     tokenizer_json_findings,
 )
@@ -54,6 +56,8 @@ HEADER_HINTS = {
     # Stricter than the reference parser, on purpose (docs/validation.md: "Validation rules stricter than safetensors").
     "HEADER_DUPLICATE_KEY": "a key appears twice, so loaders may disagree on which one counts; re-save the shard",
     "HEADER_TOO_LARGE": "split the checkpoint into more shards (save_pretrained(max_shard_size=...))",
+    "TENSORS_TOO_MANY": "no released model has this many tensors: check that the directory holds one model, saved "
+    "once (no stray copies of its shards)",
 }
 
 
@@ -112,17 +116,24 @@ def _config_missing(c: _Checkpoint) -> Iterable[Finding]:
 
 
 def _header_errors(c: _Checkpoint) -> Iterable[Finding]:
+    said: set[str] = set()
     for rel, err in sorted(c.scan.header_errors.items()):
         if rel not in c.layout.weights:
             continue  # a file no engine loads (UNUSED_WEIGHTS says so)
         code = c.scan.header_error_codes.get(rel, "HEADER_INVALID")
+        if code == "TENSORS_TOO_MANY" and code in said:
+            continue  # one finding for the checkpoint, not one per shard left unread
+        said.add(code)
         yield _finding(code, "error", f"{rel}: {err}", HEADER_HINTS.get(code, HEADER_HINTS["HEADER_INVALID"]))
 
 
 def _duplicate_tensors(c: _Checkpoint) -> Iterable[Finding]:
     for name, first, rel in c.duplicates:
         yield _finding(
-            "DUPLICATE_TENSOR", "error", f"tensor {name} is in both {first} and {rel}", "remove the stale shard"
+            "DUPLICATE_TENSOR",
+            "warning",
+            f"tensor {name} is in both {first} and {rel}: the engine loads both and keeps whichever it reads last",
+            "remove the stale shard",
         )
 
 
@@ -193,6 +204,7 @@ def _side_file_types(c: _Checkpoint) -> Iterable[Finding]:
     generation = parse_json("generation_config.json", raw, []) if raw is not None else None
     yield from generation_findings(generation)
     yield from special_token_findings(c.tokenizer_config)
+    yield from added_tokens_findings(c.tokenizer_config)
     yield from tokenizer_json_findings(c.scan.small_files.get("tokenizer.json"))
     if "added_tokens.json" in c.scan.small_files:  # the slow-tokenizer path reads it, and refuses it broken
         refused: list[Finding] = []
@@ -320,6 +332,10 @@ def _remote_code(c: _Checkpoint) -> Iterable[Finding]:
     )
 
 
+def _other_models(c: _Checkpoint) -> Iterable[Finding]:
+    return other_model_findings(c.config)
+
+
 def _quantization(c: _Checkpoint) -> Iterable[Finding]:
     if not c.config_parsed or c.scan.header_errors:
         return []
@@ -355,6 +371,7 @@ CHECKS: tuple[Callable[[_Checkpoint], Iterable[Finding]], ...] = (
     _companions,
     _chat_contract,
     _remote_code,
+    _other_models,
     _base,
 )
 

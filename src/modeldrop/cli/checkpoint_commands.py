@@ -144,9 +144,14 @@ def _engine_check_possible(source: str, base: str | None) -> None:
 def _with_engine_check(report: Any, source: str, target: Any, base: str | None = None) -> Any:
     """REPORT with the engine's own verdict on SOURCE (an adapter on BASE) and its findings (the stricter
     of the two stands)."""
-    from modeldrop.checkpoint.engine.engine_check import engine_check, engine_findings
+    from modeldrop.checkpoint.engine.engine_check import EngineCheck, engine_check, engine_findings
     from modeldrop.checkpoint.validation import default_target
 
+    if not report.deployable:  # the engine is never started on what the static rules refused
+        check = EngineCheck(engine=(target or default_target()).engine, verdict="skipped", judged_for=(
+            target or default_target()).describe(), message="not started: the static rules refused the checkpoint "
+            "(fix their findings first, then the engine judges it)")  # fmt: skip
+        return report.model_copy(update={"engine_check": check})
     with console.status("asking the engine's own code") if console.is_terminal else contextlib.nullcontext():
         check = engine_check(Path(source), target or default_target(), base=Path(base) if base else None)
     findings = [*report.findings, *engine_findings(check)]

@@ -193,7 +193,7 @@ def run_local_cmd(
                 adapter=adapter,
                 adapters=adapters,
                 channel=channel,
-                engine_check=_engine_check_wanted(engine_check),
+                engine_check=_engine_check_wanted(True if "engine-check-oom" in fault else engine_check),
                 idle=idle,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts

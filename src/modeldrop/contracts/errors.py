@@ -41,6 +41,17 @@ class CheckpointRefused(ModeldropError):
     code: str | None = None
 
 
+class EngineCheckFailed(ModeldropError):
+    """The engine's own check died (its memory or time bound, a signal): the checkpoint was not judged, and
+    a checkpoint that was not judged does not pass."""
+
+    failure_class = "checkpoint"
+    default_hint = (
+        "find what makes the checkpoint huge for the engine (experts, layers, tensors); or give the EngineCheck "
+        "function more memory, or deploy with the stack's EngineCheck Disabled to accept the static verdict alone"
+    )
+
+
 class ImageUnresolvable(ModeldropError):
     failure_class = "serving-plan"
     default_hint = "set the engine's *_IMAGE_URI or version variable to a known image"
@@ -213,6 +224,7 @@ DOMAIN_ERRORS: tuple[type[ModeldropError], ...] = (
     RequestInvalid,
     CheckpointUnreadable,
     CheckpointRefused,
+    EngineCheckFailed,
     ImageUnresolvable,
     PlanRefused,
     DuplicateDeployment,

@@ -23,6 +23,10 @@ FAULTS: dict[str, str] = {
         "adapter_mode shared with 2 generated adapters: the execution is stopped just after PollEndpoint created "
         "the base inference component; the poll's Lambda runs on and finds its deployment ended"
     ),
+    "engine-check-oom": (
+        "the engine check's processes outgrow its memory bound (set to 64 MB for the run; needs the engine venv): "
+        "the check is stopped, and the deployment fails EngineCheckFailed before anything is created"
+    ),
     "slow-start": "the engine is still loading when the startup health check times out: Failed",
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",
     "throttle": "sagemaker-runtime throttles the first calls (retried with backoff)",
@@ -67,6 +71,11 @@ FAULTS: dict[str, str] = {
     "slow-wake": "with `--idle`: provisioning an instance for the scaled-in channel takes hours; the client's wait "
     "(the plan's wake time) ends with ChannelAsleep and the candidate is refused, the channel left to wake on its "
     "own",
+    "gate-scale-in": (
+        "with `--idle` (and `regression`'s broken candidate): the channel is scaled in just after the gate's "
+        "wake-up knock, so the champion answers none of the gate's cases; the gate says it cannot judge against "
+        "silence and the candidate is not promoted (PromotionBlocked)"
+    ),
     "zero-refused": "with `--idle`: the emulated region refuses MinInstanceCount 0 (as eu-west-3 does) and the stack "
     "lists it in NoScaleToZeroRegions: the channel runs always-on, its record saying why, before any resource is "
     "created",

@@ -114,7 +114,13 @@ def create_all(
             "model",
             model_name,
             lambda: sm.create_model(
-                ModelName=model_name, PrimaryContainer=container, ExecutionRoleArn=role_arn, Tags=tags
+                ModelName=model_name,
+                PrimaryContainer=container,
+                ExecutionRoleArn=role_arn,
+                Tags=tags,
+                # No outbound network from the container: it serves the validated copy SageMaker puts in
+                # /opt/ml/model, never a model a config names on the Hub (the stack's role requires it).
+                EnableNetworkIsolation=True,
             ),
             lambda: sm.describe_model(ModelName=model_name)["ModelArn"],
         ),

@@ -23,6 +23,7 @@ from modeldrop.checkpoint.archive.scan_result import (
     scan_member,
 )
 from modeldrop.checkpoint.archive.tar_scan import extract_archive, scan_archive_file, scan_tar_stream
+from modeldrop.checkpoint.headers.header_json import MAX_TOTAL_HEADER_BYTES
 from modeldrop.checkpoint.headers.safetensors_header import read_header_length
 from modeldrop.contracts.artifact import is_compressed
 from modeldrop.contracts.errors import CheckpointUnreadable
@@ -53,6 +54,7 @@ def scan_directory(path: Path) -> ArtifactScan:
     for folder in path.rglob("*"):
         if folder.is_dir() and not folder.is_symlink():
             scan.dirs.add(folder.relative_to(path).as_posix())
+    scan.header_bytes = _declared_header_bytes(path)
     for file in sorted(p for p in path.rglob("*") if p.is_file() or p.is_symlink()):
         rel = file.relative_to(path).as_posix()
         real = file
@@ -67,6 +69,19 @@ def scan_directory(path: Path) -> ArtifactScan:
         with real.open("rb") as fh:
             scan_member(scan, rel, real.stat().st_size, fh)
     return scan
+
+
+def _declared_header_bytes(path: Path) -> int:
+    """The root shards' header lengths summed, when past MAX_TOTAL_HEADER_BYTES (else 0): eight bytes a
+    shard, so that an oversized checkpoint is refused before any header of it is parsed."""
+    total = 0
+    for shard in path.glob("*.safetensors"):
+        if shard.name.startswith(".") or not shard.is_file():
+            continue
+        with shard.open("rb") as fh:
+            prefix = fh.read(8)
+        total += int.from_bytes(prefix, "little") if len(prefix) == 8 else 0
+    return total if total > MAX_TOTAL_HEADER_BYTES else 0
 
 
 def scan_local(path: str) -> ArtifactScan:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from modeldrop.checkpoint.archive.archive_rules import archive_refused
+from modeldrop.checkpoint.headers.header_json import MAX_TOTAL_HEADER_BYTES
 from modeldrop.checkpoint.headers.safetensors_header import (
     HeaderError,
     SafetensorsHeader,
@@ -66,6 +67,8 @@ class ArtifactScan:
     # The finding code of each header error (HEADER_INVALID, or a documented stricter rule's code).
     header_error_codes: dict[str, str] = field(default_factory=dict)
     requests: int = 0
+    # The header bytes read so far (or, where every shard's length was read first, all of them declared).
+    header_bytes: int = 0
 
 
 class Readable(Protocol):
@@ -110,7 +113,16 @@ def add_header(scan: ArtifactScan, rel: str, size: int, read: Callable[[], bytes
     if posixpath.basename(rel).startswith("."):
         return  # vLLM's `*.safetensors` glob skips dot-files (macOS `._x` AppleDouble files among them)
     try:
-        scan.headers[rel] = parse_header(read(), size)
+        raw = read()
+        if scan.header_bytes + len(raw) > MAX_TOTAL_HEADER_BYTES:
+            scan.header_errors[rel] = (
+                f"not read: the checkpoint's safetensors headers add up to over {MAX_TOTAL_HEADER_BYTES >> 20} MiB "
+                "(about 250,000 tensors; DeepSeek-V3 has 92,000), past what modeldrop judges"
+            )
+            scan.header_error_codes[rel] = "TENSORS_TOO_MANY"
+            return
+        scan.header_bytes += len(raw)
+        scan.headers[rel] = parse_header(raw, size)
     except HeaderError as exc:
         scan.header_errors[rel] = str(exc)
         scan.header_error_codes[rel] = exc.code

@@ -167,6 +167,7 @@ def chat_contract(
         tokenizer_sha256=_sha(small_files.get("tokenizer.json") or small_files.get("tokenizer.model")),
     )
     findings += _eos_findings(eos, eos_id, vocab, stop_ids, stop_file, config_ids if from_generation else [])
+    findings += _past_embedding(vocab, (text_config or {}).get("vocab_size", config.get("vocab_size")))
     source = template_source(tok, small_files, findings)
     if source is not None:
         contract.template_sha256 = hashlib.sha256(source.encode("utf-8", "surrogateescape")).hexdigest()
@@ -221,6 +222,24 @@ def _eos_findings(
             )
         )
     return findings
+
+
+def _past_embedding(vocab: Vocabulary, rows: Any) -> list[Finding]:
+    """A token the tokenizer can produce that the embedding has no row for: vLLM loads the model, then fails
+    (IndexError) on the first request whose text holds that token."""
+    highest = vocab.highest_id()
+    if highest is None or not isinstance(rows, int) or isinstance(rows, bool) or highest[0] < rows:
+        return []
+    return [
+        _finding(
+            "TOKENIZER_PAST_EMBEDDING",
+            "error",
+            f"the tokenizer has token id {highest[0]} ({highest[1][:40]!r}) but config.json's vocab_size is {rows}: "
+            "the embedding has no row for it, and the engine fails on the first request that uses it",
+            "call model.resize_token_embeddings(len(tokenizer)) after adding tokens, then save the model and "
+            "the tokenizer together with save_pretrained",
+        )
+    ]
 
 
 def _template_findings(

@@ -32,6 +32,12 @@ CONFIG_BOUNDS = {
     "vocab_size": 1 << 24,
     "max_position_embeddings": 1 << 30,
     "sliding_window": 1 << 30,
+    # Routed experts per MoE layer: the largest released models have 384 (Kimi-K2) and 512 (Qwen3-Next); a
+    # million made the engine check's meta model outgrow its function (1.75 GB) before any verdict.
+    "num_local_experts": 4096,
+    "num_experts": 4096,
+    "n_routed_experts": 4096,
+    "moe_num_experts": 4096,
 }
 MAX_LAYER_TYPES = CONFIG_BOUNDS["num_hidden_layers"]
 

@@ -71,6 +71,21 @@ class Vocabulary:
                     continue
         return names
 
+    def highest_id(self) -> tuple[int, str] | None:
+        """The highest token id the files name, and which token: the added tokens' (tokenizer_config's
+        decoder, tokenizer.json's added_tokens) and sentencepiece's last piece. Added tokens are where a
+        tokenizer outgrows its model (special tokens added without resize_token_embeddings)."""
+        found = [(i, text) for text, i in self.added.items()]
+        if self.tokenizer_json is not None:
+            for match in _ADDED.finditer(self.tokenizer_json):
+                try:
+                    found.append((int(match.group(1)), str(json.loads(match.group(2)))))
+                except ValueError:
+                    continue
+        if self.pieces:
+            found.append((len(self.pieces) - 1, "the last sentencepiece piece"))
+        return max(found) if found else None
+
     def _in_json(self, token: str) -> int | None:
         raw = self.tokenizer_json or b""
         for spelled in _spellings(token):

@@ -22,6 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from modeldrop.checkpoint.engine.probe_process import run_probe
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.models import Finding
 
@@ -29,7 +30,9 @@ PROBE = Path(__file__).with_name("engine_probe.py")
 VLLM_PYTHON_ENV = "MODELDROP_VLLM_PYTHON"
 # Importing vLLM takes 6-7 s and a first sight of an architecture ~7 s more; a busy machine doubles it.
 PROBE_TIMEOUT_SECONDS = 600.0
-Verdict = Literal["loads", "refused", "undetermined", "unavailable"]
+# failed: the check died (its memory or time bound, a signal) -- never a pass; skipped: the static rules
+# refused the checkpoint, so the engine was not started on it.
+Verdict = Literal["loads", "refused", "undetermined", "unavailable", "failed", "skipped"]
 _FIXES = {
     "config": "fix config.json as the engine says (architectures, quantization_config, rope_scaling/rope_parameters)",
     "build": "the engine cannot build this model from its config.json: fix the field it names",
@@ -70,21 +73,20 @@ def engine_python() -> str | None:
 
 
 def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEOUT_SECONDS) -> list[dict[str, object]]:
-    """The probe's verdict on each directory, in one engine process (vLLM is imported once)."""
+    """The probe's verdict on each directory, in one engine process (vLLM is imported once), offline and
+    under its own time and memory bounds (probe_process). A probe that dies answers `failed` for every
+    directory it did not judge: never a verdict it did not reach."""
     # The engine venv is self-contained: the caller's PYTHONPATH (a Lambda's /var/task and /opt/python,
-    # built for another Python) must not reach it.
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.update(VLLM_LOGGING_LEVEL="ERROR", VLLM_HOST_IP="127.0.0.1", TOKENIZERS_PARALLELISM="false")
-    done = subprocess.run(
-        [python, str(PROBE), *(str(d) for d in directories)],
-        capture_output=True, text=True, timeout=timeout, env=env, check=False,
-    )  # fmt: skip
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    # built for another Python) must not reach it; probe_env passes only what the engine needs.
+    run = run_probe([python, str(PROBE), *(str(d) for d in directories)], timeout=timeout)
+    lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    for line in lines:  # the group's peak, not the probe's own: every process counts
+        line["peak_rss_mb"] = max(int(str(line.get("peak_rss_mb") or 0)), run.peak_mb)
     if len(lines) < len(directories):
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1][:500]
-        lines += [{"verdict": "undetermined", "stage": "probe", "message": f"the engine process ended: {tail}"}] * (
-            len(directories) - len(lines)
-        )
+        tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        why = run.died or f"it exited with code {run.returncode} without a verdict (its last line: {tail})"
+        lines += [{"verdict": "failed", "stage": "probe", "message": f"the engine check died: {why}",
+                   "seconds": run.seconds, "peak_rss_mb": run.peak_mb}] * (len(directories) - len(lines))  # fmt: skip
     return lines
 
 
@@ -110,9 +112,9 @@ def engine_check(
                 raw = {**base_raw, "message": f"the base {base}: {base_raw.get('message', '')}"}
             else:
                 raw = {**base_raw, **raw}
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return EngineCheck(engine="vllm", verdict="undetermined", stage="probe", judged_for=judged_for,
-                           message=f"the engine process did not answer: {type(exc).__name__}")  # fmt: skip
+    except OSError as exc:  # the engine's interpreter could not be started: a broken check, not a pass
+        return EngineCheck(engine="vllm", verdict="failed", stage="probe", judged_for=judged_for,
+                           message=f"the engine check could not start: {type(exc).__name__}: {exc}")  # fmt: skip
     return from_probe(raw, target, python)
 
 
@@ -182,6 +184,11 @@ def engine_findings(check: EngineCheck) -> list[Finding]:
         return [Finding(code="ENGINE_WEIGHTS_UNINITIALIZED", severity="error",
                         message=f"{version} would start it and serve uninitialised memory for {names}: no tensor "
                         "of the checkpoint loads them", hint=_FIXES["check"])]  # fmt: skip
+    if check.verdict == "failed":
+        return [Finding(code="ENGINE_CHECK_FAILED", severity="error", message=check.message,
+                        hint="a checkpoint the engine's check cannot get through within its bounds is not passed: "
+                        "look for what makes it huge (experts, layers, tensors); MODELDROP_ENGINE_CHECK_MAX_MB "
+                        "raises the memory bound where the machine has it")]  # fmt: skip
     if check.verdict in ("undetermined", "unavailable"):
         return [Finding(code="ENGINE_CHECK_UNDETERMINED", severity="warning",
                         message=f"the engine could not judge it: {check.message}",

@@ -105,8 +105,10 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
             model = model.to("meta")  # a few models create parameters on a real device
         except Exception as exc:
             text = _message(exc)
-            cpu = any(marker in text.lower() for marker in CPU_ONLY)
-            return verdict("undetermined" if cpu else "refused", "build", text)
+            # A CPU-only limit, or a model whose constructor copies values (Apertus, Bloom: "Cannot copy out of
+            # meta tensor"): the probe cannot build it on the meta device, which says nothing of the checkpoint.
+            unjudged = any(marker in text.lower() for marker in (*CPU_ONLY, *PROBE_ONLY))
+            return verdict("undetermined" if unjudged else "refused", "build", text)
         cache = _cache_layout(config)
         try:
             loaded = model.load_weights(_meta_weights(model_dir))
@@ -220,6 +222,8 @@ def main(dirs: list[str]) -> None:
                 result = judge_adapter(model_dir[len(ADAPTER) :], started)
             else:
                 result = judge(model_dir, started)
+        except MemoryError as exc:  # out of memory is the check dying, not a judgement
+            result = {"directory": model_dir, "verdict": "failed", "stage": "probe", "message": _message(exc)}
         except BaseException as exc:  # the probe's own failure: said, never a pass
             result = {"directory": model_dir, "verdict": "undetermined", "stage": "probe", "message": _message(exc)}
         if assumed and result.get("quantization"):
@@ -229,7 +233,35 @@ def main(dirs: list[str]) -> None:
         print(json.dumps(result), flush=True)
 
 
+def _loopback_only() -> None:
+    """No connection beyond this machine: the checkpoint is judged alone, whatever a config names (a
+    speculators_config's verifier, a processor on the Hub). HF_HUB_OFFLINE asks the libraries; this holds
+    whatever asks."""
+    import ipaddress
+
+    local_names = {"localhost", socket.gethostname(), None}
+
+    def is_local(host: object) -> bool:
+        if not isinstance(host, str) or host in local_names:
+            return True
+        try:
+            address = ipaddress.ip_address(host.split("%", 1)[0])
+        except ValueError:
+            return False
+        return address.is_loopback or address.is_unspecified
+
+    def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "socket.connect" and isinstance(args[1], tuple) and not is_local(args[1][0]):
+            raise ConnectionRefusedError(f"the engine check is offline: no connection to {args[1][0]}")
+        if event == "socket.getaddrinfo" and not is_local(args[0]):
+            raise OSError(f"the engine check is offline: {args[0]} is not looked up")
+
+    sys.addaudithook(hook)
+
+
 if __name__ == "__main__":  # settings for vLLM before it is imported, never at a mere import of this file
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    _loopback_only()
     main(sys.argv[1:])

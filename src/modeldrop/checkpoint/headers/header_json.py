@@ -15,6 +15,10 @@ MAX_HEADER_BYTES = 100_000_000  # the reference's own limit
 # needs ~770 MB for an 81 MB header of 880k tensors): no real shard comes near either number.
 MAX_MODELDROP_HEADER_BYTES = 32 * 1024 * 1024
 MAX_TENSORS_PER_SHARD = 100_000
+# All of a checkpoint's headers together: DeepSeek-V3's 92k tensors take 13 MB of header text, a GPTQ
+# 671B about 180k tensors and 25 MB. Past it nothing more is parsed: a checkpoint of 40 shards x 100k
+# tensors is refused before the scan holds millions of tensors (the review saw 2 GB and 82 s).
+MAX_TOTAL_HEADER_BYTES = 40 * 1024 * 1024
 # A plain tensor entry is 12 JSON values and keys; the rest is room for metadata and extra fields.
 MAX_HEADER_VALUES = 16 * MAX_TENSORS_PER_SHARD
 # serde_json's nesting limit: the 128th nested array/object is refused.

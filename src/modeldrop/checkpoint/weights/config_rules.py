@@ -216,6 +216,50 @@ def special_token_findings(tokenizer_config: dict[str, Any] | None) -> list[Find
     ]
 
 
+# AddedToken's flags: tokenizers (pyo3) takes only a bool for each ("'int' object is not an instance of 'bool'").
+_ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def _added_token_problem(key: Any, value: Any) -> str | None:
+    """Why transformers' tokenizer loading refuses one added_tokens_decoder entry (its words), or None."""
+    try:
+        int(key)  # transformers: added_tokens_decoder[int(idx)] = AddedToken(**token)
+    except (TypeError, ValueError):
+        return f"key {str(key)[:30]!r}: invalid literal for int() with base 10"
+    if not isinstance(value, dict):
+        return f"{key}: found a {type(value).__name__}, should be a dictionary or an AddedToken instance"
+    if "content" in value and not isinstance(value["content"], str):
+        return f"{key}: content: '{type(value['content']).__name__}' object is not an instance of 'str'"
+    for flag in _ADDED_TOKEN_FLAGS:
+        if flag in value and not isinstance(value[flag], bool):
+            return f"{key}: {flag}: '{type(value[flag]).__name__}' object is not an instance of 'bool'"
+    return None
+
+
+def added_tokens_findings(tokenizer_config: dict[str, Any] | None) -> list[Finding]:
+    """tokenizer_config.json's added_tokens_decoder as transformers reads it when the engine loads the
+    tokenizer at start-up (vLLM does, before it serves a request)."""
+    decoder = (tokenizer_config or {}).get("added_tokens_decoder")
+    if decoder is None:
+        return []
+    if not isinstance(decoder, dict):
+        problems = [f"it is a {type(decoder).__name__}, not an object ('{type(decoder).__name__}' object has no "
+                    "attribute 'items')"]  # fmt: skip
+    else:
+        problems = [p for key, value in decoder.items() if (p := _added_token_problem(key, value)) is not None]
+    if not problems:
+        return []
+    return [
+        _error(
+            "TOKENIZER_ADDED_TOKENS_INVALID",
+            "tokenizer_config.json's added_tokens_decoder is refused by transformers when the engine loads the "
+            "tokenizer: " + "; ".join(problems[:3]) + (f" (and {len(problems) - 3} more)" if len(problems) > 3 else ""),
+            "re-save the tokenizer with tokenizer.save_pretrained (it writes each added token as an object under "
+            "its integer id)",
+        )
+    ]
+
+
 def tokenizer_json_findings(raw: bytes | None) -> list[Finding]:
     """tokenizer.json as the tokenizers library deserializes it: whole JSON, a known model kind, and
     every added token with the fields it requires."""
@@ -264,3 +308,32 @@ def _added_token_fault(token: Any) -> str | None:
                 f"has {key} = {json.dumps(token[key])[:40]} (the library reads a {'u32' if key == 'id' else spelled})"
             )
     return None
+
+
+# config.json keys with which the engine builds or fetches another model than the one in the directory:
+# vLLM serves a `speculators_config`'s verifier (its `name_or_path`, from the Hub if need be) with the
+# checkpoint as its draft (vllm/transformers_utils/config.py, maybe_override_with_speculators).
+OTHER_MODEL_KEYS = {
+    "speculators_config": "vLLM would serve the verifier model it names ({named}), fetched from the Hugging Face Hub "
+    "if it is not a local path, with this checkpoint only as its draft",
+}
+
+
+def other_model_findings(config: dict[str, Any]) -> list[Finding]:
+    """A config that makes the engine serve, or fetch, a model that is not this checkpoint."""
+    found = []
+    for key, consequence in OTHER_MODEL_KEYS.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        verifier = value.get("verifier") if isinstance(value, dict) else None
+        named = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+        found.append(
+            _error(
+                "CONFIG_NAMES_ANOTHER_MODEL",
+                f"config.json has {key}: " + consequence.format(named=repr(str(named)[:120]) if named else "unnamed"),
+                f"deploy the model you mean to serve as its own checkpoint and remove {key} from config.json "
+                "(modeldrop deploys what it validated, nothing fetched at start-up)",
+            )
+        )
+    return found

@@ -267,6 +267,12 @@ def architecture_findings(config: Mapping[str, Any], target: EngineVersion | Non
         return []
     if archs[0] in lists.architectures:
         return []
+    spelled = next((a for a in lists.architectures if a.lower() == archs[0].lower()), None)
+    if spelled is not None:  # transformers 5 names PhiMoE `PhimoeForCausalLM`; vLLM registers `PhiMoEForCausalLM`
+        return [_error("ARCHITECTURE_MISSPELLED",
+                       f"vLLM {lists.release} registers this model as {spelled}, not {archs[0]}: under the name "
+                       "given it falls back to its Transformers backend, which fails at the first forward pass",
+                       f'set "architectures": ["{spelled}"] in config.json')]  # fmt: skip
     text = config.get("text_config")
     section: Mapping[str, Any] = text if isinstance(text, Mapping) else config
     kinds = {str(k) for key in ("layer_types", "layers_block_type") for k in (section.get(key) or [])

@@ -75,6 +75,8 @@ def weight_findings(
         sized_per_layer = prefix == decoder and _sized_per_layer(section)
         findings += _alike(prefix, layers, kinds, skip_layers if prefix == decoder else frozenset(), sized_per_layer)
         findings += _experts(prefix, layers)
+    if decoder is not None:
+        findings += expert_count_findings(section, decoder, stacks[decoder])
     findings += _switched(config, shapes)
     return findings[:20]
 
@@ -294,3 +296,85 @@ def _experts(prefix: str, layers: dict[int, dict[str, tuple[int, ...]]]) -> Iter
                         f"{prefix}.{index}.{head}.{expert} {what}, unlike the layer's other experts",
                     )
                     return
+
+
+# Where a config says how many routed experts a MoE layer holds (the text section's; DBRX's in ffn_config).
+EXPERT_COUNT_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+# A fused expert tensor: one tensor for all of a layer's experts, the expert first (transformers 5's
+# `experts.gate_up_proj`, GPT-OSS's `_blocks`/`_scales`, GraniteMoE's and JetMoE's `input_linear`).
+_FUSED = re.compile(r"(?:^|.*\.)(?:experts\.[^.]+|(?:input|output)_linear(?:\.weight)?)$")
+_FIX_EXPERTS = (
+    "re-save the model with save_pretrained from the trained weights (every expert of every MoE layer), or, if "
+    "experts were pruned on purpose, set the config's expert count and the router to what the checkpoint holds"
+)
+
+
+def expert_count(section: dict[str, Any]) -> tuple[str, int] | None:
+    """(the config key, the routed experts a MoE layer holds) where the config says, 2 or more."""
+    ffn = section.get("ffn_config")
+    sources = [*((k, section.get(k)) for k in EXPERT_COUNT_KEYS), ("ffn_config.moe_num_experts",
+               ffn.get("moe_num_experts") if isinstance(ffn, dict) else None)]  # fmt: skip
+    return next(((k, v) for k, v in sources if (n := _int(v)) is not None and n >= 2 and n == v), None)
+
+
+def _layer_experts(tensors: dict[str, tuple[int, ...]]) -> tuple[dict[str, set[int]], dict[str, int]]:
+    """A layer's expert ids by module (`mlp.experts`), and its fused expert tensors' expert dimension."""
+    indexed: dict[str, set[int]] = defaultdict(set)
+    fused: dict[str, int] = {}
+    for rest, shape in tensors.items():
+        match = _EXPERT.match(rest)
+        if match is not None:
+            indexed[match["head"]].add(int(match["index"]))
+        elif len(shape) >= 3 and _FUSED.match(rest):
+            fused[rest] = shape[0]
+    return indexed, fused
+
+
+def expert_count_findings(
+    section: dict[str, Any], prefix: str, layers: dict[int, dict[str, tuple[int, ...]]]
+) -> list[Finding]:
+    """Every MoE layer holds the experts the config says. vLLM's fused-MoE parameters hold all of a layer's
+    experts in one tensor, so its strict check cannot see a missing expert: the engine would serve
+    uninitialized weights for it. Stricter than the engine on purpose."""
+    counted = expert_count(section)
+    if counted is None:
+        return []
+    key, count = counted
+    faults: dict[str, list[int]] = defaultdict(list)  # what is wrong -> the layers it is wrong in
+    any_experts = False
+    for index, tensors in sorted(layers.items()):
+        indexed, fused = _layer_experts(tensors)
+        any_experts = any_experts or bool(indexed or fused)
+        for head, ids in sorted(indexed.items()):
+            missing = sorted(set(range(count)) - ids)
+            if missing:
+                faults[f"{head} has no weights for expert {_ids(missing)} of the {count} ({key})"].append(index)
+            if beyond := sorted(i for i in ids if i >= count):
+                faults[f"{head} has weights for expert {_ids(beyond)} past the {count} ({key})"].append(index)
+        for rest, experts in sorted(fused.items()):
+            if experts != count:
+                faults[f"{rest} holds {experts} experts where {key} says {count}"].append(index)
+    findings = [
+        _error("WEIGHTS_MISSING" if "no weights" in what or "holds" in what else "WEIGHTS_UNEXPECTED",
+               f"{prefix}.{where[0]}.{what}{_more_layers(where)}: vLLM's fused-MoE layer holds every expert in one "
+               "parameter, so the engine cannot see the gap and would serve uninitialized weights for it",
+               _FIX_EXPERTS)
+        for what, where in faults.items()
+    ]  # fmt: skip
+    if not any_experts and layers:
+        findings.append(_error(
+            "WEIGHTS_MISSING",
+            f"config.json says {count} experts a MoE layer ({key}) but no layer of {prefix} has expert weights",
+            _FIX_EXPERTS,
+        ))  # fmt: skip
+    return findings[:5]
+
+
+def _ids(ids: list[int]) -> str:
+    return ", ".join(str(i) for i in ids[:6]) + (f" and {len(ids) - 6} more" if len(ids) > 6 else "")
+
+
+def _more_layers(layers: list[int]) -> str:
+    if len(layers) < 2:
+        return ""
+    return f" (and in {len(layers) - 1} more layer{'s' if len(layers) > 2 else ''}: {_ids(layers[1:])})"

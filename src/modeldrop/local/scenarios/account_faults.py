@@ -79,6 +79,8 @@ def reap_until_clean(stack: Any, runs: int = 8) -> list[dict[str, Any]]:
     return done
 
 
+# --fault engine-check-oom: the engine check's memory bound for the run (importing torch alone passes it).
+ENGINE_CHECK_OOM_MB = 64
 # The faults that need a shared deployment with a second adapter component.
 SHARED_FAULTS = frozenset({"adapter-load", "abort-mid-attach", "slow-component-delete"})
 
@@ -92,6 +94,10 @@ def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | Non
     for name in faults & set(FUNCTION_FAULTS):
         function, error = FUNCTION_FAULTS[name]
         stack.inject[function] = [error]
+    if "engine-check-oom" in faults:  # the real probe, held to a bound it cannot keep
+        stack.functions["EngineCheckFunction"].env["MODELDROP_ENGINE_CHECK_MAX_MB"] = str(ENGINE_CHECK_OOM_MB)
+    if "gate-scale-in" in faults:
+        scale_in_after_the_gates_knock(stack)
     if "reupload" in faults:
         stack.after["ValidateFunction"] = lambda event: overwrite(stack, event["artifact_uri"])
     if "abort" in faults:
@@ -107,6 +113,26 @@ def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | Non
     }
     for name in sorted(faults & set(simple)):
         simple[name]()
+
+
+def scale_in_after_the_gates_knock(stack: Any) -> None:
+    """The gate-scale-in fault: between the gate's wake-up knock and the champion's first case, the idle
+    alarm's policy sets the channel's copies to zero (once), so the champion answers none of the cases."""
+    from modeldrop.local.emulator.autoscaling.scaling import scale_in_now
+    from modeldrop.local.emulator.iam.enforcement import before_call, current
+    from modeldrop.pipeline.channels.idle_channel import KNOCK
+
+    fired: list[str] = []
+
+    def champion_case(params: Any) -> None:
+        caller, component = current(), params.get("InferenceComponentName")
+        if fired or caller is None or caller.name != "PromoteFunction" or not component or params.get("Body") == KNOCK:
+            return
+        fired.append(str(component))
+        scale_in_now(fired[0])
+
+    for operation in ("InvokeEndpoint", "InvokeEndpointWithResponseStream"):
+        before_call("sagemaker-runtime", operation, champion_case)
 
 
 QUOTA_HOLD_SECONDS = 600

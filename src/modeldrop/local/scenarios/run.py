@@ -102,6 +102,8 @@ def run_local(
         channel = "demo"  # a channel's fault plays out on a channel
     if idle is None and named & IDLE_FAULTS:
         idle = "10m"
+    if "engine-check-oom" in named:
+        engine_check = True  # the fault is the check's own death
     with hermetic_aws():
         return _run_local(
             artifact, fault, on_state, engine, deploy_engine, request, key, prefix, adapter, adapters, channel,
@@ -197,10 +199,13 @@ def _channel_day(
     idle: str | None = None,
 ) -> RunResult:
     if idle is not None:
-        result, summary = run_idle_channel(stack, channel, idle, workdir, _deploy, on_state, artifact)
+        result, summary = run_idle_channel(stack, channel, idle, workdir, _deploy, on_state, artifact, faults)
     else:
         result, summary = run_channel(stack, channel, workdir, _deploy, faults, on_state, artifact)
     result.channel, result.leftover_resources = summary, stack.leftover_resources()
+    failed = summary.get("error") or (summary.get("adapter_channel") or {}).get("error")
+    if failed and result.status == "succeeded":  # a step of the day failed: the day did, whatever went before
+        result.status, result.error, result.cause = "failed", "ChannelDayFailed", str(failed)
     return result
 
 

@@ -5,9 +5,10 @@ What the engine reads is rebuilt from what validation reads (the side files and 
 header, by ranged GET from the served prefix): a skeleton directory whose shards hold their real
 headers and sparse zeros where the tensor bytes were. engine_probe never reads a weight byte, so the
 skeleton is judged as the checkpoint would be, at the cost of the headers. A refusal ends the
-deployment as CheckpointRefused with the engine's own words; where no engine can run here (a stack
-whose function carries none, an SGLang image, a model class this CPU venv cannot import) the step
-says so and the static verdict stands — never a silent pass.
+deployment as CheckpointRefused with the engine's own words, and a check that dies (its memory or
+time bound, a signal) as EngineCheckFailed; where no engine can run here (a stack whose function
+carries none, an SGLang image, a model class this CPU venv cannot import) the step says so and the
+static verdict stands — never a silent pass.
 """
 
 from __future__ import annotations
@@ -21,10 +22,10 @@ from typing import TYPE_CHECKING
 
 from modeldrop.checkpoint.archive.artifact_scan import scan_source
 from modeldrop.checkpoint.archive.scan_result import ArtifactScan
-from modeldrop.checkpoint.engine.engine_check import EngineCheck, engine_check, engine_python
+from modeldrop.checkpoint.engine.engine_check import EngineCheck, engine_check, engine_python, from_probe, probe
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.engine_target import EngineVersion
-from modeldrop.contracts.errors import CheckpointRefused
+from modeldrop.contracts.errors import CheckpointRefused, EngineCheckFailed
 from modeldrop.contracts.step_payloads import Engine
 from modeldrop.serving.engine_options import resolved_version
 
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from modeldrop.aws.dynamodb.registry import Registry
 
 ENABLED_ENV = "MODELDROP_ENGINE_CHECK"  # the stack's EngineCheck parameter: Enabled | Disabled
+MAX_ADAPTER_CONFIG_BYTES = 1 << 20  # adapter_config.json is a few hundred bytes
 
 
 def write_skeleton(scan: ArtifactScan, out: Path) -> Path:
@@ -105,11 +107,61 @@ def check_served(s3: S3Client, served: ArtifactUri, target: EngineVersion) -> En
         )
     scan = scan_source(str(served), s3)
     with tempfile.TemporaryDirectory(prefix="modeldrop-engine-") as tmp:
-        return engine_check(write_skeleton(scan, Path(tmp) / "model"), target, python)
+        model = write_skeleton(scan, Path(tmp) / "model")
+        adapters = _adapter_dirs(s3, served, scan, model)
+        if not adapters:
+            return engine_check(model, target, python)
+        # An adapter is judged as the engine's LoRA manager reads it (PEFTHelper against the LoRA rules),
+        # beside its base in the same process; an adapter-only copy joins a live base judged when deployed.
+        judged = [] if "config.json" not in scan.small_files else [model]
+        lines = probe([*judged, *(Path(f"--adapter={d}") for d in adapters)], python or "")
+        return from_probe(_first_refusal(lines, adapters), target, python)
+
+
+def _adapter_dirs(s3: S3Client, served: ArtifactUri, scan: ArtifactScan, model: Path) -> list[Path]:
+    """The adapters of the served copy, each as the directory the probe reads (its adapter_config.json):
+    the copy itself when it is an adapter, else each beside the base -- a folder `<dir>/<name>/` (dedicated
+    mode) or the archive `<dir>/<name>.tar.gz` an adapter inference component takes (shared mode)."""
+    if "adapter_config.json" in scan.small_files and "config.json" not in scan.small_files:
+        return [model]
+    found = []
+    for rel in sorted(scan.files):
+        parts = rel.split("/")
+        if len(parts) == 3 and parts[2] == "adapter_config.json" and scan.files[rel] <= MAX_ADAPTER_CONFIG_BYTES:
+            body = s3.get_object(Bucket=served.bucket, Key=served.key + rel)["Body"].read(MAX_ADAPTER_CONFIG_BYTES)
+            name, config = parts[1], body
+        elif len(parts) == 2 and rel.endswith(".tar.gz"):  # read through the strict reader, as validation was
+            packed = scan_source(f"s3://{served.bucket}/{served.key}{rel}", s3).small_files.get("adapter_config.json")
+            if packed is None:
+                continue
+            name, config = parts[1].removesuffix(".tar.gz"), packed
+        else:
+            continue
+        folder = model / parts[0] / name
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "adapter_config.json").write_bytes(config)
+        found.append(folder)
+    return found
+
+
+def _first_refusal(lines: list[dict[str, object]], adapters: list[Path]) -> dict[str, object]:
+    """One verdict for a base and its adapters: the first that is not `loads` (an adapter's named), else
+    the base's (its cache layout), else the adapter's."""
+    for line in lines:
+        if line.get("verdict") != "loads":
+            where = str(line.get("directory", ""))
+            named = next((a for a in adapters if where.endswith(str(a))), None)
+            if named is not None and named.name != "model":
+                return {**line, "message": f"the adapter {named.name}: {line.get('message', '')}"}
+            return line
+    return lines[0]
 
 
 def raise_if_refused(check: EngineCheck) -> None:
-    """A refusal ends the deployment before any endpoint, in the engine's own words."""
+    """A refusal ends the deployment before any endpoint, in the engine's own words; so does a check that
+    died (EngineCheckFailed): a checkpoint that was not judged does not pass."""
+    if check.verdict == "failed":
+        raise EngineCheckFailed(f"{check.judged_for}: {check.message[:1500]}")
     if check.verdict == "refused":
         raise CheckpointRefused(
             f"ENGINE_REFUSED: {check.judged_for}'s own code refuses the checkpoint at its {check.stage} stage "

@@ -276,6 +276,16 @@ def _check_policy(policy_type: str | None, body: dict[str, Any], error: type[Exc
 # ---- the alarms driving the policies -----------------------------------------------------------------
 
 
+def scale_in_now(component: str) -> None:
+    """COMPONENT's copies set to zero at once, as its idle alarm's step policy does (a fault's trigger)."""
+    from moto.sagemaker.models import sagemaker_backends
+
+    for regions in list(sagemaker_backends.values()):
+        for backend in list(regions.values()):
+            if _set_copies is not None and _find(backend, component) is not None:
+                _set_copies(backend, component, 0, clock.utcnow())
+
+
 def drive_all() -> None:
     """Every region's components: evaluate the alarms that scale them (the runtime and the describes call it)."""
     from moto.sagemaker.models import sagemaker_backends

@@ -8,6 +8,7 @@ Only the keys modeldrop's template conditions on, and the global ones, are fille
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -171,10 +172,14 @@ def _sm_create(kind: str, name_param: str, also: Callable[[Call], list[tuple[str
 
 def _sm_create_passing_role(kind: str, name_param: str) -> Rule:
     """A create that may carry the role SageMaker assumes (a model; an endpoint config for inference
-    components): iam:PassRole on it too."""
+    components): iam:PassRole on it too. A model's create carries sagemaker:NetworkIsolation."""
 
     def rule(call: Call, lookups: Lookups) -> list[AuthRequest]:
         requests = _sm_create(kind, name_param)(call, lookups)
+        if kind == "model":
+            isolated = "true" if call.params.get("EnableNetworkIsolation") is True else "false"
+            first = requests[0]
+            requests[0] = dataclasses.replace(first, context={**first.context, "sagemaker:NetworkIsolation": isolated})
         role = call.params.get("ExecutionRoleArn")
         if role:
             requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))

@@ -52,6 +52,8 @@ class _State:
     checked: list[Checked] = field(default_factory=list)
     # After a call succeeds, under any principal: (service, operation, callback(params, result)).
     after: list[tuple[str, str, Callable[[Mapping[str, Any], Any], None]]] = field(default_factory=list)
+    # Before a call is made, under any principal: (service, operation, callback(params)).
+    before: list[tuple[str, str, Callable[[Mapping[str, Any]], None]]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -104,10 +106,16 @@ def after_call(service: str, operation: str, callback: Callable[[Mapping[str, An
     STATE.after.append((service, operation, callback))
 
 
+def before_call(service: str, operation: str, callback: Callable[[Mapping[str, Any]], None]) -> None:
+    """Run CALLBACK(params) before every SERVICE:OPERATION call is made (a race's trigger)."""
+    STATE.before.append((service, operation, callback))
+
+
 def reset() -> None:
     with STATE.lock:
         STATE.checked.clear()
         STATE.after.clear()
+        STATE.before.clear()
         STATE.enforcing = True
         _killed.clear()
 
@@ -126,6 +134,9 @@ def install() -> None:
         if _invocation.get() in _killed:
             raise LambdaKilled("the function was killed mid-invocation (as at its timeout)")
         principal = _current.get()
+        for hook_service, hook_operation, hook in list(STATE.before):
+            if hook_service == service and hook_operation == operation_name:
+                hook(api_params)
         if principal is not None and STATE.enforcing and (service, operation_name) == ("s3", "DeleteObjects"):
             result = _delete_objects(principal, self, original, api_params)
         else:
