@@ -5,6 +5,7 @@ rollback in one step; the superseded version removed by the reaper after its gra
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -322,3 +323,19 @@ def test_rollback_alarms_let_one_error_and_a_long_answer_through_and_clear_after
     assert alarms_in_alarm(cw, names) == []
     for name in ("modeldrop-blue", "modeldrop-green"):
         sm.delete_endpoint(EndpointName=name)
+
+
+def test_a_channel_day_whose_step_fails_fails_the_run_in_the_users_words(monkeypatch: Any) -> None:
+    """The adapter line's day-2 promotion refused: the run is failed (exit 1 from the CLI), its cause the
+    Lambda's message -- never the error payload with its stack trace and this machine's paths."""
+    from modeldrop.local.scenarios import channel as channel_day
+    from modeldrop.local.scenarios.run import run_local
+
+    payload = json.dumps({"errorType": "CheckpointRefused", "errorMessage": "ENGINE_REFUSED: the adapter's rank",
+                          "stackTrace": ['  File "/somewhere/engine_check_step.py", line 85']})  # fmt: skip
+    refused = {"status": "FAILED", "error": "CheckpointRefused", "cause": payload}
+    monkeypatch.setattr(channel_day, "_marker_deploy", lambda *a, **k: refused)
+    result = run_local(channel="demo")
+    assert result.status == "failed" and result.error == "ChannelDayFailed", (result.error, result.cause)
+    assert "ENGINE_REFUSED: the adapter's rank" in str(result.cause)
+    assert "stackTrace" not in result.model_dump_json() and result.leftover_resources == []

@@ -109,3 +109,14 @@ def test_channels_json_gives_the_cost_and_invoke_waits_out_a_sleeping_channel(
     closed = cli.invoke(app, ["teardown", "nightly", *where, "--json"])
     assert closed.exit_code == 0, closed.output
     assert stack.leftover_resources() == []  # the channel's scaling, component, endpoint and versions
+
+
+def test_a_gate_whose_champion_is_scaled_in_after_the_knock_does_not_promote() -> None:
+    """The idle alarm scales the channel in between the gate's wake-up knock and its first case: the champion
+    answers nothing, and the broken candidate (every answer cut) is refused as undetermined, not promoted."""
+    result = run_local(channel="demo", idle="10m", fault="gate-scale-in,regression")
+    assert result.status == "failed" and result.error == "PromotionBlocked", (result.error, result.cause)
+    assert "undetermined" in str(result.cause) and "answered 0 of 3" in str(result.cause)
+    steps = _steps(result)
+    assert "not promoted" in steps and "promoted while asleep" not in steps
+    assert result.leftover_resources == []

@@ -77,3 +77,18 @@ def test_thresholds_decide_and_noise_is_not_a_regression() -> None:
     # A case that failed on the champion too is no regression of the candidate.
     both = _report("prod", _case("b", outcome="truncated", finish_reason="length"))
     assert compare(both, _report("cand", *candidate.cases[1:]), GateThresholds()).promote
+
+
+def test_a_champion_that_answered_nothing_makes_the_gate_undetermined_never_a_pass() -> None:
+    """Scaled in after the gate's knock, the champion errs on every case: a candidate whose answers all fail
+    their checks regresses on nothing measured against that, and must still not be promoted."""
+    silent = "ValidationError (HTTP 400): Inference Component ch has no capacity to process this request"
+    champion = _report("ch", *(_case(i, outcome="error", detail=silent, answer_preview="", answer_chars=None,
+                                     answer_is_json=None, finish_reason=None) for i in "abc"))  # fmt: skip
+    broken = _report("cand", *(_case(i, outcome="check_failed", answer_preview="zzzz") for i in "abc"))
+    gate = compare(champion, broken, GateThresholds())
+    assert not gate.promote and gate.champion_silent == ["a", "b", "c"]
+    assert "undetermined" in gate.summary and "answered 0 of 3" in gate.summary and "no capacity" in gate.summary
+    one_silent = _report("ch", _case("a"), _case("b"), _case("c", outcome="timeout", detail="60 s"))
+    assert not compare(one_silent, _report("cand", _case("a"), _case("b"), _case("c")), GateThresholds()).promote
+    assert not compare(_report("ch"), broken, GateThresholds()).promote  # no case answered at all

@@ -25,6 +25,9 @@ _REFUSAL = re.compile(
     re.IGNORECASE,
 )
 KINDS = ("failed", "truncated", "empty", "refused", "invalid_json", "length", "ttft", "throughput", "missing")
+# A champion's outcome that is no answer at all (a transport error, no capacity, a timeout): nothing to
+# judge the candidate's case against.
+SILENT = ("error", "timeout")
 
 
 class CaseDelta(BaseModel):
@@ -46,6 +49,8 @@ class GateReport(BaseModel):
     cases: list[CaseDelta]
     thresholds: GateThresholds
     summary: str
+    # The cases the champion did not answer: the gate cannot judge against silence, and does not promote.
+    champion_silent: list[str] = Field(default_factory=list)
 
 
 def _empty(case: CaseResult) -> bool:
@@ -132,12 +137,20 @@ def compare(champion: EvalReport, candidate: EvalReport, thresholds: GateThresho
         for regression in delta.regressions:
             by_kind[regression.split(":")[0]] += 1
     regressed = sum(1 for d in deltas if d.regressions)
-    promote = regressed <= thresholds.max_regressed_cases
+    silent = [c.id for c in champion.cases if c.outcome in SILENT]
+    promote = regressed <= thresholds.max_regressed_cases and not silent and bool(champion.cases)
     kinds = ", ".join(f"{n} {k}" for k, n in by_kind.items() if n) or "none"
     summary = (
         f"{'promotable' if promote else 'blocked'}: {regressed} of {len(deltas)} cases regressed "
         f"(at most {thresholds.max_regressed_cases}); regressions: {kinds}"
     )
+    if silent or not champion.cases:
+        first = next((c.detail for c in champion.cases if c.outcome in SILENT and c.detail), "")
+        summary = (
+            f"blocked, undetermined: the champion answered {len(champion.cases) - len(silent)} of "
+            f"{len(champion.cases)} cases ({first[:160] or 'no answer'}): a candidate is never judged against "
+            "an answer that did not come; promote again once the champion answers"
+        )
     return GateReport(
         champion_endpoint=champion.endpoint_name,
         candidate_endpoint=candidate.endpoint_name,
@@ -147,4 +160,5 @@ def compare(champion: EvalReport, candidate: EvalReport, thresholds: GateThresho
         cases=deltas,
         thresholds=thresholds,
         summary=summary,
+        champion_silent=silent,
     )

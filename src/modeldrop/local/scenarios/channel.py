@@ -26,7 +26,7 @@ import boto3
 
 from modeldrop.aws.dynamodb.channel_store import ChannelStore
 from modeldrop.contracts import clock
-from modeldrop.contracts.errors import ModeldropError
+from modeldrop.contracts.errors import ModeldropError, cause_message
 from modeldrop.evaluation.runner import runtime_client_config
 from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
 from modeldrop.pipeline.channels.promotion import ChannelContext
@@ -153,12 +153,13 @@ def adapter_day(
     first = deploy(stack, base_dir, workdir, on_state, keep=True, key="local/lora-base/model.tar.gz",
                    request={"adapter_mode": "shared", "adapter_uri": first_adapter, **asks})  # fmt: skip
     if first.status != "succeeded":
-        return {**summary, "error": f"the shared base failed: {first.error}: {first.cause}"}
+        return {**summary, "error": f"the shared base failed: {first.error}: {cause_message(first.cause)}"}
     steps.append({"step": "created", "deployment_id": first.deployment_id, "invoke": _invoke(ctx, name)})
     before = _endpoints(ctx)
     second = _marker_deploy(stack, write_adapter(workdir / "lora-day2", r=8, seed=7), asks, on_state)
     if second["status"] != "SUCCEEDED":
-        summary["error"] = f"the day-2 adapter was not promoted: {second.get('error')}: {second.get('cause')}"
+        why = cause_message(second.get("cause"))  # the Lambda's errorMessage, never its stack trace
+        summary["error"] = f"the day-2 adapter was not promoted: {second.get('error')}: {why}"
     else:
         promoted = ctx.channels.get(name)
         event = promoted.history[-1] if promoted and promoted.history else None

@@ -28,7 +28,7 @@ from modeldrop.pipeline.channels.channel_admin import close_channel, rollback
 from modeldrop.pipeline.channels.channel_context import ChannelContext
 from modeldrop.pipeline.channels.channel_cost import channel_cost
 
-IDLE_FAULTS = frozenset({"slow-wake", "zero-refused"})
+IDLE_FAULTS = frozenset({"slow-wake", "zero-refused", "gate-scale-in"})
 # The night after the day: hours with no call, where a channel that scales to zero bills nothing.
 QUIET_HOURS = 6
 PROMPT = json.dumps({"messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 8}).encode()
@@ -108,6 +108,7 @@ def run_idle_channel(
     deploy: Callable[..., Any],
     on_state: Any,
     candidate: Path | None = None,
+    faults: frozenset[str] = frozenset(),
 ) -> tuple[Any, dict[str, Any]]:
     """The idle channel's day (module docstring); DEPLOY is run-local's own deploy."""
     from modeldrop.local.emulator import service_quotas
@@ -134,7 +135,11 @@ def run_idle_channel(
         if record.scales_to_zero:
             steps += _sleep_and_wake(ctx, record, after)
         second_dir = candidate or write_checkpoint(workdir / "second", shards=3)
-        result, promoted = _promote(ctx, channel, second_dir, workdir, deploy, stack, on_state, asks)
+        second_asks = asks
+        if "regression" in faults:  # a broken candidate, which its own smoke eval tolerates and the gate must not
+            stack.hosting.plan("truncate")
+            second_asks = {**asks, "eval_thresholds": {"max_truncated": 100, "max_errors": 0}}
+        result, promoted = _promote(ctx, channel, second_dir, workdir, deploy, stack, on_state, second_asks)
         steps += promoted
     except ModeldropError as exc:
         summary["error"] = f"{type(exc).__name__}: {exc.message}"
