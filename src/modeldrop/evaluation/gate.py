@@ -102,6 +102,22 @@ def _regressions(old: CaseResult, new: CaseResult, t: GateThresholds) -> list[st
     return _answer_regressions(old, new) + _size_and_speed_regressions(old, new, t)
 
 
+def _summary(promote: bool, regressed: int, cases: int, by_kind: dict[str, int], thresholds: GateThresholds,
+             champion: EvalReport, silent: list[str]) -> str:  # fmt: skip
+    if not silent and champion.cases:
+        kinds = ", ".join(f"{n} {k}" for k, n in by_kind.items() if n) or "none"
+        return (
+            f"{'promotable' if promote else 'blocked'}: {regressed} of {cases} cases regressed "
+            f"(at most {thresholds.max_regressed_cases}); regressions: {kinds}"
+        )
+    first = next((c.detail for c in champion.cases if c.outcome in SILENT and c.detail), "")
+    return (
+        f"blocked, undetermined: the champion answered {len(champion.cases) - len(silent)} of "
+        f"{len(champion.cases)} cases ({first[:160] or 'no answer'}): a candidate is never judged against "
+        "an answer that did not come; promote again once the champion answers"
+    )
+
+
 def compare(champion: EvalReport, candidate: EvalReport, thresholds: GateThresholds) -> GateReport:
     """CANDIDATE's eval judged against CHAMPION's, case by case (cases matched by id)."""
     theirs = {c.id: c for c in candidate.cases}
@@ -139,18 +155,7 @@ def compare(champion: EvalReport, candidate: EvalReport, thresholds: GateThresho
     regressed = sum(1 for d in deltas if d.regressions)
     silent = [c.id for c in champion.cases if c.outcome in SILENT]
     promote = regressed <= thresholds.max_regressed_cases and not silent and bool(champion.cases)
-    kinds = ", ".join(f"{n} {k}" for k, n in by_kind.items() if n) or "none"
-    summary = (
-        f"{'promotable' if promote else 'blocked'}: {regressed} of {len(deltas)} cases regressed "
-        f"(at most {thresholds.max_regressed_cases}); regressions: {kinds}"
-    )
-    if silent or not champion.cases:
-        first = next((c.detail for c in champion.cases if c.outcome in SILENT and c.detail), "")
-        summary = (
-            f"blocked, undetermined: the champion answered {len(champion.cases) - len(silent)} of "
-            f"{len(champion.cases)} cases ({first[:160] or 'no answer'}): a candidate is never judged against "
-            "an answer that did not come; promote again once the champion answers"
-        )
+    summary = _summary(promote, regressed, len(deltas), by_kind, thresholds, champion, silent)
     return GateReport(
         champion_endpoint=champion.endpoint_name,
         candidate_endpoint=candidate.endpoint_name,

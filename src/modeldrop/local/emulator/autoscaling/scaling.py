@@ -1,22 +1,15 @@
 """Application Auto Scaling of inference components, and the CloudWatch alarms that drive it, in the
-emulator. moto 5.2.5 knows neither the `sagemaker:inference-component:DesiredCopyCount` dimension nor
-DescribeScalingActivities, and evaluates no alarm; AWS's rules, as its API reference and the SageMaker
-guide ("Scale an endpoint to zero instances") give them:
-
-- Namespaces, dimensions and predefined metric types are botocore's model's enums (not moto's list).
-- RegisterScalableTarget on the component dimension: `inference-component/NAME` of an existing base
-  component (an adapter component has no copies of its own); MinCapacity and MaxCapacity on a first
-  registration; 0 <= MinCapacity <= MaxCapacity.
-- PutScalingPolicy: on a registered target; target tracking with one of the component's predefined
-  metrics; step scaling with an AdjustmentType and at least one StepAdjustment.
-- DescribeScalingActivities: what the policies did, newest first.
-
+emulator (moto 5.2.5 knows neither the component's DesiredCopyCount dimension nor DescribeScalingActivities,
+and evaluates no alarm), by AWS's rules (its API reference, the SageMaker guide "Scale an endpoint to zero
+instances"): botocore's enums; RegisterScalableTarget on an existing base component's
+`inference-component/NAME`, MinCapacity and MaxCapacity on a first registration, 0 <= Min <= Max;
+PutScalingPolicy on a registered target (target tracking on the component's predefined metrics, step
+scaling with an AdjustmentType and a StepAdjustment); DescribeScalingActivities newest first.
 Driving, on the emulator's clock, at each look at a component or invocation: an alarm on AWS/SageMaker
 `Invocations` or `NoCapacityInvocationFailures` for an InferenceComponentName, whose actions name a step
 policy, is evaluated over its periods from the invocations the runtime saw; in ALARM it runs the policy
-(after the policy's cooldown), whose capacity (clamped to the target's bounds) becomes the component's
-copy count, which the component's host follows (a copy stopped, or one provisioned and started).
-Periods before the alarm existed count as no data, not as breaching (see docs/operating.md).
+(after its cooldown), whose capacity (clamped to the target's bounds) becomes the component's copy count,
+which its host follows. Periods before the alarm existed count as no data (see docs/operating.md).
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -280,10 +273,9 @@ def scale_in_now(component: str) -> None:
     """COMPONENT's copies set to zero at once, as its idle alarm's step policy does (a fault's trigger)."""
     from moto.sagemaker.models import sagemaker_backends
 
-    for regions in list(sagemaker_backends.values()):
-        for backend in list(regions.values()):
-            if _set_copies is not None and _find(backend, component) is not None:
-                _set_copies(backend, component, 0, clock.utcnow())
+    for backend in (b for regions in list(sagemaker_backends.values()) for b in list(regions.values())):
+        if _set_copies is not None and _find(backend, component) is not None:
+            _set_copies(backend, component, 0, clock.utcnow())
 
 
 def drive_all() -> None:

@@ -8,7 +8,6 @@ Only the keys modeldrop's template conditions on, and the global ones, are fille
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -154,14 +153,14 @@ def _resource_tags(lookups: Lookups, arn: str) -> dict[str, ContextValue]:
 
 
 def _sm_create(kind: str, name_param: str, also: Callable[[Call], list[tuple[str, str]]] | None = None) -> Rule:
-    """A create with tags: the create action (and AddTags, which tagging on create needs) on the new
-    resource with the request's tags; ALSO names further resources the action covers."""
+    """A create with tags: the action and AddTags (tagging on create needs it) on the new resource; ALSO: more."""
 
     def rule(call: Call, _lookups: Lookups) -> list[AuthRequest]:
         arn = _sm_arn(call, kind, call.params[name_param])
         tags = _request_tags(call.params.get("Tags"))
         action = f"sagemaker:Create{''.join(w.capitalize() for w in kind.split('-'))}"
-        requests = [AuthRequest(action, arn, tags)]
+        isolation = {"sagemaker:NetworkIsolation": str(call.params.get("EnableNetworkIsolation") is True).lower()}
+        requests = [AuthRequest(action, arn, {**tags, **isolation} if kind == "model" else tags)]  # CreateModel's key
         requests += [AuthRequest(action, _sm_arn(call, k, n), tags) for k, n in (also(call) if also else [])]
         if call.params.get("Tags"):
             requests.append(AuthRequest("sagemaker:AddTags", arn, tags))
@@ -171,15 +170,10 @@ def _sm_create(kind: str, name_param: str, also: Callable[[Call], list[tuple[str
 
 
 def _sm_create_passing_role(kind: str, name_param: str) -> Rule:
-    """A create that may carry the role SageMaker assumes (a model; an endpoint config for inference
-    components): iam:PassRole on it too. A model's create carries sagemaker:NetworkIsolation."""
+    """A create that may carry the role SageMaker assumes (a model, a component endpoint config): PassRole too."""
 
     def rule(call: Call, lookups: Lookups) -> list[AuthRequest]:
         requests = _sm_create(kind, name_param)(call, lookups)
-        if kind == "model":
-            isolated = "true" if call.params.get("EnableNetworkIsolation") is True else "false"
-            first = requests[0]
-            requests[0] = dataclasses.replace(first, context={**first.context, "sagemaker:NetworkIsolation": isolated})
         role = call.params.get("ExecutionRoleArn")
         if role:
             requests.append(AuthRequest("iam:PassRole", role, {"iam:PassedToService": "sagemaker.amazonaws.com"}))
