@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -241,3 +242,24 @@ def test_the_channel_day_runs_with_the_engine_check_on_adapters_included() -> No
     steps = [s["step"] for s in result["channel"]["adapter_channel"]["steps"]]
     assert steps == ["created", "promoted, adapter only", "rolled back"], result["channel"]["adapter_channel"]
     assert result["leftover_resources"] == []
+
+
+def test_the_projects_own_sample_is_judged_by_the_engine_by_default(tmp_path: Path) -> None:
+    """README's `modeldrop sample ./s && modeldrop validate ./s`, no flag, the engine venv present: the
+    engine's own code loads the sample (the text class vLLM serves), and the text says so in a line."""
+    env = {k: v for k, v in os.environ.items() if k != "MODELDROP_ENGINE_CHECK"}
+    sample = tmp_path / "s"
+    made = subprocess.run([sys.executable, "-m", "modeldrop", "sample", str(sample)], capture_output=True, text=True,
+                          timeout=300, env=env)  # fmt: skip
+    assert made.returncode == 0, made.stderr
+    text = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(sample)], capture_output=True,
+                          text=True, timeout=900, env={**env, "COLUMNS": "200"})  # fmt: skip
+    assert text.returncode == 0, text.stdout + text.stderr
+    assert re.search(r"engine\s+vLLM [\d.]+ loads it", text.stdout), text.stdout
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(sample), "--json"],
+                          capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
+    assert done.returncode == 0 and json.loads(done.stdout)["engine_check"]["verdict"] == "loads", done.stdout
+    skipped = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(sample), "--json",
+                              "--no-engine-check"], capture_output=True, text=True, timeout=300, env=env)  # fmt: skip
+    check = json.loads(skipped.stdout)["engine_check"]
+    assert check["verdict"] == "unavailable" and "--no-engine-check" in check["message"]

@@ -35,7 +35,7 @@ def test_the_matching_adapter_is_deployable(base: Path, tmp_path: Path) -> None:
     assert (report.adapter.peft_type, report.adapter.r, report.adapter.max_rank) == ("LORA", 8, 8)
     assert report.adapter.modules == 12 and report.adapter.tensors == 24  # q_proj and v_proj of 6 layers
     assert report.adapter.base_model_name_or_path == "modeldrop/tiny-gemma4"
-    assert report.architecture == "Gemma4ForConditionalGeneration"  # the base's
+    assert report.architecture == "Gemma4ForCausalLM"  # the base's
 
 
 def _variant(tmp_path: Path, **kwargs: Any) -> Path:
@@ -43,7 +43,7 @@ def _variant(tmp_path: Path, **kwargs: Any) -> Path:
 
 
 def _wider_base() -> dict[str, Any]:
-    return {**TINY_CONFIG, "text_config": {**TINY_CONFIG["text_config"], "hidden_size": 128}}
+    return {**TINY_CONFIG, "hidden_size": 128}
 
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
@@ -69,7 +69,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "config": adapter_config(8, modules_to_save=["embed_tokens"]),
             "tensors": {
                 **adapter_tensors(TINY_CONFIG, 8),
-                f"{PREFIX}model.language_model.embed_tokens.weight": ("BF16", [520, 64]),
+                f"{PREFIX}model.embed_tokens.weight": ("BF16", [520, 64]),
             },
         },
     ),
@@ -184,15 +184,18 @@ def test_a_peft_adapter_on_a_multimodal_base_saved_in_its_original_layout_is_dep
     original = tmp_path / "base-original"
     original.mkdir()
     for path in base.iterdir():
-        if not path.name.endswith((".safetensors", ".index.json")):
+        if not path.name.endswith((".safetensors", ".index.json", "config.json")):
             (original / path.name).write_bytes(path.read_bytes())
-    renamed = {
-        (saved + name[len("model.language_model.") :] if name.startswith("model.language_model.") else name): spec
-        for name, spec in tiny_gemma4_tensors(TINY_CONFIG).items()
-    }
+    multimodal = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+                  "text_config": TINY_CONFIG, "vision_config": {"model_type": "gemma4_vision"}}  # fmt: skip
+    (original / "config.json").write_text(json.dumps(multimodal))
+    renamed = {saved + name[len("model.") :]: spec for name, spec in tiny_gemma4_tensors(TINY_CONFIG).items()}
     (original / "model.safetensors").write_bytes(safetensors_bytes(renamed, {"format": "pt"}))
-    adapter = write_adapter(tmp_path / "a")
-    assert any(n.startswith(f"{PREFIX}model.language_model.") for n in adapter_tensors(TINY_CONFIG))
+    in_memory = {  # what PEFT writes for the multimodal class
+        name.replace(f"{PREFIX}model.", f"{PREFIX}model.language_model.", 1): spec
+        for name, spec in adapter_tensors(TINY_CONFIG).items()
+    }
+    adapter = write_adapter(tmp_path / "a", tensors=in_memory)
     report = validate_source(str(adapter), str(original))
     assert report.deployable, [(f.code, f.message) for f in report.findings if f.severity == "error"]
 

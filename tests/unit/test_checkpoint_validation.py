@@ -98,17 +98,19 @@ def test_kv_shared_tensors_found_missing_in_both_namings(tmp_path: Path) -> None
     assert ok.deployable and ok.kv_shared.expected_tensors == 6 and ok.kv_shared.missing == []
     bad = validate_scan(scan_local(str(write_checkpoint(tmp_path / "bad", drop_kv_shared=True))))
     assert not bad.deployable
-    assert sorted(bad.kv_shared.missing)[0] == "model.language_model.layers.4.self_attn.k_norm.weight"
-    text_only = {**TINY_CONFIG["text_config"], "architectures": ["Gemma4ForCausalLM"]}
+    assert sorted(bad.kv_shared.missing)[0] == "model.layers.4.self_attn.k_norm.weight"
+    multimodal = {"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+                  "text_config": TINY_CONFIG, "vision_config": {"model_type": "gemma4_vision"}}  # fmt: skip
     from modeldrop.local.samples import checkpoint as sample_checkpoint
 
-    d = tmp_path / "text"
+    d = tmp_path / "multimodal"
     d.mkdir()
-    tensors = sample_checkpoint.tiny_gemma4_tensors(text_only, prefix="model.layers.", drop_kv_shared=True)
+    prefix = "model.language_model.layers."
+    tensors = sample_checkpoint.tiny_gemma4_tensors(TINY_CONFIG, prefix=prefix, drop_kv_shared=True)
     (d / "model.safetensors").write_bytes(safetensors_bytes(tensors))
-    (d / "config.json").write_text(json.dumps(text_only))
+    (d / "config.json").write_text(json.dumps(multimodal))
     report = validate_scan(scan_local(str(d)))
-    assert len(report.kv_shared.missing) == 6 and report.kv_shared.missing[0].startswith("model.layers.4.")
+    assert len(report.kv_shared.missing) == 6 and report.kv_shared.missing[0].startswith(f"{prefix}4.")
 
 
 def test_e4b_arithmetic_54_missing() -> None:
@@ -123,7 +125,7 @@ def test_tar_gz_streams_and_matches_directory(tmp_path: Path) -> None:
     archive = tmp_path / "model.tar.gz"
     archive.write_bytes(tar_gz_bytes(d))
     from_dir, from_tar = validate_scan(scan_local(str(d))), validate_scan(scan_local(str(archive)))
-    assert from_tar.tensor_count == from_dir.tensor_count == 62
+    assert from_tar.tensor_count == from_dir.tensor_count == 107
     assert from_tar.parameters == from_dir.parameters and from_tar.format == "tar.gz"
 
 

@@ -37,7 +37,7 @@ def _json(name: str, change: Callable[[Any], None]) -> Mutation:
 
 
 def _text(change: Callable[[dict[str, Any]], None]) -> Mutation:
-    return _json("config.json", lambda c: change(c["text_config"]))
+    return _json("config.json", lambda c: change(c.get("text_config", c)))
 
 
 def _retype(d: Path) -> None:

@@ -22,6 +22,7 @@ from modeldrop.cli._shared import (
     app,
     aws_errors,
     byte_progress,
+    check_region,
     checked_engine_env,
     console,
     engine_options,
@@ -58,17 +59,20 @@ def validate_cmd(
         typer.Option(help="the version serving now: report what changed in its chat contract (template, EOS)"),
     ] = None,
     engine_check: Annotated[
-        bool,
+        bool | None,
         typer.Option(
-            "--engine-check", help="also ask the engine's own code (the vLLM venv, on CPU): a local directory only"
+            "--engine-check/--no-engine-check",
+            help="ask the engine's own code (the vLLM venv, on CPU) for a local directory; default: on where the "
+            "engine venv is (MODELDROP_ENGINE_CHECK=Disabled turns the default off)",
         ),
-    ] = False,
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
     if engine_check:
         _engine_check_possible(source, base)
+    not_judged = None if engine_check else engine_check_off(source, asked=engine_check is False)
     from modeldrop.checkpoint.chat.chat_contract import drift_finding
     from modeldrop.checkpoint.validation import validate_source
 
@@ -81,8 +85,7 @@ def validate_cmd(
                 report.findings += [drift] if drift else []
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
-    if engine_check:
-        report = _with_engine_check(report, source, target, base if report.adapter is not None else None)
+    report = _judged_by_engine(report, source, target, base, not_judged)
     codes = {f.code for f in report.findings}
     if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
         # Nothing of a model at all: one line, not ten findings about what is missing.
@@ -108,6 +111,7 @@ def validate_cmd(
             ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
             ("chat contract", _contract_line(report.chat_contract)),
             ("judged for", report.judged_for),
+            ("engine", engine_line(report.engine_check)),
         ):
             table.add_row(label, escape(printable("-" if value is None else str(value))))
         if report.kv_shared.num_kv_shared_layers:
@@ -129,6 +133,53 @@ def validate_cmd(
             console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {detail}")
         console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
     raise typer.Exit(0 if report.deployable else 1)
+
+
+def engine_check_off(source: str, asked: bool) -> str | None:
+    """Why the engine's check does not run by default here (None: it runs)."""
+    from modeldrop.checkpoint.engine.engine_check import engine_python
+
+    if asked:
+        return "not asked (--no-engine-check): the static rules judged alone"
+    if os.environ.get("MODELDROP_ENGINE_CHECK") == "Disabled":
+        return "MODELDROP_ENGINE_CHECK is Disabled: the static rules judged alone"
+    if not Path(source).is_dir():
+        return (
+            "the engine check judges a local directory: extract the archive (or download the prefix) to have it judged"
+        )
+    if engine_python() is None:
+        return (
+            "no engine here (the vLLM venv: `make vllm-venv` in a clone, or MODELDROP_VLLM_PYTHON): the static rules "
+            "judged alone"
+        )
+    return None
+
+
+def _judged_by_engine(report: Any, source: str, target: Any, base: str | None, not_judged: str | None) -> Any:
+    """REPORT with the engine's verdict, or with why the engine did not judge it."""
+    if not_judged is None:
+        return _with_engine_check(report, source, target, base if report.adapter is not None else None)
+    return report.model_copy(update={"engine_check": _not_run(target, not_judged)})
+
+
+def _not_run(target: Any, why: str) -> Any:
+    from modeldrop.checkpoint.engine.engine_check import EngineCheck
+    from modeldrop.checkpoint.validation import default_target
+
+    judged_for = target or default_target()
+    return EngineCheck(engine=judged_for.engine, verdict="unavailable", judged_for=judged_for.describe(), message=why)
+
+
+def engine_line(check: Any) -> str:
+    """The engine's verdict in one line of the text output."""
+    if check is None:
+        return "-"
+    who = f"vLLM {check.version}" if check.version else "the engine"
+    if check.verdict == "loads":
+        return f"{who} loads it" + (" (the engine venv's release, not the image's)" if check.note else "")
+    if check.verdict == "refused":
+        return f"{who} refuses it: {check.message.splitlines()[0][:200] if check.message else check.stage}"
+    return f"{who} could not judge it: {check.message.splitlines()[0][:200] if check.message else check.verdict}"
 
 
 def _engine_check_possible(source: str, base: str | None) -> None:
@@ -293,6 +344,7 @@ def plan_cmd(
     region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if not region:
         fail("no region: pass --region or set AWS_REGION", error="NoRegion")
+    check_region(region)
     from modeldrop.contracts.models import EngineSettings
     from modeldrop.serving.engine_options import resolved_version
 

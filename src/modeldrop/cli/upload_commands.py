@@ -39,9 +39,12 @@ def upload_cmd(
         bool, typer.Option("--merge-marker", help="use DIR's own modeldrop.json, these overrides on top")
     ] = False,
     engine_check: Annotated[
-        bool,
-        typer.Option("--engine-check", help="also ask the engine's own code (the vLLM venv, on CPU) before any byte"),
-    ] = False,
+        bool | None,
+        typer.Option(
+            "--engine-check/--no-engine-check",
+            help="ask the engine's own code (the vLLM venv, on CPU) before any byte; default: on where the venv is",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Upload a checkpoint as an S3 prefix: shards in parallel (multipart, SHA-256 checked), objects
@@ -49,7 +52,12 @@ def upload_cmd(
     json_mode(as_json)
     from modeldrop.aws.s3.checkpoint_upload import upload_directory
     from modeldrop.checkpoint.validation import validate_source
-    from modeldrop.cli.checkpoint_commands import _engine_check_possible, _with_engine_check, judging_target
+    from modeldrop.cli.checkpoint_commands import (
+        _engine_check_possible,
+        _with_engine_check,
+        engine_check_off,
+        judging_target,
+    )
     from modeldrop.contracts.s3uri import parse_s3_uri
 
     try:
@@ -63,11 +71,12 @@ def upload_cmd(
     overrides = _marker_overrides(directory, engine, instance_type, merge_marker)
     if engine_check:
         _engine_check_possible(str(directory), None)
+    judged = bool(engine_check) or (validate and engine_check_off(str(directory), engine_check is False) is None)
     if validate or engine_check:
         image = judging_target(None, overrides.get("engine", engine))  # the marker's engine's default image
         with byte_progress("validating"):
             report = validate_source(str(directory), target=image)
-        if engine_check:
+        if judged:
             report = _with_engine_check(report, str(directory), image)
         if not report.deployable:
             errors = [f for f in report.findings if f.severity == "error"]

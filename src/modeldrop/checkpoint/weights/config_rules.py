@@ -319,9 +319,29 @@ OTHER_MODEL_KEYS = {
 }
 
 
+# Multimodal classes whose vLLM implementation builds its tower from the config's section (None there is a
+# refusal at start-up, in vLLM 0.26 and 0.32 alike), where transformers itself accepts the section missing.
+TOWER_SECTIONS = {"Gemma4ForConditionalGeneration": ("vision_config", "Gemma4ForCausalLM", "gemma4_text")}
+
+
 def other_model_findings(config: dict[str, Any]) -> list[Finding]:
-    """A config that makes the engine serve, or fetch, a model that is not this checkpoint."""
+    """A config that makes the engine serve, or fetch, a model that is not this checkpoint; a multimodal
+    class without the tower config its engine builds."""
     found = []
+    archs = config.get("architectures")
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if arch in TOWER_SECTIONS and not isinstance(config.get(TOWER_SECTIONS[arch][0]), dict):
+        section, text_class, text_type = TOWER_SECTIONS[arch]
+        found.append(
+            _error(
+                "CONFIG_TOWER_MISSING",
+                f"config.json names {arch} but has no {section}: vLLM builds the tower from it and refuses the "
+                "config at start-up",
+                f'for a text-only model, save it as its text class: "architectures": ["{text_class}"], '
+                f'"model_type": "{text_type}" and text_config\'s fields at the top level (tensors model.layers.*); '
+                f"else keep the released {section}",
+            )
+        )
     for key, consequence in OTHER_MODEL_KEYS.items():
         value = config.get(key)
         if value is None:

@@ -13,24 +13,38 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
+# Gemma-4's text-only class as transformers 5 saves it (tests/fixtures/gemma4-text-*, written by
+# save_pretrained, hold the same fields and tensors): the class vLLM serves from a text checkpoint. The
+# multimodal class needs its vision_config, which a text fine-tune has no weights for.
 TINY_CONFIG: dict[str, Any] = {
-    "architectures": ["Gemma4ForConditionalGeneration"],
-    "model_type": "gemma4",
-    "torch_dtype": "bfloat16",
-    "text_config": {
-        "model_type": "gemma4_text",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 6,
-        "num_kv_shared_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "head_dim": 32,
-        "max_position_embeddings": 4096,
-        "sliding_window": 512,
-        "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+    "architectures": ["Gemma4ForCausalLM"],
+    "model_type": "gemma4_text",
+    "dtype": "bfloat16",
+    "vocab_size": 512,
+    "vocab_size_per_layer_input": 512,
+    "hidden_size": 64,
+    "hidden_size_per_layer_input": 16,
+    "intermediate_size": 128,
+    "num_hidden_layers": 6,
+    "num_kv_shared_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "head_dim": 32,
+    "hidden_activation": "gelu_pytorch_tanh",
+    "max_position_embeddings": 4096,
+    "sliding_window": 512,
+    "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2,
+    # No per-layer overrides: without this key transformers gives full-attention layers a head_dim of 512.
+    "per_layer_config": {},
+    "rope_parameters": {
+        "full_attention": {"partial_rotary_factor": 0.25, "rope_theta": 1000000.0, "rope_type": "proportional"},
+        "sliding_attention": {"rope_theta": 10000.0, "rope_type": "default"},
     },
+    "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": True,
+    "pad_token_id": 0,
+    "eos_token_id": 1,
+    "bos_token_id": 2,
 }
 
 
@@ -57,18 +71,31 @@ def safetensors_bytes(
 
 
 def tiny_gemma4_tensors(
-    config: dict[str, Any], prefix: str = "model.language_model.layers.", drop_kv_shared: bool = False
+    config: dict[str, Any], prefix: str = "model.layers.", drop_kv_shared: bool = False
 ) -> dict[str, tuple[str, list[int]]]:
+    """The tensors transformers' save_pretrained writes for a Gemma-4 text model of CONFIG (its per-layer
+    inputs included); DROP_KV_SHARED leaves out the KV-shared layers' k_proj / v_proj / k_norm, as
+    transformers does (it never creates them)."""
     text = config.get("text_config", config)
     h, inter = text["hidden_size"], text["intermediate_size"]
     heads, kv_heads, hd = text["num_attention_heads"], text["num_key_value_heads"], text["head_dim"]
     layers = text["num_hidden_layers"]
+    per_layer = text.get("hidden_size_per_layer_input") or 0
     first_shared = layers - text.get("num_kv_shared_layers", 0)
     root = prefix.rsplit("layers.", 1)[0]
     tensors: dict[str, tuple[str, list[int]]] = {
         f"{root}embed_tokens.weight": ("BF16", [text["vocab_size"], h]),
         f"{root}norm.weight": ("BF16", [h]),
     }
+    if per_layer:
+        vocab_per_layer = text.get("vocab_size_per_layer_input") or text["vocab_size"]
+        tensors.update(
+            {
+                f"{root}embed_tokens_per_layer.weight": ("BF16", [vocab_per_layer, layers * per_layer]),
+                f"{root}per_layer_model_projection.weight": ("BF16", [layers * per_layer, h]),
+                f"{root}per_layer_projection_norm.weight": ("BF16", [per_layer]),
+            }
+        )
     for i in range(layers):
         p = f"{prefix}{i}."
         tensors.update(
@@ -80,8 +107,20 @@ def tiny_gemma4_tensors(
                 p + "mlp.up_proj.weight": ("BF16", [inter, h]),
                 p + "mlp.down_proj.weight": ("BF16", [h, inter]),
                 p + "input_layernorm.weight": ("BF16", [h]),
+                p + "post_attention_layernorm.weight": ("BF16", [h]),
+                p + "pre_feedforward_layernorm.weight": ("BF16", [h]),
+                p + "post_feedforward_layernorm.weight": ("BF16", [h]),
+                p + "layer_scalar": ("BF16", [1]),
             }
         )
+        if per_layer:
+            tensors.update(
+                {
+                    p + "per_layer_input_gate.weight": ("BF16", [per_layer, h]),
+                    p + "per_layer_projection.weight": ("BF16", [h, per_layer]),
+                    p + "post_per_layer_input_norm.weight": ("BF16", [h]),
+                }
+            )
         if not (drop_kv_shared and i >= first_shared):
             tensors.update(
                 {
