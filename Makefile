@@ -1,6 +1,7 @@
 # modeldrop: `make run-local` deploys a generated checkpoint end to end with no AWS account;
 # `make test` is what CI runs (lint, types, template lint, sam build + validate, tests).
 SHELL := /bin/bash
+.DEFAULT_GOAL := install
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTHON ?= $(shell bash tools/find-python.sh)

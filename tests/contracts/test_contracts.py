@@ -351,3 +351,25 @@ def test_the_fault_table_is_the_fault_data() -> None:
     rows = re.findall(r'^\| <a id="fault-([a-z-]+)"></a>`([a-z-]+)` \| (.*) \|$', text, flags=re.M)
     assert [(a, n) for a, n, _ in rows] == [(n, n) for n in FAULTS if n != "none"]
     assert {n: d for _, n, d in rows} == {n: d for n, d in FAULTS.items() if n != "none"}
+
+
+def test_register_scalable_target_is_granted_on_any_resource_under_both_scaling_condition_keys() -> None:
+    """A new target's ARN holds an id AWS makes at registration (the SAR's resource-less row): granted on a
+    scalable-target/* ARN, the first registration is denied. Held to SageMaker's copy count by conditions."""
+    template = load_template(ROOT)
+    grants = [
+        s
+        for r in template["Resources"].values()
+        for policy in (r.get("Properties", {}).get("Policies") or [])
+        if isinstance(policy, dict)
+        for s in policy.get("Statement", [])
+        if "application-autoscaling:RegisterScalableTarget" in json.dumps(s.get("Action"))
+    ]
+    assert grants
+    for statement in grants:
+        assert statement["Resource"] == "*", statement
+        conditions = statement["Condition"]["StringEquals"]
+        assert conditions["application-autoscaling:service-namespace"] == "sagemaker"
+        assert (
+            conditions["application-autoscaling:scalable-dimension"] == "sagemaker:inference-component:DesiredCopyCount"
+        )

@@ -103,3 +103,27 @@ def test_run_local_refuses_a_channel_it_cannot_play(args: list[str], says: str) 
     result = CliRunner().invoke(app, ["run-local", *args, "--json"])
     assert result.exit_code == 2, result.output
     assert says in json.loads(result.stdout)["message"] and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [["run-local"], ["local", "up"]])
+def test_a_command_whose_extra_is_missing_names_the_extra_and_exits_2(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pip install ".[cli]"` then `modeldrop run-local`: one line naming the extra, never a traceback."""
+    import importlib.util
+
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "moto" else found(name, *a))
+    result = CliRunner().invoke(app, command)
+    assert (result.exit_code == 2 and result.exception is None) or isinstance(result.exception, SystemExit)
+    assert "`local` extra" in result.output and 'pip install ".[local]"' in result.output, result.output
+    assert "Traceback" not in result.output
+
+
+def test_plan_refuses_a_region_sagemaker_has_not_before_computing_anything(tmp_path: Path) -> None:
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+
+    folder = write_checkpoint(tmp_path / "c")
+    result = CliRunner().invoke(app, ["plan", str(folder), "--region", "us-est-1"])
+    assert result.exit_code == 2 and "not a region SageMaker runs in" in result.output, result.output
+    assert "did you mean" in result.output and "memory" not in result.output.lower()  # nothing was planned

@@ -117,6 +117,39 @@ def fail(message: str, hint: str | None = None, code: int = 2, error: str = "Usa
     raise typer.Exit(code)
 
 
+def check_region(region: str) -> None:
+    """Exit 2 before any work on a region SageMaker has in no partition (botocore's own endpoint data),
+    with the close match where there is one."""
+    import difflib
+
+    import boto3
+
+    session = boto3.session.Session()
+    known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sagemaker", p)}
+    if known and region not in known:
+        close = difflib.get_close_matches(region, sorted(known), n=1)
+        fail(f"{region!r} is not a region SageMaker runs in" + (f" (did you mean {close[0]}?)" if close else ""),
+             "pass --region (or set AWS_REGION) to one of botocore's SageMaker regions, e.g. us-east-1",
+             error="RegionUnknown")  # fmt: skip
+
+
+# What each optional extra brings, by the modules a command imports from it.
+EXTRA_MODULES = {"local": ("moto", "yaml", "jsonata")}
+
+
+def need_extra(extra: str, command: str) -> None:
+    """Exit 2 with one line naming the extra when COMMAND's optional dependencies are not installed."""
+    import importlib.util
+
+    missing = [m for m in EXTRA_MODULES[extra] if importlib.util.find_spec(m) is None]
+    if missing:
+        fail(
+            f"{command} needs modeldrop's `{extra}` extra ({', '.join(missing)} not installed)",
+            f'pip install "modeldrop[{extra}]" (from a clone: pip install ".[{extra}]")',
+            error="ExtraMissing",
+        )
+
+
 @contextmanager
 def aws_errors(domain_errors: bool = True) -> Iterator[None]:
     """What a user can get wrong about AWS becomes one line and exit 2, never a traceback.

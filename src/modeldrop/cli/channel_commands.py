@@ -8,6 +8,7 @@ import json
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from modeldrop.cli._shared import app, aws_errors, console, fail, json_mode
@@ -136,19 +137,26 @@ def channels_cmd(
     if as_json:
         print(json.dumps([{**r.model_dump(mode="json"), "cost": costs[r.name]} for r in records]))
         return
-    table = Table(title="channels")
-    for col in ("channel", "endpoint", "serving", "kept", "last event", "today", "month", "idle saved"):
-        table.add_column(col)
+    columns = ("channel", "endpoint", "serving", "kept", "last event", "today", "month", "idle saved")
+    rows = []
     for r in records:
         last = r.history[-1] if r.history else None
-        table.add_row(
-            r.name,
-            r.endpoint_name,
-            r.live.deployment_id if r.live else "-",
-            ", ".join(v.deployment_id for v in r.kept) or "-",
-            f"{last.kind} {last.at}" if last else "-",
-            *_cost_cells(costs[r.name]),
-        )
+        rows.append((r.name, r.endpoint_name, r.live.deployment_id if r.live else "-",
+                     ", ".join(v.deployment_id for v in r.kept) or "-", f"{last.kind} {last.at}" if last else "-",
+                     *_cost_cells(costs[r.name])))  # fmt: skip
+    # A table wider than the terminal would cut identifiers nobody could then copy: stacked instead.
+    widest = sum(max([len(c), *(len(row[i]) for row in rows)]) + 3 for i, c in enumerate(columns)) + 1
+    if rows and widest > console.width:
+        for row in rows:
+            console.print(f"[bold]{escape(row[0])}[/]", highlight=False)
+            for label, value in zip(columns[1:], row[1:], strict=True):
+                console.print(f"  {label}: {escape(value)}", highlight=False, soft_wrap=True)
+        return
+    table = Table(title="channels")
+    for col in columns:
+        table.add_column(col, no_wrap=True)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

@@ -30,6 +30,7 @@ from modeldrop.cli._shared import (
     fail,
     instance_choice,
     json_mode,
+    need_extra,
     request_fields,
 )
 from modeldrop.cli.run_summary import summary
@@ -142,6 +143,7 @@ def run_local_cmd(
     json_mode(as_json)
     if fault == "list":
         _print_faults(as_json)
+    need_extra("local", "run-local")
     request: dict[str, Any] = instance_choice(instance_type)
     request.update(request_fields({**locals(), **(named_settings or {})}))
     from modeldrop.local.engines.launch import EngineUnavailable

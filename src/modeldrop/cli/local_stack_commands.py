@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from modeldrop.cli._shared import app, console, fail, json_mode
+from modeldrop.cli._shared import app, console, fail, json_mode, need_extra
 
 local_app = typer.Typer(help="A persistent emulated stack (no AWS account) for deploy, list, status and the rest.")
 app.add_typer(local_app, name="local")
@@ -73,6 +73,7 @@ def local_up(
     """Start the emulated stack in the background and print the env that points commands at it:
     eval "$(modeldrop local up)", then deploy, upload, list, status, extend, teardown, doctor, eval."""
     json_mode(as_json)
+    need_extra("local", "local up")
     from modeldrop.local.stack.daemon import state_path
 
     state = _running()
