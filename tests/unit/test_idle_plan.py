@@ -78,3 +78,11 @@ def test_plan_idle_says_what_a_channel_of_the_plan_would_do(tmp_path: object) ->
     assert paris.exit_code == 0 and "always-on: eu-west-3 refuses MinInstanceCount 0" in " ".join(paris.output.split())
     short = runner.invoke(app, ["plan", checkpoint, "--idle", "2m", "--region", "us-east-1"])
     assert short.exit_code == 2 and "between 5 minutes and 24 hours" in short.output
+
+
+def test_a_bare_number_of_seconds_too_short_suggests_a_unit() -> None:
+    with pytest.raises(ValueError, match="did you mean 5m or 5h"):
+        parse_idle("5")
+    with pytest.raises(ValueError) as late:
+        parse_idle("25h")
+    assert "did you mean" not in str(late.value)

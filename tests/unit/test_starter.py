@@ -51,3 +51,10 @@ def test_ids_fit_sagemaker_names_and_never_collide() -> None:
     # A name reused after Step Functions' 90-day window: another start, another id.
     assert deployment_id_for("run-7", started) != deployment_id_for("run-7", started + 90 * 86_400_000)
     assert deployment_id_for("run-7", started).startswith("run-7-")
+
+
+def test_a_marker_key_typo_is_refused_with_its_close_match() -> None:
+    from modeldrop.pipeline.deployment.starter import parse_marker
+
+    with pytest.raises(RequestInvalid, match="'instnce_type': did you mean 'instance_type'"):
+        parse_marker(b'{"instnce_type": "ml.g6.2xlarge"}', "s3://b/run/modeldrop.json")

@@ -89,11 +89,9 @@ def validate_cmd(
     codes = {f.code for f in report.findings}
     if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
         # Nothing of a model at all: one line, not ten findings about what is missing.
-        console.print(
-            escape(f"{printable(str(source))}: not a checkpoint (no config.json and no *.safetensors weights)"),
-            highlight=False,
-        )
-        raise typer.Exit(1)
+        fail(f"{printable(str(source))}: not a checkpoint (no config.json and no *.safetensors weights)",
+             "point at the folder save_pretrained wrote (config.json and the *.safetensors shards at its root)",
+             code=1, error="NotACheckpoint")  # fmt: skip
     if as_json:
         print(report.model_dump_json(indent=2))
     else:

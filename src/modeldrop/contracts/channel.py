@@ -33,9 +33,15 @@ def parse_idle(text: str | int | float) -> int:
             raise ValueError(f"idle period {str(text)[:40]!r}: a duration such as 10m, 1h or 90s")
         seconds = float(match.group(1)) * _UNIT[(match.group(2) or "s").lower()]
     if not MIN_IDLE_SECONDS <= seconds <= MAX_IDLE_SECONDS:
+        bare = not isinstance(text, str) or text.strip().replace(".", "", 1).isdigit()
+        unit = (
+            f" (a bare number is seconds: did you mean {text}m or {text}h?)"
+            if bare and seconds < MIN_IDLE_SECONDS
+            else ""
+        )
         raise ValueError(
             f"idle period {seconds:g} s: between {MIN_IDLE_SECONDS // 60} minutes and {MAX_IDLE_SECONDS // 3600} "
-            "hours (the idle alarm's minutes of no invocation)"
+            f"hours (the idle alarm's minutes of no invocation){unit}"
         )
     return int(seconds // 60 * 60)  # whole minutes: the alarm's 60-second periods
 

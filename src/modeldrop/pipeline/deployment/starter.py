@@ -7,6 +7,7 @@ uncompressed safetensors prefix and may carry per-model overrides.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
 import posixpath
@@ -114,8 +115,13 @@ def parse_marker(raw: bytes, uri: str) -> dict[str, Any]:
         )
     unknown = set(data) - OVERRIDE_FIELDS
     if unknown:
+        close = {
+            k: m[0] for k in sorted(unknown)[:10] if (m := difflib.get_close_matches(str(k), OVERRIDE_FIELDS, n=1))
+        }
+        meant = "; ".join(f"{k!r}: did you mean {v!r}?" for k, v in close.items())
         raise RequestInvalid(
-            f"{uri}: unknown override(s) {sorted(unknown)[:10]}", f"allowed: {sorted(OVERRIDE_FIELDS)}"
+            f"{uri}: unknown override(s) {sorted(unknown)[:10]}" + (f" ({meant})" if meant else ""),
+            f"allowed: {sorted(OVERRIDE_FIELDS)}",
         )
     _gate_not_loosened(data.get("gate"), uri)
     return data
