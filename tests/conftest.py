@@ -169,12 +169,12 @@ def deployed(stack: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
 # scheduling hint for CI's wall time (from `--durations`), not an order any test depends on.
 LONGEST_FIRST = (
     "test_doc_examples.py",
+    "test_engine_check.py",
     "test_doc_examples_local.py",
     "test_cli.py",
     "test_capacity_and_phases.py",
     "test_real_engine.py",
     "test_isolation.py",
-    "test_engine_check.py",
     "test_engine_image.py",
     "test_engine_oracle.py",
     "test_state_machine.py",

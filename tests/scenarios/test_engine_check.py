@@ -99,14 +99,18 @@ def test_the_engine_judges_each_variant_in_its_own_words(tmp_path: Path) -> None
 
 def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) -> None:
     base = write_cpu_checkpoint(tmp_path / "llama")
-    broken = _variant(base, tmp_path, "exl2", config=lambda c: c.update(quantization_config={"quant_method": "exl2"}))
+    broken = _variant(base, tmp_path, "odd-activation", config=lambda c: c.update(hidden_act="wibble"))
     done = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(broken), "--engine-check", "--json"],
                           capture_output=True, text=True, timeout=900)  # fmt: skip
     assert done.returncode == 1, done.stderr
     report = json.loads(done.stdout)
     check = report["engine_check"]
     assert check["engine"] == "vllm" and check["version"] and check["verdict"] == "refused"
-    assert "Unknown quantization method: exl2" in check["message"] and not report["deployable"]
+    assert "Unsupported activation: wibble" in check["message"] and not report["deployable"]
+    exl2 = _variant(base, tmp_path, "exl2", config=lambda c: c.update(quantization_config={"quant_method": "exl2"}))
+    statically = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(exl2), "--engine-check", "--json"],
+                                capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert json.loads(statically.stdout)["engine_check"]["verdict"] == "skipped"  # refused before the engine
     archive = tmp_path / "x.tar.gz"
     archive.write_bytes(b"not read")
     refused = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(archive), "--engine-check"],
@@ -178,8 +182,16 @@ def test_an_adapter_is_judged_by_peft_helper_on_its_base(tmp_path: Path) -> None
         report = json.loads(result.stdout)
         verdicts[name] = (report["deployable"], report["engine_check"]["verdict"], report["engine_check"]["message"])
     assert verdicts["plain"][:2] == (True, "loads"), verdicts
-    assert verdicts["pissa"][:2] == (False, "refused") and "init_lora_weights='pissa'" in verdicts["pissa"][2]
-    assert verdicts["dora"][:2] == (False, "refused") and "DoRA" in verdicts["dora"][2]
+    # The static rules refuse these first, so the CLI never starts the engine on them; asked directly, the
+    # engine's own PEFTHelper refuses them in its words.
+    assert verdicts["pissa"][:2] == verdicts["dora"][:2] == (False, "skipped"), verdicts
+    from modeldrop.checkpoint.engine.engine_check import engine_check
+
+    assert VLLM is not None
+    pissa = engine_check(tmp_path / "pissa", TARGET, VLLM, base=base)
+    assert pissa.verdict == "refused" and "init_lora_weights='pissa'" in pissa.message, pissa
+    dora = engine_check(tmp_path / "dora", TARGET, VLLM, base=base)
+    assert dora.verdict == "refused" and "DoRA" in dora.message, dora
 
 
 def test_upload_asks_the_engine_before_the_first_byte(tmp_path: Path) -> None:
