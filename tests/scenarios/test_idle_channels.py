@@ -102,6 +102,8 @@ def test_channels_json_gives_the_cost_and_invoke_waits_out_a_sleeping_channel(
     narrow = cli.invoke(app, ["channels", *where], terminal_width=80).output  # COLUMNS=80: nothing cut
     assert "modeldrop-ch-nightly" in narrow and listed["live"]["deployment_id"] in narrow, narrow
     assert all(len(line) <= 80 or " " not in line.strip() for line in narrow.splitlines()), narrow
+    unknown = cli.invoke(app, ["invoke", "nosuchchannel", *where])
+    assert unknown.exit_code == 1 and "no channel named nosuchchannel" in unknown.output, unknown.output
     woke = cli.invoke(app, ["invoke", "nightly", *where, "--json"])
     answered = json.loads(woke.output)
     assert woke.exit_code == 0 and answered["answered"] and answered["retries"] > 0, woke.output

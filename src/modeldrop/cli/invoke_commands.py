@@ -61,6 +61,9 @@ def invoke_cmd(
         console.print(_answer_text(str(done["body"])), highlight=False, soft_wrap=True)
         if done["retries"]:
             err.print(f"answered after {done['seconds']:.0f} s ({done['retries']} retries while it woke)")
+    elif channel is None and "not found" in str(done["error"]).lower():  # neither a channel nor an endpoint
+        err.print(f"error: no channel named {target} in stack {stack}, and no endpoint of that name in its region")
+        err.print("  fix: `modeldrop channels` lists the channels, `modeldrop list` the deployments' endpoints")
     else:
         err.print(f"error: {done['error']}")
     raise typer.Exit(0 if done["answered"] else 1)
