@@ -327,6 +327,8 @@ def test_plan_does_not_let_a_raw_key_bypass_the_memory_plan(tmp_path: Path) -> N
     with shard.open("wb") as out:
         out.write(struct.pack("<Q", len(raw)) + raw + data)
         out.truncate(8 + len(raw) + len(data) + filler)
+    config = json.loads((model / "config.json").read_text())  # a released E4B has its tower config
+    (model / "config.json").write_text(json.dumps({**config, "vision_config": {"model_type": "gemma4_vision"}}))
     args = ["plan", str(model), "--engine", "vllm", "--instance-type", "ml.g6.2xlarge", "--region", "us-east-1"]
     assert _run(*args).returncode == 0  # 32 sequences fit, as measured on an L4
     bypass = _run(*args, "--env", "SM_VLLM_MAX_NUM_SEQS=256")

@@ -32,8 +32,10 @@ def test_the_plan_picks_the_host_ami_for_the_images_cuda_and_the_image_of_the_re
     assert g5["host"]["driver"] == 580 and g5["host"]["image_cuda"] == "13.0" and "470" in g5["host"]["note"]
     osaka = _plan("--region", "ap-northeast-3")
     assert osaka["image"].startswith("364406365360.dkr.ecr.ap-northeast-3.amazonaws.com/vllm:")
-    unknown = _plan("--region", "xx-nowhere-9")
-    assert unknown["refused"]["error"] == "ImageUnresolvable"
+    from modeldrop.cli import app
+
+    unknown = CliRunner().invoke(app, ["plan", FIXTURE, "--region", "xx-nowhere-9", "--json"])
+    assert unknown.exit_code == 2 and json.loads(unknown.output)["error"] == "RegionUnknown"  # before any plan
     # SGLang's DLC has kernels for H100/B200 only: an L4 type is skipped with the reason, an H100 one fits.
     sglang = _plan("--engine", "sglang", "--instance-type", "ml.g6.2xlarge,ml.p5.48xlarge", "--region", "us-east-1")
     verdicts = {c["instance_type"]: (c["verdict"], c["usable"], c["reason"]) for c in sglang["candidates"]}

@@ -61,7 +61,7 @@ def test_happy_path_from_s3_event(stack: Any, archive: bytes) -> None:
     report = stack.client("s3").get_object(
         Bucket=stack.bucket, Key=f"runs/exp1/modeldrop-reports/{item['deployment_id']}/validation.json"
     )
-    assert json.loads(report["Body"].read())["tensor_count"] == 62
+    assert json.loads(report["Body"].read())["tensor_count"] == 107
     markdown = (
         stack.client("s3")
         .get_object(Bucket=stack.bucket, Key=f"runs/exp1/modeldrop-reports/{item['deployment_id']}/eval.md")["Body"]

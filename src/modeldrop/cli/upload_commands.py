@@ -51,10 +51,8 @@ def upload_cmd(
     already there with the same size and digest skipped, the modeldrop.json marker last."""
     json_mode(as_json)
     from modeldrop.aws.s3.checkpoint_upload import upload_directory
-    from modeldrop.checkpoint.validation import validate_source
     from modeldrop.cli.checkpoint_commands import (
         _engine_check_possible,
-        _with_engine_check,
         engine_check_off,
         judging_target,
     )
@@ -73,20 +71,7 @@ def upload_cmd(
         _engine_check_possible(str(directory), None)
     judged = bool(engine_check) or (validate and engine_check_off(str(directory), engine_check is False) is None)
     if validate or engine_check:
-        image = judging_target(None, overrides.get("engine", engine))  # the marker's engine's default image
-        with byte_progress("validating"):
-            report = validate_source(str(directory), target=image)
-        if judged:
-            report = _with_engine_check(report, str(directory), image)
-        if not report.deployable:
-            errors = [f for f in report.findings if f.severity == "error"]
-            if as_json:
-                print(json.dumps({"uploaded": False, "validation": report.model_dump(mode="json")}))
-            else:
-                for finding in errors:
-                    console.print(f"[red]{finding.code}[/]: {finding.message}\n  fix: {finding.hint}", highlight=False)
-                console.print("nothing was uploaded (--no-validate uploads anyway)")
-            raise typer.Exit(1)
+        _refuse_before_upload(directory, judging_target(None, overrides.get("engine", engine)), judged, as_json)
     try:
         with aws_errors(domain_errors=False):
             s3 = session_for(region, profile).client("s3")
@@ -112,6 +97,26 @@ def upload_cmd(
         if not as_json:
             console.print(f"uploaded {len(summary.uploaded)} file(s); following {arn}")
         follow(session.client("stepfunctions"), arn, as_json, extra={"upload": result})
+
+
+def _refuse_before_upload(directory: Path, image: Any, judged: bool, as_json: bool) -> None:
+    """Exit 1, nothing uploaded, when DIRECTORY is refused for IMAGE (by the engine too when JUDGED)."""
+    from modeldrop.checkpoint.validation import validate_source
+    from modeldrop.cli.checkpoint_commands import _with_engine_check
+
+    with byte_progress("validating"):
+        report = validate_source(str(directory), target=image)  # the marker's engine's default image
+    if judged:
+        report = _with_engine_check(report, str(directory), image)
+    if report.deployable:
+        return
+    if as_json:
+        print(json.dumps({"uploaded": False, "validation": report.model_dump(mode="json")}))
+    else:
+        for finding in (f for f in report.findings if f.severity == "error"):
+            console.print(f"[red]{finding.code}[/]: {finding.message}\n  fix: {finding.hint}", highlight=False)
+        console.print("nothing was uploaded (--no-validate uploads anyway)")
+    raise typer.Exit(1)
 
 
 def _marker_overrides(directory: Path, engine: str | None, instance_type: str | None, merge: bool) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any, ClassVar
 
 import boto3
 import yaml
+from botocore.config import Config
 
 from modeldrop.aws import clients
 from modeldrop.aws.dynamodb.registry import Registry
@@ -71,6 +72,9 @@ def load_template(root: Path) -> dict[str, Any]:
     with (root / "template.yaml").open() as fh:
         data: dict[str, Any] = yaml.load(fh, Loader=_CfnLoader)
     return data
+
+
+_TEST_CLIENTS = Config(retries={"mode": "standard", "max_attempts": 5})
 
 
 @dataclass
@@ -276,10 +280,12 @@ class EmulatedStack:
         return self.resources["DeploymentsTable"]
 
     def client(self, service: str) -> Any:
-        return boto3.client(service, region_name=REGION)  # type: ignore[call-overload]
+        # The retry settings given, not read from os.environ: a Lambda running in another thread patches
+        # and restores AWS_RETRY_MODE there, and botocore's env lookup is a check-then-read.
+        return boto3.client(service, region_name=REGION, config=_TEST_CLIENTS)  # type: ignore[call-overload]
 
     def table(self) -> Any:
-        return boto3.resource("dynamodb", region_name=REGION).Table(self.table_name)
+        return boto3.resource("dynamodb", region_name=REGION, config=_TEST_CLIENTS).Table(self.table_name)
 
     def registry(self) -> Registry:
         return Registry(self.table())
