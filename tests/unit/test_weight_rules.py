@@ -137,3 +137,18 @@ def test_experts_past_the_configs_count_are_unexpected() -> None:
     config["num_local_experts"] -= 1
     found = [f for f in weight_findings(config, _shapes("mixtral")) if f.code == "WEIGHTS_UNEXPECTED"]
     assert found and "past the" in found[0].message, weight_findings(config, _shapes("mixtral"))
+
+
+def test_experts_in_a_layout_the_count_cannot_read_are_not_taken_for_none() -> None:
+    """DBRX keeps all of a layer's experts in 2-D `ffn.experts.mlp.w1` tensors (experts x rows): present,
+    not countable by id or first dimension -- never "no expert weights"."""
+    config = {"architectures": ["DbrxForCausalLM"], "model_type": "dbrx", "d_model": 32, "n_layers": 2,
+              "vocab_size": 64, "ffn_config": {"moe_num_experts": 4, "ffn_hidden_size": 16}}  # fmt: skip
+    shapes = {"transformer.wte.weight": (64, 32), "lm_head.weight": (64, 32)}
+    for i in range(2):
+        for w in ("w1", "v1", "w2"):
+            shapes[f"transformer.blocks.{i}.ffn.experts.mlp.{w}"] = (4 * 16, 32)
+        shapes[f"transformer.blocks.{i}.ffn.router.layer.weight"] = (4, 32)
+    assert [f for f in weight_findings(config, shapes) if "expert" in f.message] == []
+    bare = {n: s for n, s in shapes.items() if ".experts." not in n}
+    assert any("no layer" in f.message for f in weight_findings(config, bare) if f.code == "WEIGHTS_MISSING")

@@ -76,8 +76,8 @@ def _declared_header_bytes(path: Path) -> int:
     shard, so that an oversized checkpoint is refused before any header of it is parsed."""
     total = 0
     for shard in path.glob("*.safetensors"):
-        if shard.name.startswith(".") or not shard.is_file():
-            continue
+        if shard.name.startswith(".") or shard.is_symlink() or not shard.is_file():
+            continue  # a link is the scan's to judge (inside the directory, or a cache blob); its total still bounds
         with shard.open("rb") as fh:
             prefix = fh.read(8)
         total += int.from_bytes(prefix, "little") if len(prefix) == 8 else 0

@@ -322,6 +322,8 @@ def _layer_experts(tensors: dict[str, tuple[int, ...]]) -> tuple[dict[str, set[i
     indexed: dict[str, set[int]] = defaultdict(set)
     fused: dict[str, int] = {}
     for rest, shape in tensors.items():
+        if "experts" in rest.split(".") and not _EXPERT.match(rest) and not (len(shape) >= 3 and _FUSED.match(rest)):
+            fused.setdefault("", 0)  # experts in a layout not counted here (DBRX's 2-D experts.mlp.w1): present
         match = _EXPERT.match(rest)
         if match is not None:
             indexed[match["head"]].add(int(match["index"]))
@@ -352,7 +354,7 @@ def expert_count_findings(
             if beyond := sorted(i for i in ids if i >= count):
                 faults[f"{head} has weights for expert {_ids(beyond)} past the {count} ({key})"].append(index)
         for rest, experts in sorted(fused.items()):
-            if experts != count:
+            if rest and experts != count:
                 faults[f"{rest} holds {experts} experts where {key} says {count}"].append(index)
     findings = [
         _error("WEIGHTS_MISSING" if "no weights" in what or "holds" in what else "WEIGHTS_UNEXPECTED",

@@ -109,12 +109,16 @@ def check_served(s3: S3Client, served: ArtifactUri, target: EngineVersion) -> En
     with tempfile.TemporaryDirectory(prefix="modeldrop-engine-") as tmp:
         model = write_skeleton(scan, Path(tmp) / "model")
         adapters = _adapter_dirs(s3, served, scan, model)
-        if not adapters:
+        if not adapters or not target.runs_vllm or python is None:  # engine_check says why it cannot judge
             return engine_check(model, target, python)
         # An adapter is judged as the engine's LoRA manager reads it (PEFTHelper against the LoRA rules),
         # beside its base in the same process; an adapter-only copy joins a live base judged when deployed.
         judged = [] if "config.json" not in scan.small_files else [model]
-        lines = probe([*judged, *(Path(f"--adapter={d}") for d in adapters)], python or "")
+        try:
+            lines = probe([*judged, *(Path(f"--adapter={d}") for d in adapters)], python)
+        except OSError as exc:  # the engine's interpreter could not be started: a broken check, never a pass
+            return EngineCheck(engine="vllm", verdict="failed", stage="probe", judged_for=target.describe(),
+                               message=f"the engine check could not start: {type(exc).__name__}: {exc}")  # fmt: skip
         return from_probe(_first_refusal(lines, adapters), target, python)
 
 
