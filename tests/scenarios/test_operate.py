@@ -167,3 +167,41 @@ def test_teardown_all_before_sam_delete_and_doctor_warns_while_endpoints_live(de
     twice = _cli("teardown", deployment_id, *REGION)
     assert twice.exit_code == 0 and "already torn_down" in twice.output, twice.output
     assert _cli("teardown", "--all", *REGION, "--json").exit_code == 0
+
+
+def test_a_failed_deployment_stays_findable_and_a_promoted_one_has_one_truth(deployed: Any, archive: bytes) -> None:
+    stack = deployed
+    missing = _cli("deploy", f"s3://{stack.bucket}/runs/8/missing.tar.gz", *REGION, "--ttl", "2h", "--wait", "--json")
+    assert missing.exit_code == 1, missing.output
+    failed = json.loads(missing.output)
+    # The failure path's steps report their own outcome: the record exists before the artifact is read.
+    assert failed["error"] == "CheckpointUnreadable" and "StepContractViolated" not in missing.output
+    status = json.loads(_cli("status", failed["deployment_id"], *REGION, "--json").output)
+    assert status["status"] == "failed" and status["failure"]["error"] == "CheckpointUnreadable"
+
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/9/weights.tar.gz", Body=archive)
+    run = json.loads(_cli("deploy", f"s3://{stack.bucket}/runs/9/weights.tar.gz", *REGION, "--wait", "--json").output)
+    deployment_id, own = run["deployment_id"], run["endpoint_name"]
+    promoted = _cli("promote", deployment_id, "--channel", "main", *REGION, "--json")
+    assert promoted.exit_code == 0, promoted.output
+    clock.advance(3600)  # the channel's endpoint bills from here; the deployment's own is gone
+    status = json.loads(_cli("status", deployment_id, *REGION, "--json").output)
+    assert status["channel"]["channel"] == "main" and status["channel"]["role"] == "serving"
+    assert status["endpoint_name"] == "modeldrop-ch-main" and status["preview_endpoint_name"] == own
+    assert status["expires_at"] is None and status["cost_is_final"] and status["cost_usd"] < 0.1
+    rows = {r["deployment_id"]: r for r in json.loads(_cli("list", *REGION, "--json").output)}
+    assert rows[deployment_id]["status"] == "serving (main)" and rows[deployment_id]["expires_in_hours"] is None
+    extend = _cli("extend", deployment_id, "--ttl", "2h", *REGION)
+    assert extend.exit_code == 2 and "serves channel main" in extend.output
+    assert "modeldrop rollback main" in extend.output and "Traceback" not in extend.output
+    down = _cli("teardown", deployment_id, *REGION)
+    assert down.exit_code == 2 and "modeldrop teardown main" in down.output
+
+    clock.advance(2 * 86400)  # the failed one ended two days ago: out of the default list, in --all
+    listed = _cli("list", *REGION)
+    assert failed["deployment_id"] not in listed.output and "1 more ended over a day ago" in listed.output
+    assert failed["deployment_id"] in _cli("list", *REGION, "--all").output
+    closed = _cli("teardown", "main", *REGION)
+    assert closed.exit_code == 0, closed.output
+    assert "channel main closed; deleted:\n  " in closed.output  # one per line, copyable
+    assert stack.leftover_resources() == []

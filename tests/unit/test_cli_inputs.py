@@ -127,3 +127,63 @@ def test_plan_refuses_a_region_sagemaker_has_not_before_computing_anything(tmp_p
     result = CliRunner().invoke(app, ["plan", str(folder), "--region", "us-est-1"])
     assert result.exit_code == 2 and "not a region SageMaker runs in" in result.output, result.output
     assert "did you mean" in result.output and "memory" not in result.output.lower()  # nothing was planned
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["list"], ["status", "x"], ["channels"]])
+def test_every_aws_command_refuses_an_unknown_region_before_any_call(
+    command: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pointed at an address where nothing listens: a call would blame the network, not the typo."""
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    result = CliRunner().invoke(app, [*command, "--region", "mars-1"])
+    assert result.exit_code == 2 and "not a region SageMaker runs in" in result.output, result.output
+    assert "cannot reach" not in result.output and "Traceback" not in result.output
+
+
+def test_a_shell_pointed_at_a_stopped_local_stack_is_told_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from modeldrop.operate.aws_problems import stopped_stack_problem
+
+    state = tmp_path / "mine.json"
+    env = {"MODELDROP_LOCAL_STATE": str(state), "AWS_ENDPOINT_URL": "http://127.0.0.1:9"}
+    assert "is stopped" in str(stopped_stack_problem(env))
+    state.write_text(json.dumps({"endpoint_url": "http://127.0.0.1:10"}))
+    assert "was restarted at http://127.0.0.1:10" in str(stopped_stack_problem(env))
+    state.write_text(json.dumps({"endpoint_url": "http://127.0.0.1:9"}))
+    assert stopped_stack_problem(env) is None  # running: a refused connection is something else
+    assert stopped_stack_problem({"AWS_ENDPOINT_URL": "http://127.0.0.1:9"}) is None  # not local up's exports
+    monkeypatch.setenv("MODELDROP_LOCAL_STATE", str(tmp_path / "gone.json"))
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_REGION", "us-east-1")
+    result = CliRunner().invoke(app, ["list", "--json"])
+    assert result.exit_code == 2 and json.loads(result.stdout)["error"] == "LocalStackStopped", result.output
+
+
+def test_local_stacks_are_the_users_own_per_directory_or_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from modeldrop.local.stack.daemon import stack_name, state_path
+
+    monkeypatch.delenv("MODELDROP_LOCAL_STATE", raising=False)
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    here = state_path()
+    monkeypatch.chdir(tmp_path / "b")
+    assert state_path() != here and here.parent == state_path().parent == tmp_path / "state/modeldrop/local-stacks"
+    assert here.name.startswith("a-") and stack_name("demo") == "demo"
+    with pytest.raises(ValueError, match="not a local stack name"):
+        stack_name("../x")
+    result = CliRunner().invoke(app, ["local", "status", "--json"])
+    assert result.exit_code == 1 and json.loads(result.stdout)["current"] is None
+
+
+def test_the_build_refuses_a_python_it_does_not_support_in_one_line() -> None:
+    import shutil
+    import subprocess
+
+    old = shutil.which("python3.11") or next(iter(Path.home().glob(".pyenv/versions/3.11*/bin/python3.11")), None)
+    if old is None:
+        pytest.skip("no Python 3.11 on this machine to build with")
+    backend = Path(__file__).resolve().parents[2] / "tools" / "build_backend"
+    done = subprocess.run([str(old), "-c", "import modeldrop_build"], cwd=backend, capture_output=True, text=True)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1, done.stderr
+    assert "modeldrop needs Python 3.12 or newer" in done.stderr and "this is Python 3.11" in done.stderr

@@ -19,6 +19,7 @@ class StateRun(BaseModel):
     name: str
     outcome: str
     seconds: float
+    execution: str | None = None  # the execution's name (a run of several, as a channel's day, labels each)
 
 
 class _Tracker:
@@ -26,10 +27,12 @@ class _Tracker:
         self.entered: dict[str, datetime] = {}
         self.states: list[StateRun] = []
         self.on_state = on_state
+        self.execution: str | None = None
         self.failed: str | None = None  # the current task's last error, until it succeeds
         self.retries = 0
 
     def emit(self, state: StateRun) -> None:
+        state.execution = self.execution
         self.states.append(state)
         if self.on_state:
             self.on_state(state)
@@ -81,6 +84,7 @@ def watch(
     `on_poll` runs before every poll and may raise to stop watching.
     """
     tracker = _Tracker(on_state)
+    tracker.execution = arn.rsplit(":", 1)[-1]
     seen = 0
     deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
     while True:

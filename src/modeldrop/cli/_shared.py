@@ -118,19 +118,11 @@ def fail(message: str, hint: str | None = None, code: int = 2, error: str = "Usa
 
 
 def check_region(region: str) -> None:
-    """Exit 2 before any work on a region SageMaker has in no partition (botocore's own endpoint data),
-    with the close match where there is one."""
-    import difflib
+    """Exit 2 before any work on a region SageMaker has in no partition, with the close match."""
+    from modeldrop.operate.aws_problems import region_problem
 
-    import boto3
-
-    session = boto3.session.Session()
-    known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sagemaker", p)}
-    if known and region not in known:
-        close = difflib.get_close_matches(region, sorted(known), n=1)
-        fail(f"{region!r} is not a region SageMaker runs in" + (f" (did you mean {close[0]}?)" if close else ""),
-             "pass --region (or set AWS_REGION) to one of botocore's SageMaker regions, e.g. us-east-1",
-             error="RegionUnknown")  # fmt: skip
+    if problem := region_problem(region):
+        fail(problem[0], problem[1], error=problem[2])
 
 
 # What each optional extra brings, by the modules a command imports from it.
@@ -179,9 +171,17 @@ def aws_errors(domain_errors: bool = True) -> Iterator[None]:
     except NoRegionError:
         fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
     except EndpointConnectionError as exc:
+        from modeldrop.operate.aws_problems import connection_problem
+
+        if problem := connection_problem():
+            fail(problem[0], problem[1], error=problem[2])
         fail(f"cannot reach AWS: {exc}", "check the region name and the network", error="EndpointUnreachable")
     except ClientError as exc:
+        from modeldrop.operate.aws_problems import client_error_problem
+
         detail = exc.response.get("Error", {})
+        if problem := client_error_problem(dict(detail)):
+            fail(problem[0], problem[1], error=problem[2])
         fail(
             f"AWS refused {exc.operation_name}: {detail.get('Code')}: {detail.get('Message')}",
             error=str(detail.get("Code") or "ClientError"),
@@ -207,6 +207,7 @@ def session_for(region: str | None, profile: str | None = None) -> Any:
     session._session.set_default_client_config(RETRIES)
     if session.region_name is None:
         fail("no AWS region configured", "pass --region or set AWS_REGION", error="NoRegion")
+    check_region(session.region_name)  # before any call: a region no SageMaker has is a typo, not the network
     return session
 
 
@@ -320,7 +321,10 @@ SpeculativeModelOpt = Annotated[
     str | None, typer.Option(help="EAGLE3 draft head (a Hugging Face id or ./dir in the artifact): turns it on")
 ]
 SpeculativeTokensOpt = Annotated[int | None, typer.Option(min=1, max=16, help="tokens the draft proposes (3)")]
-ParallelDraftingOpt = Annotated[bool, typer.Option(help="P-EAGLE parallel drafting (needs a head trained for it)")]
+ParallelDraftingOpt = Annotated[
+    bool,
+    typer.Option(help="P-EAGLE parallel drafting (needs a head trained for it; off by default)", show_default=False),
+]
 
 # The named engine-setting options, declared once for every command that plans (see engine_options).
 ENGINE_OPTIONS: dict[str, tuple[Any, Any]] = {

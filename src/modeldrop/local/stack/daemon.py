@@ -10,13 +10,16 @@ reach a deployed stack. `local down` stops it; every endpoint process goes with 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import signal
 import socket
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +27,44 @@ STACK_NAME = "modeldrop-local"
 REGION = "us-east-1"
 
 
-def state_path() -> Path:
-    """Where a running local stack says how to reach it (one per user)."""
-    default = Path(tempfile.gettempdir()) / f"modeldrop-local-{os.getuid()}.json"
-    return Path(os.environ.get("MODELDROP_LOCAL_STATE") or default)
+def stacks_dir() -> Path:
+    """This user's local stacks' state files: under their own state home, never a shared temp folder
+    (another user's, or another checkout's, `local down` must not find them)."""
+    home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    path = home / "modeldrop" / "local-stacks"
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError:  # no writable home: a folder of this user's own in the temp folder
+        path = Path(tempfile.gettempdir()) / f"modeldrop-local-stacks-{os.getuid()}"
+        path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def stack_name(name: str | None = None) -> str:
+    """A local stack's name: NAME, else the current directory's (its base name and a hash of its path),
+    so that two checkouts or two projects each have their own."""
+    if name:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", name):
+            raise ValueError(f"{name!r} is not a local stack name (letters, digits, '.', '_', '-'; 64 at most)")
+        return name
+    cwd = str(Path.cwd())
+    base = re.sub(r"[^A-Za-z0-9_.-]", "-", Path(cwd).name)[:40] or "root"
+    return f"{base.lstrip('.-_') or 'dir'}-{hashlib.sha256(cwd.encode()).hexdigest()[:8]}"
+
+
+def state_path(name: str | None = None) -> Path:
+    """Where a running local stack says how to reach it: MODELDROP_LOCAL_STATE (which `local up`
+    exports, so a shell's later commands find its stack wherever they run), else NAME's (or the
+    current directory's) file in this user's state folder."""
+    explicit = os.environ.get("MODELDROP_LOCAL_STATE")
+    if explicit and not name:
+        return Path(explicit)
+    return stacks_dir() / f"{stack_name(name)}.json"
 
 
 def client_env(state: dict[str, Any]) -> dict[str, str]:
     """The settings that point the AWS SDK (and so every modeldrop command) at the local stack."""
-    return {
+    env = {
         "AWS_ENDPOINT_URL": state["endpoint_url"],
         "AWS_ENDPOINT_URL_SAGEMAKER_RUNTIME": state["runtime_url"],
         "AWS_ACCESS_KEY_ID": "testing",
@@ -42,6 +74,9 @@ def client_env(state: dict[str, Any]) -> dict[str, str]:
         "MODELDROP_STACK": STACK_NAME,
         "MODELDROP_POLL_SECONDS": "0.5",
     }
+    if state.get("state_path"):  # later `local` commands in the shell, and a stopped stack's diagnosis
+        env["MODELDROP_LOCAL_STATE"] = str(state["state_path"])
+    return env
 
 
 def _free_port() -> int:
@@ -68,8 +103,8 @@ def _cloudformation_stack(stack: Any) -> None:
     stack.client("cloudformation").create_stack(StackName=STACK_NAME, TemplateBody=json.dumps(template))
 
 
-def serve(port: int | None = None) -> int:
-    """Run the local stack until SIGTERM or SIGINT; the state file exists while it serves."""
+def serve(port: int | None = None, path: Path | None = None) -> int:
+    """Run the local stack until SIGTERM or SIGINT; the state file (PATH) exists while it serves."""
     from moto import mock_aws
     from moto.server import ThreadedMotoServer
 
@@ -81,7 +116,7 @@ def serve(port: int | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    path = state_path()
+    path = path or state_path()
     port = port or _free_port()
     clock.reset()
     hosting = LocalHosting()
@@ -96,6 +131,10 @@ def serve(port: int | None = None) -> int:
             assert stack.runtime is not None
             state = {
                 "pid": os.getpid(),
+                "name": path.stem,
+                "directory": os.getcwd(),
+                "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "state_path": str(path),
                 "endpoint_url": f"http://127.0.0.1:{port}",
                 "runtime_url": stack.runtime.url,
                 "stack": STACK_NAME,
@@ -115,4 +154,4 @@ def serve(port: int | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(serve(int(sys.argv[1]) if len(sys.argv) > 1 else None))
+    raise SystemExit(serve(int(sys.argv[1]) or None, Path(sys.argv[2])))

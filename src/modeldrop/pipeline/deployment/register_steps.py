@@ -40,6 +40,40 @@ def register(
     registry: Registry, s3: S3Client, req: NormalizedRequest, region: str, sm: SageMakerClient | None = None
 ) -> dict[str, Any]:
     """Create the record, then claim the artifact version: a second deployment of it fails here."""
+    try:
+        facts, identity, adapter_version, more = _artifact_claim(s3, req)
+    except CheckpointUnreadable:
+        # The record first even so: the failure path writes to it, and `status` / `list` find it.
+        _record(registry, req, region, None)
+        raise
+    created = _record(registry, req, region, facts.version)
+    # After the record exists, so that a refusal shows in `modeldrop status`.
+    attached = resolve_base(registry, sm, req.base_endpoint) if req.base_endpoint else None
+    if attached is not None:
+        identity = f"{identity} on {attached.endpoint_name}"
+    holder = registry.claim_artifact(identity, req.deployment_id)
+    if holder is not None:
+        raise DuplicateDeployment(
+            f"{identity} is already deployed by {holder.deployment_id} "
+            f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
+        )
+    items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix and not attached else []
+    items, batches = copy_batches(items)
+    return {
+        "deployment_id": req.deployment_id,
+        "created": created,
+        "artifact_version": facts.version,
+        "adapter_version": adapter_version,
+        "more_adapters": more,
+        "attach": attached.model_dump() if attached else None,
+        "size_bytes": facts.size_bytes,
+        "copy_items": [item.model_dump() for item in items],
+        "copy_batches": [list(b) for b in batches],  # [start, end) of copy_items: one Map iteration each
+    }
+
+
+def _artifact_claim(s3: S3Client, req: NormalizedRequest) -> tuple[Any, str, str | None, list[dict[str, Any]]]:
+    """The artifact's facts and the identity a deployment claims: its version, and its adapters'."""
     facts = artifact_facts(s3, req.artifact_uri)
     identity, version = facts.identity, facts.version
     adapter_version = None
@@ -53,9 +87,13 @@ def register(
         facts_of = artifact_facts(s3, named.uri)
         identity = f"{facts_of.identity} + {identity}"
         more.append({**named.model_dump(mode="json"), "version": facts_of.version})
+    return facts, identity, adapter_version, more
+
+
+def _record(registry: Registry, req: NormalizedRequest, region: str, version: str | None) -> bool:
     # On another deployment's endpoint, the instance (and its price) is that deployment's.
     price = None if req.base_endpoint else hourly_price(req.instance_type, region)
-    created = registry.register(
+    return registry.register(
         req.deployment_id,
         req.execution_name,
         req.model_dump(mode="json"),
@@ -72,29 +110,6 @@ def register(
         },
         execution_arn=req.execution_arn,
     )
-    # After the record exists, so that a refusal shows in `modeldrop status`.
-    attached = resolve_base(registry, sm, req.base_endpoint) if req.base_endpoint else None
-    if attached is not None:
-        identity = f"{identity} on {attached.endpoint_name}"
-    holder = registry.claim_artifact(identity, req.deployment_id)
-    if holder is not None:
-        raise DuplicateDeployment(
-            f"{identity} is already deployed by {holder.deployment_id} "
-            f"(status {holder.status}, endpoint {holder.endpoint_name}); nothing was created"
-        )
-    items = copy_items(facts.objects, req.artifact_uri) if req.artifact_uri.is_prefix and not attached else []
-    items, batches = copy_batches(items)
-    return {
-        "deployment_id": req.deployment_id,
-        "created": created,
-        "artifact_version": version,
-        "adapter_version": adapter_version,
-        "more_adapters": more,
-        "attach": attached.model_dump() if attached else None,
-        "size_bytes": facts.size_bytes,
-        "copy_items": [item.model_dump() for item in items],
-        "copy_batches": [list(b) for b in batches],  # [start, end) of copy_items: one Map iteration each
-    }
 
 
 @dataclass
