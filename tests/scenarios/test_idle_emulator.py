@@ -45,14 +45,14 @@ def _in_service(sm: Any, component: str) -> dict[str, Any]:
     raise AssertionError(f"{component} still moving")
 
 
-def _component_endpoint(stack: Any, tmp_path: Path, name: str) -> str:
+def _component_endpoint(stack: Any, tmp_path: Path, name: str, scaling: dict[str, Any] = SCALING) -> str:
     sm, s3 = stack.client("sagemaker"), stack.client("s3")
     upload_directory(s3, write_checkpoint(tmp_path / name), stack.bucket, f"served-{name}/", marker=False)
     source = {"S3Uri": f"s3://{stack.bucket}/served-{name}/", "S3DataType": "S3Prefix", "CompressionType": "None"}
     sm.create_model(ModelName=f"{name}-model", ExecutionRoleArn=ROLE,
                     PrimaryContainer={"Image": IMAGE, "ModelDataSource": {"S3DataSource": source}})  # fmt: skip
     sm.create_endpoint_config(EndpointConfigName=name, ExecutionRoleArn=ROLE,
-                              ProductionVariants=[_variant(ManagedInstanceScaling=SCALING)])  # fmt: skip
+                              ProductionVariants=[_variant(ManagedInstanceScaling=scaling)])  # fmt: skip
     sm.create_endpoint(EndpointName=name, EndpointConfigName=name)
     for _ in range(200):
         if sm.describe_endpoint(EndpointName=name)["EndpointStatus"] != "Creating":
@@ -131,6 +131,7 @@ def test_an_idle_component_scales_to_zero_refuses_and_wakes(stack: Any, tmp_path
     sm, aas, cw = stack.client("sagemaker"), stack.client("application-autoscaling"), stack.client("cloudwatch")
     runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
     idle_scaling.put_idle_scaling(aas, cw, component, after_seconds=600, max_instances=1)
+    assert idle_scaling.arm_idle(cw, component)  # the reaper arms it once the channel is idle-old; here at once
 
     def invoke() -> dict[str, Any]:
         return dict(runtime.invoke_endpoint(EndpointName="idle", InferenceComponentName=component, Body=PROBE,
@@ -189,3 +190,90 @@ def test_a_close_leaves_a_component_that_is_not_the_channels_alone(stack: Any, t
     assert idle_scaling.copies(stack.client("sagemaker"), component) == (1, 1)
     assert ctx.cloudwatch.describe_alarms(AlarmNames=idle_scaling.alarm_names(component))["MetricAlarms"]
     assert idle_channel.delete_config(ctx, record) == []  # its endpoint config is not the channel's either
+
+
+def _asleep_after(sm: Any, component: str, minutes: int) -> int:
+    for minute in range(1, minutes + 1):
+        clock.advance(60)
+        if idle_scaling.copies(sm, component) == (0, 0):
+            return minute
+    raise AssertionError(f"{component} still has copies after {minutes} min")
+
+
+def test_a_fresh_idle_channel_sleeps_only_once_armed_though_its_alarm_fires_at_once(stack: Any, tmp_path: Path) -> None:
+    """CloudWatch reads the minutes before a never-called component existed as missing, which the FILLed
+    sum makes 0: the idle alarm is in ALARM at its first minute. Created with its actions off, it is armed
+    once the channel has existed its idle period."""
+    component = _component_endpoint(stack, tmp_path, "fresh")
+    sm, aas, cw = stack.client("sagemaker"), stack.client("application-autoscaling"), stack.client("cloudwatch")
+    idle_scaling.put_idle_scaling(aas, cw, component, after_seconds=600, max_instances=1)
+    clock.advance(300)  # half the idle period, never called
+    assert idle_scaling.copies(sm, component) == (1, 1)
+    idle_alarm = cw.describe_alarms(AlarmNames=[idle_scaling.alarm_names(component)[0]])["MetricAlarms"][0]
+    assert idle_alarm["StateValue"] == "ALARM" and not idle_alarm["ActionsEnabled"]  # armed, it would act now
+    clock.advance(300)
+    assert idle_scaling.copies(sm, component) == (1, 1)
+    assert idle_scaling.arm_idle(cw, component) and not idle_scaling.arm_idle(cw, component)
+    assert _asleep_after(sm, component, 2) == 1  # re-run at the next evaluation it is still in ALARM
+
+
+def test_a_retrying_client_wakes_a_three_instance_channel_to_exactly_one_copy(stack: Any, tmp_path: Path) -> None:
+    """CloudWatch re-runs the wake alarm's scaling action every minute it stays in ALARM, and the client is
+    refused for minutes while an instance provisions: the wake policy sets one copy, it never adds one."""
+    scaling = {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4}
+    component = _component_endpoint(stack, tmp_path, "busy", scaling)
+    sm, aas, cw = stack.client("sagemaker"), stack.client("application-autoscaling"), stack.client("cloudwatch")
+    runtime = boto3.client("sagemaker-runtime", region_name="us-east-1", endpoint_url=stack.runtime.url)
+    idle_scaling.put_idle_scaling(aas, cw, component, after_seconds=600, max_instances=3)
+    assert idle_scaling.arm_idle(cw, component)
+    _asleep_after(sm, component, 12)
+    desired_seen = set()
+    for _ in range(240):  # every 5 s for up to 20 minutes, as a client told to retry the waking error does
+        try:
+            runtime.invoke_endpoint(EndpointName="busy", InferenceComponentName=component, Body=PROBE,
+                                    ContentType="application/json")  # fmt: skip
+            break
+        except ClientError as exc:
+            assert is_waking_error(exc.response["Error"]["Code"], exc.response["Error"]["Message"])
+        desired_seen.add(idle_scaling.copies(sm, component)[0])
+        clock.advance(5)
+    else:
+        raise AssertionError("never woke")
+    assert desired_seen <= {0, 1} and idle_scaling.copies(sm, component) == (1, 1)
+    assert [count for _when, count in idle_scaling.scaling_changes(aas, component)] == [0, 1]
+
+
+def test_a_quiet_multi_instance_channel_keeps_one_copy_until_its_idle_period(stack: Any, tmp_path: Path) -> None:
+    """Target tracking with scale-in on a target whose minimum is 0 takes a quiet component to zero copies
+    within minutes (the emulator evaluates it as AWS does); the channel's load policy only scales out."""
+    scaling = {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": 4}
+    component = _component_endpoint(stack, tmp_path, "quiet", scaling)
+    sm, aas, cw = stack.client("sagemaker"), stack.client("application-autoscaling"), stack.client("cloudwatch")
+    idle_scaling.put_idle_scaling(aas, cw, component, after_seconds=3600, max_instances=3)
+    clock.advance(30 * 60)  # half the idle period, no traffic (the reaper arms the idle alarm at its end)
+    assert idle_scaling.copies(sm, component) == (1, 1)
+    load = idle_scaling.policy_names(component)["load"]
+    metric = {"PredefinedMetricType": "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"}
+    config = {"TargetValue": idle_scaling.CONCURRENCY_TARGET, "PredefinedMetricSpecification": metric,
+              "ScaleInCooldown": 0, "ScaleOutCooldown": 60, "DisableScaleIn": False}  # fmt: skip
+    rid = idle_scaling.resource_id(component)
+    aas.put_scaling_policy(PolicyName=load, ServiceNamespace="sagemaker", ResourceId=rid,
+                           ScalableDimension=idle_scaling.DIMENSION, PolicyType="TargetTrackingScaling",
+                           TargetTrackingScalingPolicyConfiguration=config)  # fmt: skip
+    assert _asleep_after(sm, component, 20) <= 16  # with scale-in: zero copies long before the idle period
+
+
+def test_an_update_whose_new_copy_cannot_fit_beside_the_old_is_refused(stack: Any, tmp_path: Path) -> None:
+    """SageMaker places an update's new copies before it removes the old ones: one copy of all the
+    instance's GPUs on an endpoint allowed one instance has nowhere to go."""
+    sm = stack.client("sagemaker")
+    tight = _component_endpoint(stack, tmp_path, "tight")  # MaxInstanceCount 1, one copy
+    roomy = _component_endpoint(stack, tmp_path, "roomy", idle_scaling.idle_variant("ml.g6.2xlarge", 1, {})[
+        "ManagedInstanceScaling"])  # fmt: skip
+    spec = idle_scaling.component_spec("roomy-model", 1, 1024, {})
+    message = _refused(sm.update_inference_component, InferenceComponentName=tight, Specification=spec)
+    assert "Insufficient capacity" in message and "MaxInstanceCount is 1" in message
+    assert _in_service(sm, tight)["Specification"]["ModelName"] == "tight-model"  # untouched
+    sm.update_inference_component(InferenceComponentName=roomy, Specification=idle_scaling.component_spec(
+        "tight-model", 1, 1024, {}), DeploymentConfig=idle_scaling.update_policy(600))  # fmt: skip
+    assert _in_service(sm, roomy)["Specification"]["ModelName"] == "tight-model"

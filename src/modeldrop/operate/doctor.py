@@ -91,7 +91,7 @@ def check_role_reads_bucket(iam: IAMClient, role_arn: str, bucket: str | None) -
         results = iam.simulate_principal_policy(
             PolicySourceArn=role_arn,
             ActionNames=["s3:GetObject", "s3:ListBucket"],
-            ResourceArns=[f"arn:aws:s3:::{bucket}/*", f"arn:aws:s3:::{bucket}"],
+            ResourceArns=[f"arn:{partition_of(role_arn)}:s3:::{bucket}{tail}" for tail in ("/*", "")],
         )["EvaluationResults"]
     except (ClientError, BotoCoreError, NotImplementedError) as exc:
         return Check(
@@ -118,7 +118,7 @@ def check_role_reads_channel_alarms(iam: IAMClient, role_arn: str, region: str, 
     endpoint's execution role (the deployment guardrails guide): without it every promotion is refused."""
     name = "role reads the channel alarms"
     account = role_arn.split(":")[4] if role_arn.count(":") >= 5 else "*"
-    alarms = f"arn:aws:cloudwatch:{region}:{account}:alarm:{resource_prefix}-ch-*"
+    alarms = f"arn:{partition_of(role_arn)}:cloudwatch:{region}:{account}:alarm:{resource_prefix}-ch-*"
     fix = f"attach a policy allowing cloudwatch:DescribeAlarms on {alarms}"
     try:
         results = iam.simulate_principal_policy(
@@ -135,13 +135,19 @@ def check_role_reads_channel_alarms(iam: IAMClient, role_arn: str, region: str, 
 
 # Each action is judged on the resource it applies to: the top-level EvalDecision is the most
 # restrictive across every resource asked about (GetObject on the bucket ARN is always denied).
-_RESOURCE_OF = {"s3:GetObject": "arn:aws:s3:::{bucket}/*", "s3:ListBucket": "arn:aws:s3:::{bucket}"}
+_RESOURCE_OF = {"s3:GetObject": ":s3:::{bucket}/*", "s3:ListBucket": ":s3:::{bucket}"}
+
+
+def partition_of(arn: str) -> str:
+    """The partition an ARN lives in (aws, aws-cn, aws-us-gov): the stack's, for the ARNs doctor builds."""
+    parts = arn.split(":")
+    return parts[1] if len(parts) > 2 and parts[0] == "arn" and parts[1] else "aws"
 
 
 def _allowed_on_its_resource(result: Any, bucket: str) -> bool:
     wanted = _RESOURCE_OF.get(result["EvalActionName"], "").format(bucket=bucket)
     for specific in result.get("ResourceSpecificResults") or []:
-        if specific.get("EvalResourceName") == wanted:
+        if wanted and str(specific.get("EvalResourceName", "")).endswith(wanted):
             return bool(specific.get("EvalResourceDecision") == "allowed")
     return bool(result.get("EvalDecision") == "allowed")
 

@@ -4,11 +4,22 @@ the Application Auto Scaling that moves the component's copies:
 
 - scale in: an alarm on the component's activity (invocations answered plus those refused for no copy,
   per minute, < 1 for the idle period's minutes) runs a step policy setting the copies to 0
-  (ExactCapacity); a refused invocation counts, or the idle alarm would undo every wake-up;
-  the instances follow the copies (managed instance scaling);
+  (ExactCapacity); a refused invocation counts, or the idle alarm would undo every wake-up. The alarm is
+  created with its actions off: CloudWatch reads the minutes before a component existed as missing,
+  which the FILLed sum makes 0, so a new channel's alarm is in ALARM at its first minute. The reaper
+  turns the actions on once the channel has existed its idle period (`arm_idle`), so a channel sleeps
+  only after a whole idle period (at most one reaper period late); the instances follow the copies;
 - wake: an alarm on `NoCapacityInvocationFailures` (an invocation refused for no copy) runs a step
-  policy adding one copy -- target tracking cannot leave zero (the SageMaker guide says so);
-- under load, with more than one instance allowed: target tracking on concurrent requests per copy.
+  policy setting exactly one copy -- CloudWatch re-runs a scaling action every minute the alarm stays
+  in ALARM, and clients keep being refused while the instance provisions, so "+1" would climb to the
+  maximum; target tracking cannot leave zero (the SageMaker guide says so);
+- under load, with more than one instance allowed: target tracking on concurrent requests per copy,
+  scale-out only (DisableScaleIn): with scale-in it would compute zero copies after a few quiet
+  minutes, whatever the idle period says; the idle policy alone takes the copies to zero;
+- an update (promotion, rollback) places the new copy beside the old one, one copy at a time
+  (`UPDATE_POLICY`), so the endpoint may hold one instance more than the channel's copies
+  (MaxInstanceCount = copies + 1; managed instance scaling provisions it only for the update), and
+  scale-in is suspended while it runs (`suspend_scale_in`).
 
 Names are the channel's endpoint's with a suffix, so the stack's roles act on `<prefix>-ch-*` only.
 """
@@ -31,6 +42,20 @@ NAMESPACE = "sagemaker"
 # second copy starts paying off for latency, not a capacity limit).
 CONCURRENCY_TARGET = 8.0
 WAKE_COOLDOWN_SECONDS = 60
+# The instances an update needs beyond the channel's copies: its new copy, placed before the old goes.
+UPDATE_SPARE_INSTANCES = 1
+
+
+def update_policy(timeout_seconds: int) -> dict[str, Any]:
+    """UpdateInferenceComponent's DeploymentConfig: one copy at a time, so an update needs one spare
+    instance whatever the copy count (SageMaker places a batch's new copies before removing old ones)."""
+    return {
+        "RollingUpdatePolicy": {
+            "MaximumBatchSize": {"Type": "COPY_COUNT", "Value": UPDATE_SPARE_INSTANCES},
+            "WaitIntervalInSeconds": 0,
+            "MaximumExecutionTimeoutInSeconds": max(600, min(28_800, timeout_seconds)),
+        }
+    }
 
 
 def resource_id(component: str) -> str:
@@ -38,12 +63,17 @@ def resource_id(component: str) -> str:
 
 
 def idle_variant(instance_type: str, max_instances: int, extras: dict[str, Any]) -> dict[str, Any]:
-    """The channel endpoint's one variant: no model (it hosts components), instances from 0 to MAX."""
+    """The channel endpoint's one variant: no model (it hosts components), instances from 0 to MAX
+    copies, plus the one an update's new copy takes beside the old (UPDATE_POLICY)."""
     variant: dict[str, Any] = {
         "VariantName": "AllTraffic",
         "InstanceType": instance_type,
         "InitialInstanceCount": 1,
-        "ManagedInstanceScaling": {"Status": "ENABLED", "MinInstanceCount": 0, "MaxInstanceCount": max_instances},
+        "ManagedInstanceScaling": {
+            "Status": "ENABLED",
+            "MinInstanceCount": 0,
+            "MaxInstanceCount": max_instances + UPDATE_SPARE_INSTANCES,
+        },
         "RoutingConfig": {"RoutingStrategy": "LEAST_OUTSTANDING_REQUESTS"},
     }
     return {**variant, **{k: v for k, v in extras.items() if k == "InferenceAmiVersion"}}
@@ -94,7 +124,7 @@ def put_idle_scaling(
     wake = aas.put_scaling_policy(
         PolicyName=names["wake"], ServiceNamespace=NAMESPACE, ResourceId=rid, ScalableDimension=DIMENSION,
         PolicyType="StepScaling",
-        StepScalingPolicyConfiguration={"AdjustmentType": "ChangeInCapacity", "MetricAggregationType": "Maximum",
+        StepScalingPolicyConfiguration={"AdjustmentType": "ExactCapacity", "MetricAggregationType": "Maximum",
                                         "Cooldown": WAKE_COOLDOWN_SECONDS,
                                         "StepAdjustments": [{"MetricIntervalLowerBound": 0, "ScalingAdjustment": 1}]},
     )  # fmt: skip
@@ -106,7 +136,7 @@ def put_idle_scaling(
                 "TargetValue": CONCURRENCY_TARGET,
                 "PredefinedMetricSpecification": {
                     "PredefinedMetricType": "SageMakerInferenceComponentConcurrentRequestsPerCopyHighResolution"},
-                "ScaleInCooldown": after_seconds, "ScaleOutCooldown": 60},
+                "ScaleInCooldown": after_seconds, "ScaleOutCooldown": 60, "DisableScaleIn": True},
         )  # fmt: skip
     idle_alarm, wake_alarm = alarm_names(component)
     dimensions = [{"Name": "InferenceComponentName", "Value": component}]
@@ -124,7 +154,7 @@ def put_idle_scaling(
                   "Label": "invocations, answered or refused"}],
         EvaluationPeriods=after_seconds // 60, DatapointsToAlarm=after_seconds // 60, Threshold=1.0,
         ComparisonOperator="LessThanThreshold", TreatMissingData="breaching",
-        AlarmActions=[to_zero["PolicyARN"]],
+        AlarmActions=[to_zero["PolicyARN"]], ActionsEnabled=False,  # armed once the idle period has passed
     )  # fmt: skip
     cw.put_metric_alarm(
         AlarmName=wake_alarm, AlarmDescription="modeldrop idle channel: an invocation found no copy: wake",
@@ -134,6 +164,30 @@ def put_idle_scaling(
         AlarmActions=[wake["PolicyARN"]],
     )  # fmt: skip
     return alarm_names(component)
+
+
+def arm_idle(cw: CloudWatchClient, component: str) -> bool:
+    """Turn on COMPONENT's idle alarm's actions (it may put the copies to zero from now on); True when it
+    was off. The caller has checked that the channel has existed its idle period."""
+    idle_alarm = alarm_names(component)[0]
+    found = cw.describe_alarms(AlarmNames=[idle_alarm])["MetricAlarms"]
+    if not found or found[0].get("ActionsEnabled"):
+        return False
+    cw.enable_alarm_actions(AlarmNames=[idle_alarm])
+    return True
+
+
+def suspend_scale_in(aas: ApplicationAutoScalingClient, component: str, suspended: bool) -> None:
+    """Scale-in of COMPONENT's copies held (SUSPENDED) while an update runs, or given back after: the idle
+    alarm may not set zero copies under an update."""
+    try:
+        aas.register_scalable_target(
+            ServiceNamespace=NAMESPACE, ResourceId=resource_id(component), ScalableDimension=DIMENSION,
+            SuspendedState={"DynamicScalingInSuspended": suspended},
+        )  # fmt: skip
+    except ClientError as exc:  # no target (an always-on channel, or one closed meanwhile): nothing to hold
+        if exc.response.get("Error", {}).get("Code") not in ("ObjectNotFoundException", "ValidationException"):
+            raise
 
 
 def remove_idle_scaling(aas: ApplicationAutoScalingClient, cw: CloudWatchClient, component: str) -> list[str]:

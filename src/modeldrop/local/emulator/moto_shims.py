@@ -34,6 +34,7 @@ from typing import Any, Protocol, cast
 from modeldrop.contracts import clock
 from modeldrop.local.emulator import service_quotas
 from modeldrop.local.emulator import stepfunctions as stepfunctions_shims
+from modeldrop.local.emulator.autoscaling import driving as autoscaling_driving
 from modeldrop.local.emulator.autoscaling import scaling as autoscaling
 from modeldrop.local.emulator.iam import enforcement as iam_enforcement
 from modeldrop.local.emulator.iam import simulator as iam_simulator
@@ -107,7 +108,7 @@ def set_hosting(hosting: Hosting | None) -> None:
     global _hosting
     _hosting = hosting
     sagemaker_components.set_component_host(getattr(hosting, "components", None))
-    autoscaling.reset()
+    autoscaling_driving.reset()
     refusing = {"eu-west-3"}
     if hosting is not None and "zero-refused" in getattr(hosting, "faults", ()):
         refusing.add(str(getattr(hosting, "region", "")))

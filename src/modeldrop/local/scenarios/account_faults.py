@@ -118,7 +118,7 @@ def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | Non
 def scale_in_after_the_gates_knock(stack: Any) -> None:
     """The gate-scale-in fault: between the gate's wake-up knock and the champion's first case, the idle
     alarm's policy sets the channel's copies to zero (once), so the champion answers none of the cases."""
-    from modeldrop.local.emulator.autoscaling.scaling import scale_in_now
+    from modeldrop.local.emulator.autoscaling.driving import scale_in_now
     from modeldrop.local.emulator.iam.enforcement import before_call, current
     from modeldrop.pipeline.channels.idle_channel import KNOCK
 

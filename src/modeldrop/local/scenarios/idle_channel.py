@@ -42,18 +42,40 @@ def call_waiting(ctx: ChannelContext, channel: ChannelRecord, wait_seconds: floa
     return done
 
 
+class ReaperSchedule:
+    """The stack's reaper run as its EventBridge schedule runs it: every ReaperPeriodMinutes of the
+    emulator's clock (it arms a channel's idle alarm once the channel has existed its idle period)."""
+
+    def __init__(self, stack: Any) -> None:
+        self.stack = stack
+        self.period = 60 * int(stack.parameters.get("ReaperPeriodMinutes") or 15)
+        self.last = clock.utcnow()
+
+    def tick(self) -> None:
+        if (clock.utcnow() - self.last).total_seconds() >= self.period:
+            self.last = clock.utcnow()
+            self.stack.invoke_function("ReaperFunction", {"source": "aws.events", "detail-type": "Scheduled Event"})
+
+
+_schedules: list[ReaperSchedule] = []  # this run's scheduled reaper (set by run_idle_channel)
+
+
 def sleep_until_scaled_in(ctx: ChannelContext, channel: ChannelRecord, after_seconds: int) -> dict[str, Any]:
-    """The emulator's clock moved a minute at a time until the channel has no copy (within twice its idle
-    period): how long that took, and the instances its endpoint then has."""
+    """The emulator's clock moved a minute at a time (the reaper running on its schedule) until the
+    channel has no copy (within twice its idle period and a reaper period): how long that took, and the
+    instances its endpoint then has."""
     assert channel.idle is not None and channel.idle.component is not None
     started = clock.utcnow()
-    while (clock.utcnow() - started).total_seconds() < 2 * after_seconds + 120:
+    bound = 2 * after_seconds + 120 + max((s.period for s in _schedules), default=0)
+    while (clock.utcnow() - started).total_seconds() < bound:
         clock.advance(60)
+        for schedule in _schedules:
+            schedule.tick()
         if idle_scaling.copies(ctx.sm, channel.idle.component) == (0, 0):
             variant = ctx.sm.describe_endpoint(EndpointName=channel.endpoint_name)["ProductionVariants"][0]
             return {"step": "scaled to zero", "idle_seconds": round((clock.utcnow() - started).total_seconds()),
                     "instances": variant.get("CurrentInstanceCount")}  # fmt: skip
-    return {"step": "not scaled in", "error": f"still running {2 * after_seconds + 120} s after the last call"}
+    return {"step": "not scaled in", "error": f"still running {bound} s after the last call"}
 
 
 def _instances(ctx: ChannelContext, channel: ChannelRecord) -> int | None:
@@ -131,6 +153,7 @@ def run_idle_channel(
     steps.append({"step": "created", "deployment_id": first.deployment_id, "invoke": record.invoke_target(),
                   "mode": record.idle.mode if record.idle else "always_on"})  # fmt: skip
     result = first
+    _schedules[:] = [ReaperSchedule(stack)]
     try:
         if record.scales_to_zero:
             steps += _sleep_and_wake(ctx, record, after)
@@ -143,6 +166,8 @@ def run_idle_channel(
         steps += promoted
     except ModeldropError as exc:
         summary["error"] = f"{type(exc).__name__}: {exc.message}"
+    finally:
+        _schedules.clear()
     final = ctx.channels.get(channel)
     if final is not None:
         clock.advance(QUIET_HOURS * 3600)

@@ -72,6 +72,7 @@ def channel_cost(
     month = day.replace(day=1)
     for label, start in (("today", day), ("month", month), ("since_created", since)):
         used, wall = hours_within(intervals, max(start, since), now)
+        used += _update_hours(channel, max(start, since), now)
         always = wall * instances
         out[label] = {
             "instance_hours": round(used, 3),
@@ -79,12 +80,36 @@ def channel_cost(
             "always_on_usd": round(always * price, 2) if price is not None else None,
             "idle_hours_saved": round(always - used, 3),
         }
-    previous = instances
-    wakes = []
+    out["wakeups"] = _wakeups(changes, instances)
+    if channel.scales_to_zero:  # how an update fits: said with the hours it cost
+        out["update_instance_hours"] = round(_update_hours(channel, since, now), 3)
+        out["updates"] = (
+            "one extra instance while an update places the new copy beside the old (MaxInstanceCount = copies + 1)"
+        )
+    out["current_instances"] = intervals[-1].instances if intervals else instances
+    return out
+
+
+def _wakeups(changes: list[tuple[datetime, int]], instances: int) -> list[str]:
+    previous, wakes = instances, []
     for when, count in changes:
         if previous == 0 and count > 0:
             wakes.append(clock.iso(when))
         previous = count
-    out["wakeups"] = wakes
-    out["current_instances"] = intervals[-1].instances if intervals else instances
-    return out
+    return wakes
+
+
+def _update_hours(channel: ChannelRecord, start: datetime, end: datetime) -> float:
+    """The extra instance each update of a scaled channel held (its promotions and rollbacks place the new
+    copy beside the old one, and the channel is woken for them): from the change's request to its serving."""
+    if not channel.scales_to_zero:
+        return 0.0
+    hours = 0.0
+    for event in channel.history:
+        if event.kind not in ("promoted", "rolled_back") or not event.seconds:
+            continue
+        done = clock.parse_iso(event.at)
+        began = done.timestamp() - float(event.seconds)
+        overlap = min(done.timestamp(), end.timestamp()) - max(began, start.timestamp())
+        hours += max(0.0, overlap) / 3600
+    return hours

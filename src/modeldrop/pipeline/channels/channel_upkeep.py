@@ -4,6 +4,7 @@ what channels serve or keep is left out of its TTL and orphan sweeps."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from modeldrop.aws.dynamodb.channel_store import ChannelStore
@@ -17,6 +18,7 @@ from modeldrop.pipeline.adapters.adapter_release import release_adapter_componen
 from modeldrop.pipeline.deployment.teardown import held_by, teardown
 
 if TYPE_CHECKING:
+    from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
 
@@ -101,3 +103,20 @@ def retire_due(
         channel.kept = [v for v in channel.kept if v not in due]
         store.save(channel)
     return deleted
+
+
+def arm_idle_channels(cw: CloudWatchClient, channels: list[ChannelRecord], now: datetime) -> list[str]:
+    """Each scaled channel that has existed its idle period, with no change under way: its idle alarm's
+    actions on (they were created off, or a never-called channel would sleep at its first minute)."""
+    from modeldrop.aws.autoscaling.idle_scaling import arm_idle
+
+    armed = []
+    for channel in channels:
+        idle = channel.idle
+        if not channel.scales_to_zero or idle is None or not idle.since or channel.candidate is not None:
+            continue
+        if (now - clock.parse_iso(idle.since)).total_seconds() >= idle.after_seconds and arm_idle(
+            cw, str(idle.component)
+        ):
+            armed.append(channel.name)
+    return armed

@@ -110,13 +110,17 @@ def check(ctx: ChannelContext, channel: ChannelRecord) -> tuple[str, str | None]
     ("failed", why). A channel being created gets its component, then its scaling, as the endpoint allows;
     a refusal of either is the change's failure (its caller undoes what was created)."""
     try:
-        return _check(ctx, channel)
+        state, problem = _check(ctx, channel)
     except ClientError as exc:
         error = exc.response.get("Error", {})
-        return (
+        state, problem = (
             "failed",
             f"channel {channel.name}: {exc.operation_name} refused: {error.get('Code')}: {error.get('Message')}",
         )
+    updating = channel.candidate is not None and channel.candidate.phase != "creating"
+    if state != "moving" and updating and ctx.autoscaling is not None and channel.idle and channel.idle.component:
+        idle_scaling.suspend_scale_in(ctx.autoscaling, channel.idle.component, False)  # the update is over
+    return state, problem
 
 
 def _check(ctx: ChannelContext, channel: ChannelRecord) -> tuple[str, str | None]:
@@ -167,12 +171,17 @@ def _create_component(ctx: ChannelContext, channel: ChannelRecord, version: Chan
 def start_update(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVersion) -> None:
     """The channel's one component onto VERSION's model (its name, scaling and clients unchanged)."""
     assert channel.idle is not None and channel.idle.component is not None
+    if ctx.autoscaling is not None:  # the idle alarm may not take the copies away under the update
+        idle_scaling.suspend_scale_in(ctx.autoscaling, channel.idle.component, True)
     try:
         ctx.sm.update_inference_component(
             InferenceComponentName=channel.idle.component,
             Specification=_spec(ctx, version, channel),  # type: ignore[arg-type]
+            DeploymentConfig=idle_scaling.update_policy(2 * channel.idle.wake_seconds),  # type: ignore[arg-type]
         )
     except ClientError as exc:
+        if ctx.autoscaling is not None:
+            idle_scaling.suspend_scale_in(ctx.autoscaling, channel.idle.component, False)
         error = exc.response.get("Error", {})
         raise PromotionFailed(
             f"SageMaker refused to update channel {channel.name}'s component: "

@@ -39,6 +39,8 @@ class ReapResult(BaseModel):
     retired: list[str] = Field(default_factory=list)
     # Channel claims (a promotion, a rollback, a close) nobody completed within their budget, settled.
     settled: list[str] = Field(default_factory=list)
+    # Scaled channels whose idle period has passed since they were created: their idle alarm armed.
+    armed: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
 
 

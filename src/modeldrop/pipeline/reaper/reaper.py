@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 from modeldrop.pipeline.channels.channel_close import close_stale
 from modeldrop.pipeline.channels.channel_context import ChannelContext
-from modeldrop.pipeline.channels.channel_upkeep import channel_held, retire_due
+from modeldrop.pipeline.channels.channel_upkeep import arm_idle_channels, channel_held, retire_due
 from modeldrop.pipeline.channels.promotion_settle import settle_all
 from modeldrop.pipeline.reaper.reap_model import BUSY_STATES, ORPHAN_GRACE, ReapResult, _dead, _ended_at, _managed
 from modeldrop.pipeline.reaper.reaper_orphans import _remove_orphans
@@ -126,6 +126,8 @@ def reap(
         result.errors.append(f"records: {exc}")
     try:
         result.retired = retire_due(sm, registry, store, channels, s3)
+        if cloudwatch is not None:
+            result.armed = arm_idle_channels(cloudwatch, channels, now)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"channels: {exc}")
     try:

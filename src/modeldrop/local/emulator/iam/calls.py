@@ -425,6 +425,7 @@ RULES: dict[tuple[str, str], Rule] = {
     ("cloudwatch", "PutMetricAlarm"): _alarms("PutMetricAlarm"),
     ("cloudwatch", "DescribeAlarms"): _alarms("DescribeAlarms"),
     ("cloudwatch", "DeleteAlarms"): _alarms("DeleteAlarms"),
+    ("cloudwatch", "EnableAlarmActions"): _alarms("EnableAlarmActions"),
     ("stepfunctions", "StartExecution"): _states("StartExecution", "stateMachineArn"),
     ("stepfunctions", "DescribeExecution"): _states("DescribeExecution", "executionArn"),
     ("iam", "GetRole"): _get_role,

@@ -13,7 +13,10 @@
 - Invoking a component with no running copy: SageMaker Runtime's 400 ValidationError saying it has no
   capacity, counted as NoCapacityInvocationFailures (what the wake alarm watches).
 - UpdateInferenceComponent with a new Specification.ModelName (a channel's promotion): Updating while
-  the new model's container starts; InService on it, or back on the previous model if it fails.
+  the new model's container starts; InService on it, or back on the previous model if it fails. As
+  SageMaker's rolling update, it places a batch of new copies (DeploymentConfig's MaximumBatchSize;
+  without one, all of them) before it removes old ones: an update whose batch does not fit beside the
+  endpoint's copies in MaxInstanceCount instances is refused (`update_capacity_problem`).
 """
 
 # Monkeypatching moto is this module's purpose.
@@ -23,7 +26,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from modeldrop.local.emulator.autoscaling import scaling as autoscaling
+from modeldrop.local.emulator.autoscaling import driving as autoscaling
 from modeldrop.serving.idle_plan import refusal_message
 
 NO_CAPACITY_MESSAGE = (
@@ -61,6 +64,32 @@ def managed_scaling_problem(variants: list[dict[str, Any]], region: str) -> str 
         if status == "ENABLED" and low is not None and int(low) == 0 and region in zero_refused_regions:
             return refusal_message()
     return None
+
+
+def update_capacity_problem(
+    copies: dict[str, int], name: str, deployment: dict[str, Any] | None, max_instances: int, per_instance: int
+) -> str | None:
+    """Why an update of component NAME cannot place its first batch: COPIES are the endpoint's base
+    components' copy counts (NAME's among them), PER_INSTANCE how many copies of it an instance holds."""
+    own = copies.get(name, 0)
+    size = ((deployment or {}).get("RollingUpdatePolicy") or {}).get("MaximumBatchSize") or {}
+    value = int(size.get("Value") or 0)
+    batch = {"COPY_COUNT": value, "CAPACITY_PERCENT": -(-own * value // 100)}.get(str(size.get("Type")), own)
+    batch = min(own, max(1, batch)) if own else 0
+    needed = -(-(sum(copies.values()) + batch) // max(1, per_instance))
+    if needed <= max_instances:
+        return None
+    return (
+        f"Insufficient capacity to update inference component {name}: the rolling update places {batch} new "
+        f"cop{'y' if batch == 1 else 'ies'} beside the {sum(copies.values())} running before it removes any, "
+        f"which needs {needed} instances; the endpoint's ManagedInstanceScaling.MaxInstanceCount is {max_instances}."
+    )
+
+
+def _gpus(instance_type: str) -> int:
+    from modeldrop.serving.memory_plan import instance
+
+    return int((instance(instance_type) or {}).get("gpus") or 1)
 
 
 def install() -> None:
@@ -136,15 +165,34 @@ def install() -> None:
         if runtime:
             set_copies(backend, name, int(runtime.get("CopyCount") or 0))
         if spec:
-            update_spec(backend, component, spec)
+            update_spec(backend, component, spec, self._get_param("DeploymentConfig"))
         return ActionResult({"InferenceComponentArn": component.arn})
 
-    def update_spec(backend: Any, component: Any, spec: dict[str, Any]) -> None:
+    def fits_beside(backend: Any, component: Any, spec: dict[str, Any], deployment: dict[str, Any] | None) -> None:
+        endpoint = backend.endpoints.get(component.endpoint_name)
+        config = backend.endpoint_configs.get(endpoint.endpoint_config_name) if endpoint else None
+        variant: dict[str, Any] = next(iter(config.production_variants), {}) if config else {}
+        scaling = variant.get("ManagedInstanceScaling") or {}
+        enabled = scaling.get("Status") == "ENABLED"
+        most = int(scaling["MaxInstanceCount"] if enabled else variant.get("InitialInstanceCount") or 1)
+        held = [c for c in components_of(backend).values() if c.endpoint_name == component.endpoint_name
+                and c.base is None and c.seen_deleting < 0]  # fmt: skip
+        copies = {c.name: int((c.runtime_config or {}).get("CopyCount") or 0) for c in held}
+        wanted = int((spec.get("ComputeResourceRequirements") or {}).get("NumberOfAcceleratorDevicesRequired") or 1)
+        per_instance = max(1, _gpus(str(variant.get("InstanceType"))) // max(1, wanted))
+        problem = update_capacity_problem(copies, component.name, deployment, most, per_instance)
+        if problem:
+            raise ValidationError(message=problem)
+
+    def update_spec(
+        backend: Any, component: Any, spec: dict[str, Any], deployment: dict[str, Any] | None = None
+    ) -> None:
         """A new model for the component (a channel's promotion): Updating until its container answers."""
         model_name = spec.get("ModelName")
         if not model_name or model_name not in backend._models:
             raise ValidationError(message=f'Could not find model "{model_name}".')
         check_startup(spec.get("StartupParameters") or {})
+        fits_beside(backend, component, spec, deployment)
         merged = {**component.specification, **spec}
         update_model = getattr(_hosting(), "update_model", None)
         if update_model is None:

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from modeldrop.contracts import clock
-from modeldrop.local.emulator.autoscaling import scaling as autoscaling
+from modeldrop.local.emulator.autoscaling import driving as autoscaling
 
 _NAME = re.compile(r"^[a-zA-Z0-9]([\-a-zA-Z0-9]*[a-zA-Z0-9])?$")
 _ARTIFACT = re.compile(r"^(https|s3)://([^/]+)/?(.*)$")

@@ -16,7 +16,7 @@ import threading
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from modeldrop.local.emulator.autoscaling import scaling as autoscaling
+from modeldrop.local.emulator.autoscaling import driving as autoscaling
 from modeldrop.local.emulator.sagemaker import eventstream
 from modeldrop.local.emulator.sagemaker.component_scaling import NO_CAPACITY_MESSAGE
 from modeldrop.local.emulator.sagemaker.hosted import HostedEndpoint
