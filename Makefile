@@ -111,9 +111,11 @@ test-fast: install
 	$(PY) -m pytest -q tests/unit tests/contracts
 
 # Validation throughput vs gzip -dc and peak RSS on generated 0.5/2/4 GB .tar.gz of two kinds of
-# data (cached in .bench/), then header parsing time against the reference parser.
-bench: install
-	$(PY) tools/bench_validate.py $(SIZES); v=$$?; $(PY) tools/bench_header.py && $(PY) tools/bench_bombs.py && exit $$v
+# data (cached in .bench/), then header parsing time against the reference parser, the archive bombs,
+# and the engine check's CPU and memory on header-only 70B and 671B checkpoints, cold and warm.
+bench: install $(VLLM_VENV)/.installed
+	$(PY) tools/bench_validate.py $(SIZES); v=$$?; $(PY) tools/bench_header.py && $(PY) tools/bench_bombs.py && \
+	MODELDROP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) tools/bench_engine_check.py && exit $$v
 
 # The archive reader against GNU tar on more seeded mutations than CI runs (tests/unit/tar_mutator.py).
 fuzz-tar: install
