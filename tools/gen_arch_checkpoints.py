@@ -36,10 +36,13 @@ TYPES = (
 
 # What the real models of a family set and their engines assume (not shrunk alone): Falcon's MLP is
 # 4 x hidden in vLLM whatever ffn_hidden_size says, and its kv-head count follows the attention heads;
-# DeepSeek-V3's gate keeps its correction bias only with noaux_tc routing.
+# DeepSeek-V3's gate keeps its correction bias only with noaux_tc routing; Phi's MLP is 4 x hidden in vLLM
+# 0.31 (n_inner, else 4 x hidden) and its K/V take every head, as in every released Phi, whatever
+# intermediate_size and num_key_value_heads say.
 FAMILY = {
     "falcon": {"ffn_hidden_size": 4 * SHRINK["hidden_size"], "num_kv_heads": SHRINK["num_attention_heads"]},
     "deepseek_v3": {"topk_method": "noaux_tc"},
+    "phi": {"intermediate_size": 4 * SHRINK["hidden_size"], "num_key_value_heads": SHRINK["num_attention_heads"]},
     "lfm2": {"block_dim": SHRINK["hidden_size"]},  # the hub's LFM2 configs carry it; vLLM's MLP reads it
 }
 

@@ -53,11 +53,10 @@ def test_the_static_rules_never_accept_what_the_engine_refuses(tmp_path: Path) -
     quant_variants(dense, tmp_path / "quant" / "llama")
     dirs = sorted(p for p in [*arch.glob("*/*"), *(tmp_path / "quant").glob("*/*")] if p.is_dir())
     assert len(dirs) >= 40, dirs
-    target = EngineVersion("vllm", "0.32.0", "the engine venv")
     wrong, verdicts, compared = [], {}, 0
     for folder, raw in zip(dirs, probe(dirs, VLLM), strict=True):
         name = f"{folder.parent.name}/{folder.name}"
-        check = from_probe(raw, target, VLLM)
+        check = from_probe(raw, EngineVersion("vllm", str(raw.get("version")), "the engine venv"), VLLM)
         engine_loads = check.verdict == "loads" and not check.strict_not_loaded
         report = validate_source(str(folder))
         errors = sorted({f.code for f in report.findings
@@ -119,6 +118,10 @@ def test_peft_variants_are_refused_where_the_engine_refuses_them(tmp_path: Path)
         adapters.append(adapter)
     lines = probe([base, *(Path(f"--adapter={a}") for a in adapters)], VLLM)
     assert lines[0]["verdict"] == "loads", lines[0]
+    # Inits that change the base's weights (PiSSA, OLoRA, CorDA, LoftQ): PEFTHelper refuses them from 0.32;
+    # 0.31 loads them and would serve the adapter on the wrong base. The static rules refuse them always.
+    release = EngineVersion("vllm", str(lines[0].get("version")), "the engine venv")
+    stricter = set() if release.at_least("0.32.0") else {"pissa", "pissa-niter", "olora", "corda", "loftq"}
     wrong, refused = [], []
     for adapter, raw in zip(adapters, lines[1:], strict=True):
         engine = raw["verdict"]
@@ -127,7 +130,7 @@ def test_peft_variants_are_refused_where_the_engine_refuses_them(tmp_path: Path)
         )
         if engine == "refused":
             refused.append(adapter.name)
-        if (engine == "refused") != bool(errors):
+        if (engine == "refused") != bool(errors) and not (adapter.name in stricter and errors):
             wrong.append(f"{adapter.name}: engine {engine} ({str(raw.get('message'))[:150]}), static {errors}")
     assert wrong == [], "\n".join(wrong)
-    assert {"pissa", "dora", "loftq"} <= set(refused) and "plain" not in refused, refused
+    assert {"pissa", "dora", "loftq"} - stricter <= set(refused) and "plain" not in refused, refused

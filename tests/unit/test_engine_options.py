@@ -153,18 +153,19 @@ def test_every_key_the_plan_emits_is_an_option_of_the_default_engines() -> None:
 
 
 def test_keys_are_judged_for_the_images_engine_version() -> None:
-    """An option new in vLLM 0.30 is unknown to the default 0.26 image and known to a 0.30 one."""
+    """An option new in vLLM 0.30 is unknown to a 0.26 image and known to a 0.30 one."""
     table = option_table()["vllm"]
     new = sorted(set(table["0.30.0"]["options"]) - set(table["0.26.0"]["options"]))
     fresh = next(o for o in new if _denied(o) is None and not o.startswith("--no-"))
     key = "SM_VLLM_" + fresh[2:].upper().replace("-", "_")
-    old, newer = engine_version("vllm"), engine_version("vllm", _image("vllm", "0.30.0-gpu-py312-cu130-x").image_uri)
-    assert old.version == "0.26.0" and newer.version == "0.30.0"
+    old = engine_version("vllm", _image("vllm", "0.26.0-gpu-py312-cu130-x").image_uri)
+    newer = engine_version("vllm", _image("vllm", "0.30.0-gpu-py312-cu130-x").image_uri)
+    assert old.version == "0.26.0" and newer.version == "0.30.0" and engine_version("vllm").version == "0.31.0"
     assert raw_key_problem("vllm", key, old) is not None and raw_key_problem("vllm", key, newer) is None
     lmi = engine_version("lmi", _image("lmi", "0.36.0-lmi27.0.0-cu130-v1.1").image_uri)
     assert lmi.version == "0.26.0" and "lmi27" in lmi.source
     undated = engine_version("vllm", _image("vllm", "server-sagemaker-cuda-v1.3").image_uri)
-    assert undated.version == "0.26.0" and "no version" in undated.source
+    assert undated.version == "0.31.0" and "no version" in undated.source
 
 
 def test_a_request_with_a_refused_key_is_refused_before_anything_is_created() -> None:

@@ -19,7 +19,7 @@ from modeldrop.serving.plan import plan_serving
 def test_image_precedence_and_region() -> None:
     assert (
         resolve_image("vllm", "eu-west-1", {}).image_uri
-        == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/vllm:0.26.0-gpu-py312-cu130-ubuntu22.04-sagemaker-v1.1"
+        == "763104351884.dkr.ecr.eu-west-1.amazonaws.com/vllm:0.31.0-gpu-py312-cu130-ubuntu22.04-sagemaker-v1.0"
     )
     assert "ubuntu24.04" in resolve_image("sglang", "us-west-2", {}).image_uri
     v = resolve_image("vllm", "us-east-1", {"VLLM_DLC_VERSION": "0.27.0"})

@@ -135,10 +135,26 @@ def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None
             "rules that changed between them may differ"
         )
         moved = _changed_between(check, target)
-        if check.verdict == "refused" and moved:
+        if check.verdict == "refused" and (moved or not ACROSS_RELEASES.search(check.message)):
             check.verdict = "undetermined"
-            check.message = f"{check.message} ({moved})"
+            check.message = f"{check.message} ({moved or _not_the_serving_release(check, target)})"
     return check
+
+
+# Refusals vLLM 0.26-0.32 all make in these words (the strict loader's missing, unknown and mis-shaped
+# weights; a method or rope type no release reads, checked against the image release's lists above):
+# they stand for an image whose release the check does not carry. Any other refusal does not.
+ACROSS_RELEASES = re.compile(
+    r"not initialized from checkpoint|no module or parameter named|AssertionError|Unknown quantization method"
+    r"|Unknown RoPE scaling type"
+)
+
+
+def _not_the_serving_release(check: EngineCheck, target: EngineVersion) -> str:
+    return (
+        f"refused by vLLM {check.version}, the engine check's, not by {target.version}, the image's, which this "
+        "check does not carry: the image may serve it; choose an image of the check's release to have it judged"
+    )
 
 
 _REFUSED_NAME = (

@@ -16,6 +16,7 @@ assertion. Known CPU-only limits (the CPU attention backend, a quantization meth
 said as such: they are not the GPU's verdict.
 """
 
+import inspect
 import json
 import os
 import resource
@@ -29,7 +30,7 @@ from typing import Any
 
 # A refusal that comes from running on this CPU, not from the checkpoint.
 CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size",
-            "failed to find a kernel", "supported only for cuda")  # fmt: skip
+            "failed to find a kernel", "supported only for cuda", "current device cpu")  # fmt: skip
 # Parameters the engine sets itself when a checkpoint has none: the attention layer's KV-cache and
 # activation scales (1.0 unless an FP8 KV cache's calibration supplies them).
 ENGINE_DEFAULTED = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale")
@@ -118,9 +119,11 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
             return verdict("undetermined" if probe_only else "refused", "load", text, **cache)
         defaulted = {name for name, _ in model.named_parameters() if name.endswith(ENGINE_DEFAULTED)}
         strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()) - defaulted)
-        quantized = quantization is not None
+        track = DefaultModelLoader(config.load_config).track_weights_loading
+        # 0.32 takes whether the model is quantized (and then exempts less); 0.31 has no such argument.
+        asks = {"quantized": quantization is not None} if "quantized" in inspect.signature(track).parameters else {}
         try:  # mutates LOADED: the exemptions the engine makes
-            DefaultModelLoader(config.load_config).track_weights_loading(model, set(loaded or ()), quantized=quantized)
+            track(model, set(loaded or ()), **asks)
         except Exception as exc:
             return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50], **cache)
     return verdict("loads", "check", strict_not_loaded=strict[:50], **cache)
@@ -175,7 +178,7 @@ def judge_adapter(adapter_dir: str, started: float) -> dict[str, Any]:
 
     try:
         helper = PEFTHelper.from_local_dir(adapter_dir, max_position_embeddings=None)
-        rank = max([helper.r, *helper.rank_pattern.values()])
+        rank = max([helper.r, *(getattr(helper, "rank_pattern", None) or {}).values()])  # 0.32 reads rank_pattern
         ranks = [r for r in get_args(MaxLoRARanks) if r >= rank] or [max(get_args(MaxLoRARanks))]
         helper.validate_legal(LoRAConfig(max_lora_rank=ranks[0]))
     except Exception as exc:
