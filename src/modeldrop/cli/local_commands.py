@@ -227,7 +227,9 @@ def _engine_check_wanted(asked: bool | None) -> bool:
     from modeldrop.checkpoint.engine.engine_check import engine_python
 
     if asked and engine_python() is None:
-        fail("--engine-check needs the engine venv, which is absent", "make vllm-venv (or set MODELDROP_VLLM_PYTHON)")
+        from modeldrop.checkpoint.engine.engine_check import ENGINE_VENV_FIX
+
+        fail("--engine-check needs the engine venv, which is absent", ENGINE_VENV_FIX)
     if asked is None:  # MODELDROP_ENGINE_CHECK=Disabled turns the default off, as the stack parameter does
         return engine_python() is not None and os.environ.get("MODELDROP_ENGINE_CHECK") != "Disabled"
     return asked

