@@ -13,7 +13,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from modeldrop.cli import app
-from modeldrop.local.samples.checkpoint import write_checkpoint
+from modeldrop.local.samples.checkpoint import BROKEN_DROP, write_checkpoint
 from modeldrop.local.scenarios.run import run_local
 
 STACK = "modeldrop-local"
@@ -107,7 +107,7 @@ def test_upload_puts_the_shards_then_the_marker_and_resumes(
 
 
 def test_upload_refuses_an_invalid_checkpoint_and_uploads_nothing(deployed: Any, tmp_path: Path) -> None:
-    checkpoint = write_checkpoint(tmp_path / "ck", drop_kv_shared=True)
+    checkpoint = write_checkpoint(tmp_path / "ck", drop_kv_shared=True, drop=BROKEN_DROP)
     result = CliRunner().invoke(
         app, ["upload", str(checkpoint), f"s3://{deployed.bucket}/runs/bad/", "--region", "us-east-1", "--json"]
     )

@@ -79,11 +79,11 @@ def test_sample_writes_a_checkpoint_that_validates_and_refuses_a_used_directory(
 
 
 def test_validate_exit_codes(tmp_path: Path) -> None:
-    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import BROKEN_DROP, write_checkpoint
 
     ok = write_checkpoint(tmp_path / "ok")
     assert _run("validate", str(ok)).returncode == 0
-    bad = write_checkpoint(tmp_path / "bad", drop_kv_shared=True)
+    bad = write_checkpoint(tmp_path / "bad", drop_kv_shared=True, drop=BROKEN_DROP)
     refused = _run("validate", str(bad), "--json")
     assert refused.returncode == 1
     report = json.loads(refused.stdout)
@@ -283,8 +283,9 @@ def test_run_local_takes_a_directory_or_a_plain_tar(tmp_path: Path) -> None:
             tar.add(path, arcname=path.name)
     for artifact in (plain, fixture):
         data = json.loads(_run("run-local", str(artifact), "--json").stdout)
-        # Read as a checkpoint (not refused as a corrupt gzip): transformers dropped its KV-shared tensors.
-        assert data["error"] == "CheckpointRefused" and "KV_SHARED_TENSORS_MISSING" in data["cause"], data["cause"]
+        # Read as a checkpoint (not refused as a corrupt gzip): transformers dropped its KV-shared tensors,
+        # which the default image's vLLM (0.30 on) does not build, so it deploys.
+        assert data["status"] == "succeeded" and data["leftover_resources"] == [], (data["error"], data["cause"])
 
 
 def test_create_throttled_past_the_sdk_retries_adopts_its_own_resources() -> None:

@@ -64,11 +64,11 @@ def test_the_readme_is_short_and_every_example_is_a_known_kind() -> None:
 
 
 def _files(tmp: Path) -> dict[str, str]:
-    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import BROKEN_DROP, write_checkpoint
 
     checkpoint = tmp / "my-checkpoint"  # written by the README's own `modeldrop sample ./my-checkpoint`
     base = write_checkpoint(tmp / "base-model")
-    broken = write_checkpoint(tmp / "broken-checkpoint", drop_kv_shared=True)  # what repair takes from a base
+    broken = write_checkpoint(tmp / "broken-checkpoint", drop_kv_shared=True, drop=BROKEN_DROP)  # repair's case
     cases = tmp / "cases.jsonl"
     cases.write_text(json.dumps({"id": "hello", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
     return {

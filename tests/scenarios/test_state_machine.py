@@ -8,7 +8,7 @@ from typing import Any
 
 from conftest import subscribe
 
-from modeldrop.local.samples.checkpoint import tar_gz_bytes, write_checkpoint
+from modeldrop.local.samples.checkpoint import BROKEN_DROP, tar_gz_bytes, write_checkpoint
 
 
 def _executions(stack: Any) -> list[dict[str, Any]]:
@@ -164,12 +164,12 @@ def test_deadline_exceeded_while_creating(make_stack: Any, archive: bytes) -> No
 
 
 def test_refused_checkpoint_creates_no_sagemaker_resource(stack: Any, tmp_path: Path) -> None:
-    broken = write_checkpoint(tmp_path / "broken", drop_kv_shared=True)
+    broken = write_checkpoint(tmp_path / "broken", drop_kv_shared=True, drop=BROKEN_DROP)
     _upload(stack, "e4b/model.tar.gz", tar_gz_bytes(broken))
     desc = _only_execution(stack)
     assert desc["status"] == "FAILED"
     assert desc["error"] == "CheckpointRefused"
-    assert "KV_SHARED_TENSORS_MISSING" in desc["cause"]
+    assert "WEIGHTS_MISSING" in desc["cause"]
     assert "CreateEndpointFunction" not in {i.function for i in stack.invocations}
     assert stack.leftover_resources() == []
     assert _record(stack, desc)["failure_class"] == "checkpoint"

@@ -353,7 +353,7 @@ def sample_cmd(
     directory: Annotated[Path, typer.Argument(help="where to write it: a new or empty directory")],
     broken: Annotated[
         bool,
-        typer.Option("--broken", help="drop the KV-shared layers' tensors, as save_pretrained does (repair's case)"),
+        typer.Option("--broken", help="lose a layer's MLP weight and the KV-shared layers' tensors (repair's case)"),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
@@ -361,11 +361,11 @@ def sample_cmd(
     and index, tokenizer files and chat template (random weights: it validates, plans and serves on the
     local engines, but says nothing sensible). Exit 0 written, 2 the directory is not empty."""
     json_mode(as_json)
-    from modeldrop.local.samples.checkpoint import write_checkpoint
+    from modeldrop.local.samples.checkpoint import BROKEN_DROP, write_checkpoint
 
     if directory.exists() and (not directory.is_dir() or any(directory.iterdir())):
         fail(f"{directory} exists and is not an empty directory: nothing was written", "name a new directory")
-    written = write_checkpoint(directory, drop_kv_shared=broken)
+    written = write_checkpoint(directory, drop_kv_shared=broken, drop=BROKEN_DROP if broken else ())
     files = sorted(p.name for p in written.iterdir())
     if as_json:
         print(json.dumps({"directory": str(written), "files": files, "broken": broken}))
