@@ -96,6 +96,10 @@ def test_channels_json_gives_the_cost_and_invoke_waits_out_a_sleeping_channel(
     # Three hours without a call: the reaper, on its schedule, arms the idle alarm once the channel has
     # existed its idle period; asleep from the next minute.
     scheduled = {"source": "aws.events", "detail-type": "Scheduled Event"}
+    from modeldrop.aws.autoscaling import idle_scaling
+
+    # An update whose Lambda stopped before its last check left scale-in suspended: the reaper gives it back.
+    idle_scaling.suspend_scale_in(stack.client("application-autoscaling"), "modeldrop-ch-nightly", True)
     clock.advance(660)
     assert stack.invoke_function("ReaperFunction", scheduled)["armed"] == ["nightly"]
     clock.advance(3 * 3600 - 660)

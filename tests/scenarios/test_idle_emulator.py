@@ -214,6 +214,10 @@ def test_a_fresh_idle_channel_sleeps_only_once_armed_though_its_alarm_fires_at_o
     clock.advance(300)
     assert idle_scaling.copies(sm, component) == (1, 1)
     assert idle_scaling.arm_idle(cw, component) and not idle_scaling.arm_idle(cw, component)
+    idle_scaling.suspend_scale_in(aas, component, True)  # an update under way: the alarm's action is held
+    clock.advance(180)
+    assert idle_scaling.copies(sm, component) == (1, 1)
+    idle_scaling.suspend_scale_in(aas, component, False)
     assert _asleep_after(sm, component, 2) == 1  # re-run at the next evaluation it is still in ALARM
 
 

@@ -172,8 +172,9 @@ def test_local_stacks_are_the_users_own_per_directory_or_named(tmp_path: Path, m
     assert here.name.startswith("a-") and stack_name("demo") == "demo"
     with pytest.raises(ValueError, match="not a local stack name"):
         stack_name("../x")
+    (here.parent / "junk.json").write_text("not a state")  # listed over, not a refusal of the whole status
     result = CliRunner().invoke(app, ["local", "status", "--json"])
-    assert result.exit_code == 1 and json.loads(result.stdout)["current"] is None
+    assert result.exit_code == 1 and json.loads(result.stdout) == {"current": None, "stacks": [], "problem": None}
 
 
 def test_the_build_refuses_a_python_it_does_not_support_in_one_line() -> None:

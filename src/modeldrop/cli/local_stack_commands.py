@@ -41,11 +41,15 @@ def _path(name: str | None) -> Any:
         fail(str(exc), "e.g. --name demo", error="RequestInvalid")
 
 
-def _running(name: str | None = None, path: Any = None) -> dict[str, Any] | None:
+def _running(name: str | None = None, path: Any = None, quiet: bool = False) -> dict[str, Any] | None:
+    """The running stack a state file names, or None; a file not ours or not a state is refused (QUIET:
+    passed over, as `local status` does while it lists)."""
     path = path or _path(name)
     if not path.is_file():
         return None
     if path.stat().st_uid != os.getuid():
+        if quiet:
+            return None
         fail(
             f"{path} belongs to another user: not a local stack of yours",
             "set MODELDROP_LOCAL_STATE to a path of yours",
@@ -53,7 +57,9 @@ def _running(name: str | None = None, path: Any = None) -> dict[str, Any] | None
     try:
         state: dict[str, Any] = json.loads(path.read_text())
         pid = int(state["pid"])
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, OSError):
+        if quiet:
+            return None
         fail(f"{path} is not a local stack's state", "remove it, then modeldrop local up")
     if not _is_daemon(pid):
         path.unlink(missing_ok=True)  # its process is gone (or the pid is another's now): the file is stale
@@ -155,7 +161,7 @@ def local_status(
 
     mine = _path(name)
     paths = {p.resolve() for p in stacks_dir().glob("*.json")} | ({mine.resolve()} if mine.exists() else set())
-    stacks = [s for p in sorted(paths) if (s := _running(path=p)) is not None]
+    stacks = [s for p in sorted(paths) if (s := _running(path=p, quiet=True)) is not None]
     current = next((s for s in stacks if Path(s["state_path"]).resolve() == mine.resolve()), None)
     problem = stopped_stack_problem() if current is None or name is None else None
     if as_json:

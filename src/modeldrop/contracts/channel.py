@@ -96,6 +96,7 @@ class ChannelEvent(BaseModel):
     previous: str | None = None  # the deployment serving before
     reason: str = ""
     seconds: float | None = None  # from the request to the version serving (or the refusal)
+    change_seconds: float | None = None  # from the channel's claim to the version serving: the endpoint's change
     gate: dict[str, object] | None = None  # the champion/challenger report
     drift: list[str] = Field(default_factory=list)  # what changed in the chat contract (template, EOS, ...)
 

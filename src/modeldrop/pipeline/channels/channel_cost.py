@@ -101,15 +101,17 @@ def _wakeups(changes: list[tuple[datetime, int]], instances: int) -> list[str]:
 
 def _update_hours(channel: ChannelRecord, start: datetime, end: datetime) -> float:
     """The extra instance each update of a scaled channel held (its promotions and rollbacks place the new
-    copy beside the old one, and the channel is woken for them): from the change's request to its serving."""
+    copy beside the old one, and the channel is woken for them): from the channel's claim to the version
+    serving (an event from before that was recorded: from its request, which counts more, never less)."""
     if not channel.scales_to_zero:
         return 0.0
     hours = 0.0
     for event in channel.history:
-        if event.kind not in ("promoted", "rolled_back") or not event.seconds:
+        took = event.change_seconds if event.change_seconds is not None else event.seconds
+        if event.kind not in ("promoted", "rolled_back") or not took:
             continue
         done = clock.parse_iso(event.at)
-        began = done.timestamp() - float(event.seconds)
+        began = done.timestamp() - float(took)
         overlap = min(done.timestamp(), end.timestamp()) - max(began, start.timestamp())
         hours += max(0.0, overlap) / 3600
     return hours

@@ -18,6 +18,7 @@ from modeldrop.pipeline.adapters.adapter_release import release_adapter_componen
 from modeldrop.pipeline.deployment.teardown import held_by, teardown
 
 if TYPE_CHECKING:
+    from mypy_boto3_application_autoscaling import ApplicationAutoScalingClient
     from mypy_boto3_cloudwatch import CloudWatchClient
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_sagemaker import SageMakerClient
@@ -105,16 +106,27 @@ def retire_due(
     return deleted
 
 
-def arm_idle_channels(cw: CloudWatchClient, channels: list[ChannelRecord], now: datetime) -> list[str]:
+def arm_idle_channels(
+    cw: CloudWatchClient,
+    channels: list[ChannelRecord],
+    now: datetime,
+    aas: ApplicationAutoScalingClient | None = None,
+    store: ChannelStore | None = None,
+) -> list[str]:
     """Each scaled channel that has existed its idle period, with no change under way: its idle alarm's
-    actions on (they were created off, or a never-called channel would sleep at its first minute)."""
-    from modeldrop.aws.autoscaling.idle_scaling import arm_idle
+    actions on (they were created off, or a never-called channel would sleep at its first minute). With
+    AAS, scale-in is given back to each scaled channel no change holds (read again just before): an update
+    whose Lambda stopped before its last check would otherwise leave it suspended, and the channel would
+    never sleep again."""
+    from modeldrop.aws.autoscaling.idle_scaling import arm_idle, suspend_scale_in
 
     armed = []
     for channel in channels:
         idle = channel.idle
         if not channel.scales_to_zero or idle is None or not idle.since or channel.candidate is not None:
             continue
+        if aas is not None and store is not None and (fresh := store.get(channel.name)) and fresh.candidate is None:
+            suspend_scale_in(aas, str(idle.component), False)
         if (now - clock.parse_iso(idle.since)).total_seconds() >= idle.after_seconds and arm_idle(
             cw, str(idle.component)
         ):

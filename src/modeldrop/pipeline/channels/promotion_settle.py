@@ -166,7 +166,8 @@ def finish_rollback(ctx: ChannelContext, channel: ChannelRecord) -> ChannelRecor
     assert pending is not None and pending.phase == "rolling_back"
     target = pending.version.model_copy(update={"served_at": _now(), "retired_at": None, "remove_after": None})
     done = retire(channel.model_copy(update={"candidate": None}), target, timedelta(seconds=pending.grace_seconds))
-    done.history.append(pending.event.model_copy(update={"at": _now(), "seconds": round(waited(pending), 1)}))
+    took = round(waited(pending), 1)
+    done.history.append(pending.event.model_copy(update={"at": _now(), "seconds": took, "change_seconds": took}))
     return ctx.channels.save(done)
 
 
@@ -216,7 +217,8 @@ def complete(ctx: ChannelContext, channel: ChannelRecord, record: DeploymentReco
     version = pending.version.model_copy(update={"served_at": _now()})
     adapter = version.component is not None
     seconds, origin = seconds_from_upload(ctx.s3, record)
-    event = pending.event.model_copy(update={"at": _now(), "seconds": seconds, "reason": f"timed from its {origin}"})
+    event = pending.event.model_copy(update={"at": _now(), "seconds": seconds, "reason": f"timed from its {origin}",
+                                             "change_seconds": round(waited(pending), 1)})  # fmt: skip
     done = retire(channel.model_copy(update={"candidate": None}), version, timedelta(seconds=pending.grace_seconds))
     done.history.append(event)
     saved = ctx.channels.save(done)

@@ -127,7 +127,7 @@ def reap(
     try:
         result.retired = retire_due(sm, registry, store, channels, s3)
         if cloudwatch is not None:
-            result.armed = arm_idle_channels(cloudwatch, channels, now)
+            result.armed = arm_idle_channels(cloudwatch, channels, now, autoscaling, store)
     except (ClientError, ModeldropError) as exc:
         result.errors.append(f"channels: {exc}")
     try:
