@@ -25,7 +25,8 @@ def region_problem(region: str) -> Problem | None:
     close = difflib.get_close_matches(region, sorted(known), n=1)
     return (
         f"{region!r} is not a region SageMaker runs in" + (f" (did you mean {close[0]}?)" if close else ""),
-        "pass --region (or set AWS_REGION) to one of botocore's SageMaker regions, e.g. us-east-1",
+        "pass --region (or set AWS_REGION) to one of botocore's SageMaker regions, e.g. us-east-1 (a region "
+        "newer than this botocore: pip install -U botocore)",
         "RegionUnknown",
     )
 
