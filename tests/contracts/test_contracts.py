@@ -98,7 +98,8 @@ def test_template_passes_cfn_lint() -> None:
 def test_every_function_dir_is_in_the_template() -> None:
     template = load_template(ROOT)
     uris = {
-        Path(r["Properties"]["CodeUri"]).name
+        # A zip function's CodeUri; an image function's Dockerfile folder (its handler's).
+        Path(r["Properties"].get("CodeUri") or Path(r["Metadata"]["Dockerfile"]).parent).name
         for r in template["Resources"].values()
         if r["Type"] == "AWS::Serverless::Function"
     }

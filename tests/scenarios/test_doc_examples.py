@@ -30,8 +30,8 @@ ELSEWHERE = {
     'pip install ".[cli]"': "pyproject's cli extra",
     "modeldrop run-local --engine vllm": "tests/scenarios/test_real_engine.py",
     "make engine-image": "tests/scenarios/test_engine_image.py (make test builds it)",
-    "docker tag ": "the Docker CLI (an account's registry: not run here)",
-    "docker push ": "the Docker CLI (an account's registry: not run here)",
+    # The whole build: the zip functions are `make sam-build`'s, the image `make engine-image`'s.
+    ".venv-sam/bin/sam build": "make sam-build + make engine-image (tests/scenarios/test_engine_image.py)",
 }
 # Exit codes the pages document for their examples: a failure path exits 1, as designed.
 EXPECTED_EXIT = {"modeldrop run-local --fault oom --json": 1, "modeldrop run-local --fault adapter-load --json": 1}

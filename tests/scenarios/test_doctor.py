@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +15,7 @@ from modeldrop.cli import app
 
 REGION = "us-east-1"
 BUCKET = "team-artifacts-doctor"
+ENGINE_FUNCTION = "modeldrop-EngineCheckFunction-1"
 
 
 def _trust(service: str) -> str:
@@ -28,14 +30,39 @@ def account() -> Iterator[Any]:
     from modeldrop.local.emulator import moto_shims, service_quotas
 
     moto_shims.install()
+    # As Lambda does: an image function's image must be in ECR, and its ResolvedImageUri names its digest.
+    os.environ["MOTO_LAMBDA_STUB_ECR"] = "false"
     with mock_aws():
         service_quotas.set_endpoint_quotas({"ml.g6.2xlarge": 2.0})
         boto3.client("s3", region_name=REGION).create_bucket(Bucket=BUCKET)
         yield lambda service: boto3.client(service, region_name=REGION)
     service_quotas.set_endpoint_quotas({})
+    os.environ.pop("MOTO_LAMBDA_STUB_ECR")
 
 
-def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
+def _engine_image_function(client: Any, role: str, state: str) -> None:
+    """The engine-check function as `sam deploy --resolve-image-repos` leaves it: an image function whose
+    repository (SAM's companion stack's) lets Lambda pull. moto's CloudFormation makes every function a zip
+    one, so the stack's function is made again as the image function it is on AWS."""
+    ecr = client("ecr")
+    repo = ecr.create_repository(repositoryName="modeldrop-enginecheckfunction")["repository"]
+    manifest = {"schemaVersion": 2, "mediaType": "application/vnd.docker.distribution.manifest.v2+json",
+                "config": {"digest": "sha256:" + "a" * 64, "size": 7}, "layers": []}  # fmt: skip
+    ecr.put_image(repositoryName=repo["repositoryName"], imageManifest=json.dumps(manifest), imageTag="dev")
+    if state != "no-policy":
+        pull = {"Effect": "Allow", "Principal": {"Service": ["lambda.amazonaws.com"]},
+                "Action": ["ecr:GetDownloadUrlForLayer", "ecr:GetRepositoryPolicy", "ecr:BatchGetImage"]}  # fmt: skip
+        policy = {"Version": "2012-10-17", "Statement": [pull]}
+        ecr.set_repository_policy(repositoryName=repo["repositoryName"], policyText=json.dumps(policy))
+    lam = client("lambda")
+    lam.delete_function(FunctionName=ENGINE_FUNCTION)
+    lam.create_function(FunctionName=ENGINE_FUNCTION, Role=role, PackageType="Image",
+                        Code={"ImageUri": f"{repo['repositoryUri']}:dev"})  # fmt: skip
+    if state == "image-gone":  # a lifecycle rule, or a hand, removed it after the deploy
+        ecr.batch_delete_image(repositoryName=repo["repositoryName"], imageIds=[{"imageTag": "dev"}])
+
+
+def _stack(client: Any, role_service: str, reaper_ran: bool = True, engine_image: str | None = "ok") -> None:
     iam = client("iam")
     arn = iam.create_role(RoleName="team-sagemaker", AssumeRolePolicyDocument=_trust(role_service))["Role"]["Arn"]
     alarms = {"Effect": "Allow", "Action": "cloudwatch:DescribeAlarms", "Resource": "arn:aws:cloudwatch:*:*:alarm:*"}
@@ -47,9 +74,14 @@ def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
         "ArtifactBucketName": BUCKET,
         "EventBusName": "b",
     }
+    engine = {"FunctionName": ENGINE_FUNCTION, "Code": {"ZipFile": "x"}, "Role": arn, "Runtime": "python3.13",
+              "Handler": "app.lambda_handler"}  # fmt: skip
     template = {
         "Parameters": {"SageMakerExecutionRoleArn": {"Type": "String"}, "DefaultInstanceType": {"Type": "String"}},
-        "Resources": {"ReaperFunction": {"Type": "AWS::SNS::Topic"}},
+        "Resources": {
+            "ReaperFunction": {"Type": "AWS::SNS::Topic"},
+            "EngineCheckFunction": {"Type": "AWS::Lambda::Function", "Properties": engine},
+        },
         "Outputs": {k: {"Value": v} for k, v in outputs.items()},
     }
     client("cloudformation").create_stack(
@@ -60,6 +92,8 @@ def _stack(client: Any, role_service: str, reaper_ran: bool = True) -> None:
             {"ParameterKey": "DefaultInstanceType", "ParameterValue": "ml.g6.2xlarge"},
         ],
     )
+    if engine_image:
+        _engine_image_function(client, arn, engine_image)
     if reaper_ran:
         reaper = client("cloudformation").describe_stack_resource(
             StackName="modeldrop", LogicalResourceId="ReaperFunction"
@@ -93,6 +127,21 @@ def test_a_healthy_account_passes(account: Any) -> None:
     assert checks["endpoint quota for ml.g6.2xlarge"]["status"] == "ok"
     assert checks["vllm image in us-east-1"]["detail"].startswith("763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:")
     assert checks["reaper"]["status"] == "ok"
+    assert checks["engine-check function"]["status"] == "ok", checks["engine-check function"]
+
+
+@pytest.mark.parametrize(
+    ("engine_image", "seen"),
+    [(None, "zip function without the engine"), ("no-policy", "has no policy"), ("image-gone", "gone from ECR")],
+)
+def test_an_engine_check_function_lambda_cannot_run_fails_with_the_redeploy(
+    account: Any, engine_image: str | None, seen: str
+) -> None:
+    _stack(account, "sagemaker.amazonaws.com", engine_image=engine_image)
+    code, data = _doctor()
+    check = _by_name(data)["engine-check function"]
+    assert code == 1 and check["status"] == "fail" and seen in check["detail"], check
+    assert "sam deploy --resolve-image-repos" in check["fix"]
 
 
 def test_a_role_that_trusts_only_bedrock_fails_with_the_fix(account: Any) -> None:

@@ -1,4 +1,4 @@
-"""The engine-check function as its container image ships (tools/build_engine_image.py, `make engine-image`):
+"""The engine-check function as its container image ships (`make engine-image`: `sam build` of its Dockerfile):
 the real state machine's EngineCheck task is answered by the image's own runtime interface client
 (awslambdaric, through a Lambda Runtime API) in a container run as Lambda runs one -- read-only but for
 /tmp, an unprivileged user, its memory -- reading the served copy from the emulated S3 over HTTP and
@@ -57,14 +57,14 @@ class ImageFunction:
         sys.path.insert(0, str(ROOT / "tests" / "runtime"))
         from runtime_api import RuntimeApi
 
-        # The image function as template.yaml declares it: its own environment, memory and timeout.
-        props = load_template(ROOT)["Resources"]["EngineCheckImageFunction"]["Properties"]
+        # The image function as template.yaml declares it: its environment (Globals' too), memory and timeout.
+        props = load_template(ROOT)["Resources"][FUNCTION]["Properties"]
         self.stack, self.spec = stack, stack.functions[FUNCTION]
         self.memory_mb, self.timeout = int(props["MemorySize"]), float(props["Timeout"])
         self.api = RuntimeApi(self.spec.arn, self.timeout)
         self.name = f"modeldrop-engine-check-{uuid.uuid4().hex[:8]}"
         env = {k: os.environ[k] for k in RUNTIME_ENV if k in os.environ}
-        env.update({k: str(stack.resolve(v)) for k, v in props["Environment"]["Variables"].items()})
+        env.update(self.spec.env)
         env.update({
             "AWS_LAMBDA_RUNTIME_API": self.api.address,
             "AWS_REGION": "us-east-1",
@@ -81,10 +81,11 @@ class ImageFunction:
             "AWS_EC2_METADATA_DISABLED": "true",
             "AWS_ENDPOINT_URL": endpoint_url,
         })  # fmt: skip
-        # As Lambda runs it: a read-only root but /tmp (512 MB, its default), another user, its memory.
+        # As Lambda runs it: a read-only root but /tmp (512 MB, its default), no /dev/shm, another user,
+        # its memory.
         args = ["docker", "run", "--rm", "--detach", "--name", self.name, "--network", "host", "--read-only",
-                "--tmpfs", "/tmp:exec,size=512m", "--user", "993:990", "--memory", f"{self.memory_mb}m",
-                "--cpus", "2"]  # fmt: skip
+                "--tmpfs", "/tmp:exec,size=512m", "--ipc", "none", "--user", "993:990",
+                "--memory", f"{self.memory_mb}m", "--cpus", "2"]  # fmt: skip
         for key, value in env.items():
             args += ["--env", f"{key}={value}"]
         subprocess.run([*args, image], check=True, capture_output=True, timeout=120)

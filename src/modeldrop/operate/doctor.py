@@ -19,6 +19,7 @@ from modeldrop.aws.sagemaker.endpoint_quota import find_quota, instances_in_use
 from modeldrop.aws.sagemaker.execution_role import SAGEMAKER, RoleUnreadable, role_problem
 from modeldrop.contracts import clock
 from modeldrop.contracts.errors import ImageUnresolvable
+from modeldrop.operate.engine_function import check_engine_function
 from modeldrop.serving.image import resolve_image
 
 if TYPE_CHECKING:
@@ -278,6 +279,9 @@ def run_checks(
         if view.parameters.get(param)
     }
     checks.append(check_image(engine, region, {**image_env, **(env or {})}))
+    engine_function = view.resources.get("EngineCheckFunction")
+    status, detail, fix = check_engine_function(client("lambda"), client("ecr"), engine_function)
+    checks.append(Check(name="engine-check function", status=status, detail=detail, fix=fix))  # type: ignore[arg-type]
     period = int(view.parameters.get("ReaperPeriodMinutes") or 15)
     checks.append(check_reaper(client("logs"), view.resources.get("ReaperFunction"), period))
     alarms = [v for k, v in view.resources.items() if k.endswith("Alarm")]

@@ -81,6 +81,8 @@ def reap_until_clean(stack: Any, runs: int = 8) -> list[dict[str, Any]]:
 
 # --fault engine-check-oom: the engine check's memory bound for the run (importing torch alone passes it).
 ENGINE_CHECK_OOM_MB = 64
+# --fault engine-check-inactive: what Lambda answers an Inactive function's first invocations.
+INACTIVE_ERRORS = ("Lambda.ResourceNotReadyException", *["Lambda.ResourceConflictException"] * 2)
 # The faults that need a shared deployment with a second adapter component.
 SHARED_FAULTS = frozenset({"adapter-load", "abort-mid-attach", "slow-component-delete"})
 
@@ -96,6 +98,8 @@ def arm_faults(stack: Any, faults: frozenset[str], request: dict[str, Any] | Non
         stack.inject[function] = [error]
     if "engine-check-oom" in faults:  # the real probe, held to a bound it cannot keep
         stack.functions["EngineCheckFunction"].env["MODELDROP_ENGINE_CHECK_MAX_MB"] = str(ENGINE_CHECK_OOM_MB)
+    if "engine-check-inactive" in faults:
+        stack.inject["EngineCheckFunction"] = list(INACTIVE_ERRORS)
     if "gate-scale-in" in faults:
         scale_in_after_the_gates_knock(stack)
     if "reupload" in faults:

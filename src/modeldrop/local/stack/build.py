@@ -148,6 +148,18 @@ def _storage(stack: EmulatedStack, resources: dict[str, Any]) -> str:
     return bucket
 
 
+def _function_code(root: Path, resource: dict[str, Any]) -> tuple[Path, str]:
+    """A function's code folder and handler: a zip function's CodeUri and Handler; an image function's
+    Dockerfile folder and ImageConfig command (its Dockerfile copies that folder's handler beside the
+    package, as the layer holds it: tests/contracts/test_engine_image_build.py holds the two equal)."""
+    props = resource["Properties"]
+    if props.get("PackageType") == "Image":
+        metadata = resource["Metadata"]
+        dockerfile = root / metadata["DockerContext"] / metadata["Dockerfile"]
+        return dockerfile.parent, props["ImageConfig"]["Command"][0]
+    return root / props["CodeUri"], props["Handler"]
+
+
 def _functions(stack: EmulatedStack, template: dict[str, Any], role: str) -> list[str]:
     """One Lambda per function (dispatched in-process), with its template Timeout and SAM's role name."""
     resources = template["Resources"]
@@ -160,18 +172,16 @@ def _functions(stack: EmulatedStack, template: dict[str, Any], role: str) -> lis
     for logical in function_ids:
         props = resources[logical]["Properties"]
         name = f"{STACK_NAME}-{logical}"
-        handler = props.get("Handler", globals_fn.get("Handler"))
+        code_dir, handler = _function_code(stack.root, resources[logical])
         arn = lam.create_function(
             FunctionName=name,
-            Runtime=globals_fn.get("Runtime", "python3.13"),
+            Runtime=props.get("Runtime", globals_fn.get("Runtime", "python3.13")),
             Role=role,
             Handler=handler,
             Code={"ZipFile": zipped.getvalue()},
         )["FunctionArn"]
         timeout = float(props.get("Timeout", globals_fn.get("Timeout", 3)))
-        stack.functions[logical] = FunctionSpec(
-            logical, name, stack.root / props["CodeUri"], handler, {}, arn, timeout=timeout
-        )
+        stack.functions[logical] = FunctionSpec(logical, name, code_dir, handler, {}, arn, timeout=timeout)
         # SAM's role for the function: <Logical>Role, which the bucket policy names.
         stack.resources[f"{logical}Role.Arn"] = f"arn:aws:iam::{ACCOUNT}:role/{STACK_NAME}-{logical}Role"
     return function_ids
