@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -25,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / ".bench" / "engine"
 GOAL_CPU_S = 20.0
 GOAL_MB = 1024
+GOAL_STATIC_MB = 128  # static validate's peak at 150,000 tensors (the whole `modeldrop validate` process)
 SHARD_BYTES = 5 * 1024**3
 BYTES = {"BF16": 2, "F32": 4, "F8_E4M3": 1}
 
@@ -160,6 +163,27 @@ def judge(folder: Path, cache: Path) -> dict[str, object]:
             "peak_mb": check.peak_rss_mb, "message": (check.message or "")[:160]}  # fmt: skip
 
 
+# As `modeldrop validate DIR --no-engine-check --json` runs, with its peak (VmHWM) said at exit.
+STATIC = (
+    "import atexit, re, sys; from pathlib import Path; "
+    "atexit.register(lambda: sys.stderr.write('VmHWM ' + re.search(r'VmHWM:\\s+(\\d+)', "
+    "Path('/proc/self/status').read_text()).group(1) + '\\n')); "
+    "sys.argv = ['modeldrop', 'validate', sys.argv[1], '--no-engine-check', '--json']; "
+    "from modeldrop.cli import main; main()"
+)
+
+
+def static_validate(folder: Path) -> tuple[float, int, str]:
+    """Wall seconds, peak MB and the verdict of the static validate of FOLDER, in a process of its own."""
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", STATIC, str(folder)], capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "src")})  # fmt: skip
+    wall = time.monotonic() - started
+    peak = int(re.search(r"VmHWM (\d+)", done.stderr)[1]) // 1024  # type: ignore[index]
+    report = json.loads(done.stdout)
+    return wall, peak, "deployable" if report["deployable"] else "refused"
+
+
 def main() -> int:
     from modeldrop.checkpoint.engine.engine_check import engine_python
 
@@ -184,6 +208,16 @@ def main() -> int:
                 if got["verdict"] not in ("loads", "assumed"):
                     print(f"  {got['message']}")
     print(f"goal: <= {GOAL_CPU_S:g} CPU-s and <= {GOAL_MB} MB summed over the probe's processes, cold or warm")
+    # Static validate alone, the same shapes and a 416-expert MoE (about Kimi-K2's layout, 151,103 tensors).
+    wide = dict(DEEPSEEK_V3, n_routed_experts=416, first_k_dense_replace=1)
+    cases["moe-416-experts-fp8"] = (wide, deepseek_tensors(wide))
+    print(f"\n{'static validate':<32} {'verdict':<12} {'wall s':>7} {'peak MB':>8}")
+    for label, (config, tensors) in cases.items():
+        folder = write_checkpoint(OUT / label, config, tensors)
+        wall, peak, verdict = static_validate(folder)
+        over |= len(tensors) <= 150_000 * 1.01 and peak > GOAL_STATIC_MB
+        print(f"{label + f' ({len(tensors):,})':<32} {verdict:<12} {wall:>7.1f} {peak:>8}")
+    print(f"goal: static validate <= {GOAL_STATIC_MB} MB (the whole process) up to 150,000 tensors")
     return 1 if over else 0
 
 

@@ -251,8 +251,9 @@ def test_run_local_with_the_engine_check_killed_for_memory_fails_named_leaving_n
 def test_an_inactive_engine_check_function_is_retried_until_it_answers() -> None:
     """An image function idle for weeks refuses its first invocations while Lambda restores it: the
     EngineCheck task waits it out (without INACTIVE_RETRY the run fails at EngineCheck)."""
+    env = {k: v for k, v in os.environ.items() if k != "MODELDROP_ENGINE_CHECK"}  # the check on, as users have it
     done = subprocess.run([sys.executable, "-m", "modeldrop", "run-local", "--fault", "engine-check-inactive",
-                           "--json"], capture_output=True, text=True, timeout=900)  # fmt: skip
+                           "--json"], capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     result = json.loads(done.stdout)
     assert result["status"] == "succeeded" and result["leftover_resources"] == [], result.get("cause")

@@ -300,3 +300,68 @@ def test_the_static_validator_refuses_40_shards_of_100k_tensors_within_128_mb(tm
     done = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True, timeout=600)
     deployable, codes, peak_mb = json.loads(done.stdout)
     assert not deployable and "TENSORS_TOO_MANY" in codes and peak_mb <= 128, (codes, peak_mb)
+
+
+def test_the_static_validator_judges_150k_tensors_within_128_mb(tmp_path: Path) -> None:
+    """The issue's goal for an accepted checkpoint: a 416-expert FP8 MoE (DeepSeek-V3's layout, about
+    Kimi-K2's size: 151,103 tensors in 214 header-only shards and their 13 MB index), judged by
+    `modeldrop validate` as a user runs it, within 128 MB for the whole process. Before: 191 MB."""
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    import bench_engine_check as bench
+
+    config = dict(bench.DEEPSEEK_V3, n_routed_experts=416, first_k_dense_replace=1)
+    tensors = bench.deepseek_tensors(config)
+    assert len(tensors) > 150_000
+    folder = bench.write_checkpoint(tmp_path / "moe", config, tensors)
+    done = subprocess.run([sys.executable, "-c", bench.STATIC, str(folder)], capture_output=True, text=True,
+                          timeout=600, check=False)  # fmt: skip
+    report, peak_mb = json.loads(done.stdout), int(done.stderr.split("VmHWM ")[1].split()[0]) // 1024
+    assert report["deployable"] and report["tensor_count"] == len(tensors), report["findings"]
+    assert peak_mb <= 128, peak_mb
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda index: None,
+        lambda index: index["weight_map"].update({"model.layers.0.extra.weight": "model-00003-of-00002.safetensors"}),
+        lambda index: index["weight_map"].update({"model.layers.0.odd.weight": 7}),
+        lambda index: index.update(metadata={"total_size": 10**45}),
+        lambda index: index.update(other=index.pop("weight_map")),
+        lambda index: index.update(other=index["weight_map"], weight_map=[]),
+        lambda index: index["weight_map"].pop(next(iter(index["weight_map"]))),
+    ],
+)
+def test_a_big_index_is_judged_alike_by_its_fast_reading_and_the_standard_one(
+    tmp_path: Path, mutate: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over 1 MB the index's shard names are read as the scan's shards (one object each) by msgspec; a
+    reading it cannot make goes to the standard library's. The findings must not tell the two apart."""
+    from modeldrop.checkpoint.chat import side_files
+
+    d = _single_shard(tmp_path)
+    (d / "model.safetensors").unlink()
+    index: dict[str, Any] = {"metadata": {"total_size": 0}, "weight_map": {}}
+    for n in (1, 2):
+        shard = _wide_shard(d / f"model-{n:05d}-of-00002.safetensors", 15_000)
+        names = json.loads(shard.read_bytes()[8 : 8 + struct.unpack("<Q", shard.read_bytes()[:8])[0]])
+        index["weight_map"].update({f"{name}.{n}": shard.name for name in names})
+    for n in (1, 2):  # the names as the index has them: each shard's own, made distinct
+        path = d / f"model-{n:05d}-of-00002.safetensors"
+        raw = path.read_bytes()
+        length = struct.unpack("<Q", raw[:8])[0]
+        entries = {f"{k}.{n}": v for k, v in json.loads(raw[8 : 8 + length]).items()}
+        header = json.dumps(entries, separators=(",", ":")).encode()
+        header += b" " * (-len(header) % 8)
+        path.write_bytes(struct.pack("<Q", len(header)) + header + raw[8 + length :])
+    mutate(index)
+    (d / "model.safetensors.index.json").write_text(json.dumps(index))
+    assert (d / "model.safetensors.index.json").stat().st_size > side_files.FAST_DECODE_BYTES
+    fast = validate_source(str(d))
+    monkeypatch.setattr(side_files, "FAST_DECODE_BYTES", 1 << 40)
+    standard = validate_source(str(d))
+    assert [(f.code, f.message) for f in fast.findings] == [(f.code, f.message) for f in standard.findings]
+    assert fast.deployable == standard.deployable and fast.tensor_count == standard.tensor_count

@@ -12,6 +12,7 @@ from typing import Any
 from modeldrop.checkpoint.archive.scan_result import ArtifactScan
 from modeldrop.checkpoint.chat.chat_contract import ChatContract, chat_contract, template_source
 from modeldrop.checkpoint.chat.side_files import config_findings, implausible, parse_json
+from modeldrop.checkpoint.headers.safetensors_header import TensorDims, TensorShapes
 from modeldrop.checkpoint.validation_report import KvShared
 from modeldrop.checkpoint.weights.architecture_rules import (
     KV_SHARED_FIXED_IN,
@@ -29,7 +30,7 @@ from modeldrop.checkpoint.weights.config_rules import (
     special_token_findings,
     tokenizer_json_findings,
 )
-from modeldrop.checkpoint.weights.layout_rules import Layout, index_mismatches
+from modeldrop.checkpoint.weights.layout_rules import Layout
 from modeldrop.checkpoint.weights.quant_rules import architecture_findings, quant_findings, rope_findings
 from modeldrop.checkpoint.weights.weight_rules import weight_findings
 from modeldrop.contracts.engine_target import EngineVersion
@@ -174,7 +175,6 @@ def _no_tensors(c: _Checkpoint) -> Iterable[Finding]:
 
 def _layout(c: _Checkpoint) -> Iterable[Finding]:
     yield from c.layout.findings
-    yield from index_mismatches(c.layout, c.scan, c.tensors)
 
 
 def _config_bounds(c: _Checkpoint) -> Iterable[Finding]:
@@ -259,11 +259,7 @@ def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
 def _weights_against_config(c: _Checkpoint) -> Iterable[Finding]:
     if not c.config_parsed or not c.tensors or c.scan.header_errors or implausible(c.config):
         return []
-    shapes = {}
-    for rel in c.layout.weights:
-        header = c.scan.headers.get(rel)
-        if header is not None:
-            shapes.update({name: info.shape for name, info in header.tensors.items()})
+    shapes = TensorDims(c.scan.headers, c.tensors)
     layers, shared = c.kv.num_hidden_layers or 0, c.kv.num_kv_shared_layers
     skip = frozenset(range(layers - shared, layers)) if c.kv_rule and 0 < shared <= layers else frozenset()
     return weight_findings(c.config, shapes, skip)
@@ -339,11 +335,7 @@ def _other_models(c: _Checkpoint) -> Iterable[Finding]:
 def _quantization(c: _Checkpoint) -> Iterable[Finding]:
     if not c.config_parsed or c.scan.header_errors:
         return []
-    headers = {}
-    for rel in c.layout.weights:
-        header = c.scan.headers.get(rel)
-        if header is not None:
-            headers.update({name: (info.dtype, tuple(info.shape)) for name, info in header.tensors.items()})
+    headers = TensorShapes(c.scan.headers, c.tensors)
     side = any(name in c.scan.small_files for name in ("quantize_config.json", "quant_config.json"))
     found = quant_findings(c.config, headers, side, c.target) + rope_findings(c.config, c.target)
     return found + architecture_findings(c.config, c.target)

@@ -13,8 +13,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, cast
 
-from botocore.exceptions import ClientError
-
 from modeldrop.checkpoint.archive.archive_rules import archive_refused, check_prefix_keys
 from modeldrop.checkpoint.archive.scan_result import (
     ArtifactScan,
@@ -172,6 +170,8 @@ def _scan_source(source: str, s3: S3Client | None) -> ArtifactScan:
             import boto3
 
             s3 = boto3.client("s3")
+        from botocore.exceptions import ClientError  # here: a local validate need not load botocore (~6 MB)
+
         try:
             uri = parse_s3_uri(source)
         except ValueError as exc:

@@ -11,9 +11,11 @@ The number of JSON values a text can hold is at most the count of its `[`, `{`, 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from modeldrop.checkpoint.archive.scan_result import ArtifactScan
+from modeldrop.checkpoint.headers.header_json import _msgspec_decode
 from modeldrop.contracts.models import Finding
 
 # A 100k-tensor index is ~200k values; real configs and tokenizer configs are well under.
@@ -57,8 +59,11 @@ def load_json(scan: ArtifactScan, name: str, findings: list[Finding]) -> dict[st
     return None if raw is None else parse_json(name, raw, findings)
 
 
-def parse_json(name: str, raw: bytes, findings: list[Finding]) -> dict[str, Any] | None:
-    """RAW (the side file NAME) as a JSON object within the bounds, or None with a finding saying why."""
+def parse_json(
+    name: str, raw: bytes, findings: list[Finding], fast: Callable[[bytes], Any] | None = None
+) -> dict[str, Any] | None:
+    """RAW (the side file NAME) as a JSON object within the bounds, or None with a finding saying why.
+    FAST, given, may read RAW first (None: it cannot say, and the standard reading stands)."""
     values = value_bound(raw)
     if values > MAX_JSON_VALUES:
         findings.append(
@@ -80,8 +85,11 @@ def parse_json(name: str, raw: bytes, findings: list[Finding]) -> dict[str, Any]
             )
         )
         return None
+    value = fast(raw) if fast is not None and _msgspec_decode is not None and len(raw) > FAST_DECODE_BYTES else None
+    if value is not None:
+        return value
     try:
-        value = json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
+        value = _decode(raw)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError is a ValueError; so is an unbounded integer
         findings.append(_finding("JSON_INVALID", f"{name} is not valid JSON: {str(exc)[:200]}", f"re-save {name}"))
         return None
@@ -92,6 +100,7 @@ def parse_json(name: str, raw: bytes, findings: list[Finding]) -> dict[str, Any]
 
 
 MAX_INT_DIGITS = 40  # past any size, id or count a model file holds; Python refuses 4,300 with a ValueError
+_INT_BOUND = 10**MAX_INT_DIGITS
 _BOMS = (
     (b"\x00\x00\xfe\xff", "is UTF-32 (big-endian, with a BOM)"),
     (b"\xff\xfe\x00\x00", "is UTF-32 (little-endian, with a BOM)"),
@@ -107,11 +116,49 @@ def _encoding_problem(raw: bytes) -> str | None:
             return what
     if b"\x00" in raw[:4]:
         return "is UTF-16 or UTF-32 (NUL bytes among its first characters)"
+    if raw.isascii():  # no copy: most side files, and every index, are ASCII
+        return None
     try:
         raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         return f"is not UTF-8 (byte {exc.start})"
     return None
+
+
+def _decode(raw: bytes) -> Any:
+    """RAW as the standard library reads it (integers bounded). A big file (a 150,000-tensor index is
+    13 MB) is read first by msgspec, from the bytes, with no second copy as text; where msgspec refuses
+    what the standard library reads (NaN, a lone surrogate, 1e400), or reads what it refuses (an
+    over-long integer, deep nesting), the standard library's reading stands, errors included."""
+    if _msgspec_decode is not None and len(raw) > FAST_DECODE_BYTES:
+        try:
+            value = _msgspec_decode(raw)
+        except Exception:  # any refusal: the standard library judges
+            value = _UNSURE
+        if value is not _UNSURE and within_bounds(value):
+            return value
+    return json.loads(raw.decode("utf-8"), parse_int=_bounded_int)
+
+
+FAST_DECODE_BYTES = 1 << 20
+_UNSURE = object()
+_MAX_DEPTH = 500  # well inside the standard library's recursion limit: deeper ones take its path
+
+
+def within_bounds(value: Any) -> bool:
+    """No integer past MAX_INT_DIGITS digits and no nesting deeper than _MAX_DEPTH (iteratively)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > _MAX_DEPTH:
+            return False
+        if type(item) is dict:
+            stack.extend((v, depth + 1) for v in item.values() if type(v) is not str)
+        elif type(item) is list:
+            stack.extend((v, depth + 1) for v in item if type(v) is not str)
+        elif type(item) is int and not -_INT_BOUND < item < _INT_BOUND:
+            return False
+    return True
 
 
 def _bounded_int(digits: str) -> int:

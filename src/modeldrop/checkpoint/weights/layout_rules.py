@@ -22,7 +22,6 @@ INDEX = "model.safetensors.index.json"
 @dataclass
 class Layout:
     weights: list[str]  # the shards the engines load, in name order
-    weight_map: dict[str, str] | None  # the index's tensor -> shard, when it is usable
     findings: list[Finding] = field(default_factory=list)
 
 
@@ -65,6 +64,9 @@ def _usable_map(index: dict[str, Any], findings: list[Finding]) -> dict[str, str
             )
         )
         return None
+    shards: dict[str, str] = {}
+    for tensor, shard in weight_map.items():  # one string per shard, not one per tensor (12 MB at 150k)
+        weight_map[tensor] = shards.setdefault(shard, shard)
     return weight_map
 
 
@@ -94,6 +96,15 @@ def layout(scan: ArtifactScan, index: dict[str, Any] | None, index_present: bool
                 "save with save_pretrained so the index is written",
             )
         )
+    findings += _ignored_files(scan, shards, weights)
+    if weight_map is not None:  # judged here, so the index's map is not held beside the tensor table
+        findings += index_mismatches(weights, weight_map, scan)
+    return Layout(weights, findings)
+
+
+def _ignored_files(scan: ArtifactScan, shards: list[str], weights: list[str]) -> list[Finding]:
+    """Shards no engine loads, what a weights glob meets that is no weights file, and subfolder files."""
+    findings: list[Finding] = []
     unused = [s for s in shards if s not in weights]
     if unused and weights:
         findings.append(
@@ -117,7 +128,7 @@ def layout(scan: ArtifactScan, index: dict[str, Any] | None, index_present: bool
                 hint="nothing to do unless one of them was meant to be at the root",
             )
         )
-    return Layout(weights, weight_map, findings)
+    return findings
 
 
 def _not_weights(scan: ArtifactScan) -> list[Finding]:
@@ -161,25 +172,26 @@ def _not_weights(scan: ArtifactScan) -> list[Finding]:
     return out
 
 
-def index_mismatches(layout: Layout, scan: ArtifactScan, tensors: dict[str, str]) -> list[Finding]:
-    """Where the index and its shards disagree (each way), with a few examples."""
-    weight_map = layout.weight_map
-    if weight_map is None:
-        return []
+def index_mismatches(weights: list[str], weight_map: dict[str, str], scan: ArtifactScan) -> list[Finding]:
+    """Where the index and its shards disagree (each way), with a few examples. A tensor is in the shard
+    the index names when that shard's header has it (a copy in another shard too is DUPLICATE_TENSOR's)."""
     problems: list[str] = []
-    for shard in layout.weights:
+    for shard in weights:
         if shard not in scan.headers and shard not in scan.header_errors:
             problems.append(f"shard {printable(shard)} is mapped but missing")
     for tensor, shard in weight_map.items():
-        if shard in scan.headers and tensors.get(tensor) != shard:
+        header = scan.headers.get(shard)
+        if header is not None and tensor not in header.tensors:
             problems.append(f"{printable(tensor)} is mapped to {printable(shard)} but not in it")
         if len(problems) > 5:
             break
-    for tensor, shard in tensors.items():
-        if tensor not in weight_map:
-            problems.append(f"{printable(tensor)} in {printable(shard)} is not in the index")
-        if len(problems) > 5:
-            break
+    for shard in weights:
+        header = scan.headers.get(shard)
+        for tensor in header.tensors if header is not None and len(problems) <= 5 else ():
+            if tensor not in weight_map:
+                problems.append(f"{printable(tensor)} in {printable(shard)} is not in the index")
+            if len(problems) > 5:
+                break
     if not problems:
         return []
     return [

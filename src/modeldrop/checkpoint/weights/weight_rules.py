@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from modeldrop.checkpoint.weights.model_dims import MAX_LAYERS, text_section
@@ -55,7 +55,7 @@ def _is_tower(name: str) -> bool:
 
 
 def weight_findings(
-    config: dict[str, Any], shapes: dict[str, tuple[int, ...]], skip_layers: frozenset[int] = frozenset()
+    config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]], skip_layers: frozenset[int] = frozenset()
 ) -> list[Finding]:
     """Findings for SHAPES (tensor name -> shape) against CONFIG; SKIP_LAYERS (KV-shared layers, judged
     by their own rule) are left out of the layer comparison."""
@@ -91,7 +91,7 @@ SWITCHED_TENSORS = (
 )  # fmt: skip
 
 
-def _switched(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterable[Finding]:
+def _switched(config: dict[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Iterable[Finding]:
     architectures = set(config.get("architectures") or []) if isinstance(config.get("architectures"), list) else set()
     for archs, suffix, key, value in SWITCHED_TENSORS:
         if not archs & architectures or text_section(config).get(key) == value:
@@ -105,7 +105,7 @@ def _switched(config: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Ite
                           hint=f"set {key} to {value!r} as the model was trained (or drop the tensors)")  # fmt: skip
 
 
-def _embedding(section: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterable[Finding]:
+def _embedding(section: dict[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Iterable[Finding]:
     vocab = _int(section.get("vocab_size"))
     hidden = _int(
         section.get("word_embed_proj_dim")  # OPT-350m projects a narrower embedding
@@ -137,7 +137,7 @@ def _tied(section: dict[str, Any]) -> bool | None:
     return value if isinstance(value, bool) else None
 
 
-def _head(section: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterable[Finding]:
+def _head(section: dict[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> Iterable[Finding]:
     if _tied(section) is not False:
         return
     heads = any(name.endswith(_HEADS) or name == "output.weight" for name in shapes)
@@ -150,13 +150,15 @@ def _head(section: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> Iterab
         )
 
 
-def _stacks(shapes: dict[str, tuple[int, ...]]) -> dict[str, dict[int, dict[str, tuple[int, ...]]]]:
+def _stacks(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, dict[int, dict[str, tuple[int, ...]]]]:
     """prefix -> layer index -> (the name after the index -> shape)."""
     stacks: dict[str, dict[int, dict[str, tuple[int, ...]]]] = defaultdict(lambda: defaultdict(dict))
+    rests: dict[str, str] = {}  # one string per name within a layer, not one per tensor (12 MB at 150k)
     for name, shape in shapes.items():
         match = _LAYER.match(name)
         if match is not None:
-            stacks[match["prefix"]][int(match["index"])][match["rest"]] = shape
+            rest = match["rest"]
+            stacks[match["prefix"]][int(match["index"])][rests.setdefault(rest, rest)] = shape
     return {prefix: dict(layers) for prefix, layers in stacks.items()}
 
 
