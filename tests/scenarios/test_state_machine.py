@@ -235,6 +235,19 @@ def test_transient_lambda_error_is_retried(stack: Any, archive: bytes) -> None:
     assert [i.error for i in validate_calls] == ["Lambda.ServiceException", "Lambda.TooManyRequestsException", None]
 
 
+def test_an_inactive_engine_check_function_is_waited_for(stack: Any, archive: bytes) -> None:
+    """`--fault engine-check-inactive`: an image function idle for weeks refuses its first invocations
+    while Lambda restores it; the EngineCheck task waits it out (without INACTIVE_RETRY it fails there)."""
+    from modeldrop.local.scenarios.account_faults import INACTIVE_ERRORS, arm_faults
+
+    arm_faults(stack, frozenset({"engine-check-inactive"}), None)
+    _upload(stack, "inactive/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["status"] == "SUCCEEDED", (desc.get("error"), desc.get("cause"))
+    calls = [i.error for i in stack.invocations if i.function == "EngineCheckFunction"]
+    assert calls == [*INACTIVE_ERRORS, None]
+
+
 def test_stray_objects_start_nothing(stack: Any) -> None:
     for key in ("notes.txt", "runs/model.tar.gz.tmp", "runs/config.json", "runs/model-00001-of-00002.safetensors"):
         _upload(stack, key, b"x")
