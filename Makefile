@@ -67,9 +67,12 @@ vllm-venv: $(VLLM_VENV)/.installed
 ENGINE_IMAGE ?= modeldrop-engine-check:dev
 ENGINE_BUILD_BASE ?= lambda
 ENGINE_BUILD_DIR ?= .aws-sam/engine-image
-ENGINE_BASE_TAG = $$($(abspath $(PY)) tools/build_engine_image.py --python $(PY313) --engine-venv $(VLLM_VENV))
-ENGINE_IMAGE_BUILD = $(SAM) build EngineCheckFunction --build-dir $(ENGINE_BUILD_DIR) \
-	$(if $(filter debian,$(ENGINE_BUILD_BASE)),--parameter-overrides EngineCheckBuildBase=$(ENGINE_BASE_TAG))
+# The base is built first and its tag passed on; a failed base build stops here (set -e), not in sam.
+ENGINE_BASE_BUILD = base=$$($(abspath $(PY)) tools/build_engine_image.py --python $(PY313) --engine-venv $(VLLM_VENV)) && \
+	test -n "$$base" &&
+ENGINE_IMAGE_BUILD = $(if $(filter debian,$(ENGINE_BUILD_BASE)),$(ENGINE_BASE_BUILD)) \
+	$(SAM) build EngineCheckFunction --build-dir $(ENGINE_BUILD_DIR) \
+	$(if $(filter debian,$(ENGINE_BUILD_BASE)),--parameter-overrides EngineCheckBuildBase=$$base)
 engine-image: install $(SAM_VENV)/.installed $(if $(filter debian,$(ENGINE_BUILD_BASE)),$(VLLM_VENV)/.installed)
 	$(if $(ENGINE_IMAGE),$(ENGINE_IMAGE_BUILD))
 

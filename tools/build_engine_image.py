@@ -258,7 +258,7 @@ def main() -> int:
         if not args.python:
             parser.error("--python is required (the Lambda runtime's Python 3.13)")
         print(build(args.engine_venv, args.python, args.uv))
-    except (BuildError, subprocess.CalledProcessError) as exc:
+    except (BuildError, subprocess.CalledProcessError, OSError) as exc:
         print(f"build_engine_image: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -130,3 +130,32 @@ def test_the_deploy_pushes_to_a_repository_lambda_may_pull_from() -> None:
     assert _lets_lambda_pull(repos[0]["Properties"]["RepositoryPolicyText"])
     assert not _lets_lambda_pull({"Statement": [{"Effect": "Allow", "Principal": {"Service": "ecs.amazonaws.com"},
                                                  "Action": "ecr:*"}]})  # fmt: skip
+
+
+def test_the_three_builds_leave_out_the_same_runtime_packages() -> None:
+    """The layer (src/Makefile), the image's install step and CI's base each drop what the Lambda runtime
+    provides, so the runtime's boto3 is the one imported: the three lists must not drift apart."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    import build_engine_image
+
+    makefile = re.search(r"^RUNTIME_PROVIDED := (.+)$", (ROOT / "src" / "Makefile").read_text(), re.M)
+    script = re.search(r"^rm -rf ((?:[^\n\\]|\\\n)+)", INSTALL.read_text(), re.M)
+    assert makefile and script
+    in_makefile = set(makefile[1].split())
+    in_script = {w for w in script[1].replace("\\\n", " ").split() if not w.endswith(".dist-info")}
+    assert in_makefile == in_script == set(build_engine_image.RUNTIME_PROVIDED)
+
+
+@pytest.mark.parametrize(
+    ("statements", "lets"),
+    [
+        ([{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": ["ecr:Batch*", "ecr:Get*"]}],
+         True),
+        ([{"Effect": "Allow", "Principal": "*", "Action": "ecr:*"}], True),
+        ([{"Effect": "Allow", "Principal": {"Service": "lambda.amazonaws.com"}, "Action": "ecr:BatchGetImage"}], False),
+        ([{"Effect": "Allow", "Principal": {"Service": ["lambda.amazonaws.com"]}, "Action": "ecr:*"},
+          {"Effect": "Deny", "Principal": "*", "Action": "ecr:GetDownloadUrlForLayer"}], False),
+    ],
+)  # fmt: skip
+def test_the_pull_rule_reads_wildcards_and_denials(statements: list[dict[str, object]], lets: bool) -> None:
+    assert _lets_lambda_pull({"Version": "2012-10-17", "Statement": statements}) is lets

@@ -12,7 +12,7 @@ from typing import Any
 from modeldrop.checkpoint.archive.scan_result import ArtifactScan
 from modeldrop.checkpoint.chat.chat_contract import ChatContract, chat_contract, template_source
 from modeldrop.checkpoint.chat.side_files import config_findings, implausible, parse_json
-from modeldrop.checkpoint.headers.safetensors_header import TensorDims, TensorShapes
+from modeldrop.checkpoint.headers.safetensors_header import TensorView
 from modeldrop.checkpoint.validation_report import KvShared
 from modeldrop.checkpoint.weights.architecture_rules import (
     KV_SHARED_FIXED_IN,
@@ -259,7 +259,7 @@ def _kv_shared_tensors(c: _Checkpoint) -> Iterable[Finding]:
 def _weights_against_config(c: _Checkpoint) -> Iterable[Finding]:
     if not c.config_parsed or not c.tensors or c.scan.header_errors or implausible(c.config):
         return []
-    shapes = TensorDims(c.scan.headers, c.tensors)
+    shapes = TensorView(c.scan.headers, c.tensors, lambda info: info.shape)
     layers, shared = c.kv.num_hidden_layers or 0, c.kv.num_kv_shared_layers
     skip = frozenset(range(layers - shared, layers)) if c.kv_rule and 0 < shared <= layers else frozenset()
     return weight_findings(c.config, shapes, skip)
@@ -335,7 +335,7 @@ def _other_models(c: _Checkpoint) -> Iterable[Finding]:
 def _quantization(c: _Checkpoint) -> Iterable[Finding]:
     if not c.config_parsed or c.scan.header_errors:
         return []
-    headers = TensorShapes(c.scan.headers, c.tensors)
+    headers = TensorView(c.scan.headers, c.tensors, lambda info: (info.dtype, info.shape))
     side = any(name in c.scan.small_files for name in ("quantize_config.json", "quant_config.json"))
     found = quant_findings(c.config, headers, side, c.target) + rope_findings(c.config, c.target)
     return found + architecture_findings(c.config, c.target)

@@ -3,6 +3,7 @@ become so), whose image is still in ECR and whose repository lets Lambda pull it
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ def check_engine_function(lam: LambdaClient, ecr: ECRClient, function_name: str 
         return "fail", f"{function_name} is Failed: {why}", REDEPLOY
     image = _image_problem(ecr, code.get("ImageUri", ""), code.get("ResolvedImageUri", ""))
     if image:
-        return "fail", image, REDEPLOY
+        return image[0], image[1], REDEPLOY if image[0] == "fail" else ""
     disabled = (config.get("Environment") or {}).get("Variables", {}).get("MODELDROP_ENGINE_CHECK") == "Disabled"
     if disabled:
         why = "the stack's EngineCheck parameter is Disabled: the static rules judge alone"
@@ -52,46 +53,59 @@ def check_engine_function(lam: LambdaClient, ecr: ECRClient, function_name: str 
     return "ok", f"{state}, image {code.get('ImageUri', '?')}", ""
 
 
-def _image_problem(ecr: ECRClient, image_uri: str, resolved: str) -> str | None:
-    """Why Lambda could not pull the function's image again, or None."""
+def _image_problem(ecr: ECRClient, image_uri: str, resolved: str) -> tuple[str, str] | None:
+    """Why Lambda could not pull the function's image again ("fail"), or why this caller cannot tell
+    ("warn"), or None."""
     match = _IMAGE_URI.match(image_uri)
     if not match:
-        return f"the function's image {image_uri or '(none)'} is not in ECR"
+        return "fail", f"the function's image {image_uri or '(none)'} is not in ECR"
     registry, repo = match["registry"], match["repo"]
     digest = resolved.rpartition("@")[2] if "@" in resolved else match["digest"]
     ident: dict[str, str] = {"imageDigest": digest} if digest else {"imageTag": match["tag"] or "latest"}
     try:
         ecr.describe_images(registryId=registry, repositoryName=repo, imageIds=[ident])
-    except ClientError as exc:
-        if _code(exc) in ("ImageNotFoundException", "RepositoryNotFoundException"):
-            return f"the function's image is gone from ECR ({_code(exc)}: {repo}): restoring an idle function fails"
-        return None  # not readable by this caller: Lambda's own view is what the state says
-    except BotoCoreError:
-        return None
-    try:
         text = ecr.get_repository_policy(registryId=registry, repositoryName=repo)["policyText"]
     except ClientError as exc:
-        if _code(exc) == "RepositoryPolicyNotFoundException":
-            return f"the repository {repo} has no policy: Lambda may not pull the image ({', '.join(PULL_ACTIONS)})"
-        return None
-    if not _lets_lambda_pull(json.loads(text)):
-        return f"the repository {repo}'s policy does not let {LAMBDA_PRINCIPAL} {' and '.join(PULL_ACTIONS)}"
+        code = _code(exc)
+        if code in ("ImageNotFoundException", "RepositoryNotFoundException"):
+            return "fail", f"the function's image is gone from ECR ({code}: {repo}): restoring an idle function fails"
+        if code == "RepositoryPolicyNotFoundException":
+            return (
+                "fail",
+                f"the repository {repo} has no policy: Lambda may not pull the image ({', '.join(PULL_ACTIONS)})",
+            )
+        return "warn", f"could not read the image's repository {repo} ({code}): its pull policy is unchecked"
+    except BotoCoreError as exc:
+        return "warn", f"could not read the image's repository {repo} ({_code(exc)}): its pull policy is unchecked"
+    try:
+        lets = _lets_lambda_pull(json.loads(text))
+    except (ValueError, AttributeError, TypeError):
+        lets = False
+    if not lets:
+        return "fail", f"the repository {repo}'s policy does not let {LAMBDA_PRINCIPAL} {' and '.join(PULL_ACTIONS)}"
     return None
 
 
 def _lets_lambda_pull(policy: dict[str, Any]) -> bool:
+    """Whether the policy allows, and does not deny, Lambda every pull action (IAM's wildcards in actions)."""
     allowed: set[str] = set()
+    denied: set[str] = set()
     statements = policy.get("Statement", [])
     for statement in statements if isinstance(statements, list) else [statements]:
         principal = statement.get("Principal", {})
         services = principal.get("Service", []) if isinstance(principal, dict) else []
         services = [services] if isinstance(services, str) else services
-        if statement.get("Effect") != "Allow" or (LAMBDA_PRINCIPAL not in services and principal != "*"):
+        if LAMBDA_PRINCIPAL not in services and principal not in ("*", {"AWS": "*"}):
             continue
         actions = statement.get("Action", [])
-        for action in [actions] if isinstance(actions, str) else actions:
-            allowed.update(a for a in PULL_ACTIONS if action in (a, "ecr:*", "*"))
-    return allowed == set(PULL_ACTIONS)
+        matched = {
+            a
+            for pattern in ([actions] if isinstance(actions, str) else actions)
+            for a in PULL_ACTIONS
+            if fnmatch.fnmatchcase(a.lower(), str(pattern).lower())
+        }
+        (allowed if statement.get("Effect") == "Allow" else denied).update(matched)
+    return allowed - denied == set(PULL_ACTIONS)
 
 
 def _code(exc: ClientError | BotoCoreError) -> str:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import gc
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from itertools import chain, repeat
 from math import prod
 from operator import itemgetter, mul, sub
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from modeldrop.checkpoint.headers.header_json import (  # re-exported: the header's limits and its error
     _F64_MAX,
@@ -66,32 +66,20 @@ class SafetensorsHeader:
         return 8 + self.header_len + self.data_len
 
 
-class TensorShapes(Mapping[str, tuple[str, tuple[int, ...]]]):
-    """Each tensor's (dtype, shape) read through the shards' own headers: WHERE maps a tensor to its shard.
-    A view, not a table: a copy costs about 120 bytes a tensor (18 MB at 150,000)."""
-
-    def __init__(self, headers: Mapping[str, SafetensorsHeader], where: Mapping[str, str]) -> None:
-        self._headers, self._where = headers, where
-
-    def __getitem__(self, name: str) -> tuple[str, tuple[int, ...]]:
-        info = self._headers[self._where[name]].tensors[name]
-        return info.dtype, info.shape
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._where)
-
-    def __len__(self) -> int:
-        return len(self._where)
+_V = TypeVar("_V")
 
 
-class TensorDims(Mapping[str, tuple[int, ...]]):
-    """Each tensor's shape, as TensorShapes reads it."""
+class TensorView(Mapping[str, _V]):
+    """PICK(tensor) for each tensor, read through the shards' own headers: WHERE maps a tensor to its
+    shard. A view, not a table: a copy costs about 120 bytes a tensor (18 MB at 150,000)."""
 
-    def __init__(self, headers: Mapping[str, SafetensorsHeader], where: Mapping[str, str]) -> None:
-        self._headers, self._where = headers, where
+    def __init__(
+        self, headers: Mapping[str, SafetensorsHeader], where: Mapping[str, str], pick: Callable[[TensorInfo], _V]
+    ) -> None:
+        self._headers, self._where, self._pick = headers, where, pick
 
-    def __getitem__(self, name: str) -> tuple[int, ...]:
-        return self._headers[self._where[name]].tensors[name].shape
+    def __getitem__(self, name: str) -> _V:
+        return self._pick(self._headers[self._where[name]].tensors[name])
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
