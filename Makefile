@@ -19,7 +19,7 @@ BUILD_DIR ?= .aws-sam/build
 # so a third worker overlaps those waits.
 PYTEST_WORKERS ?= 3
 
-.PHONY: engine-image engine-base vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
+.PHONY: engine-image engine-base engine-golden vllm-venv install run-local test test-fast docs lint typecheck cfn-lint sam-validate sam-build pytest bench bench-s3 bench-run-local fuzz-tar asl schema clean
 
 # The venvs are made with uv (PyPI's `uv`, in .venv-uv): parallel downloads and installs, where pip
 # took a quarter of CI from a clean clone. uv reads no pip.conf: the system's CA bundle (UV_NATIVE_TLS).
@@ -57,6 +57,12 @@ $(VLLM_VENV)/.installed: tools/vllm-requirements.txt $(UV_VENV)/.installed
 	touch $@
 
 vllm-venv: $(VLLM_VENV)/.installed
+
+# The real-load golden (tests/fixtures/engine-golden.json): checkpoints saved by transformers, each loaded
+# by the pinned vLLM on CPU with a few greedy tokens. Made again when the pin or the generator moves (CI
+# fails until then); about 15 minutes on a 2-core machine.
+engine-golden: $(VLLM_VENV)/.installed
+	$(VLLM_VENV)/bin/python tools/gen_engine_golden.py --golden tests/fixtures/engine-golden.json
 
 # The engine-check function's container image: `sam build` of EngineCheckFunction from
 # functions/engine_check/Dockerfile, tagged modeldrop-engine-check:dev (the template's DockerImage and

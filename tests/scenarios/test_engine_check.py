@@ -115,11 +115,18 @@ def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) 
     statically = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(exl2), "--engine-check", "--json"],
                                 capture_output=True, text=True, timeout=900)  # fmt: skip
     assert json.loads(statically.stdout)["engine_check"]["verdict"] == "skipped"  # refused before the engine
-    archive = tmp_path / "x.tar.gz"
-    archive.write_bytes(b"not read")
-    refused = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(archive), "--engine-check"],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    assert refused.returncode == 2 and "local directory" in refused.stderr
+    # An archive is judged from its headers (a skeleton: no weight extracted), in the same engine process as a
+    # directory: the renamed tensor the engine refuses in the folder is refused in its .tar.gz too.
+    from modeldrop.local.samples.checkpoint import write_tar_gz
+
+    packed = write_tar_gz(broken, tmp_path / "odd.tar.gz")
+    both = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(packed), str(base), "--json"],
+                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert both.returncode == 1, both.stderr
+    packed_report, base_report = json.loads(both.stdout)
+    assert packed_report["engine_check"]["verdict"] == "refused" and not packed_report["deployable"]
+    assert "Unsupported activation: wibble" in packed_report["engine_check"]["message"]
+    assert base_report["engine_check"]["verdict"] == "loads" and base_report["deployable"]
 
 
 def _deploy(stack: Any, tmp_path: Path, folder: Path) -> dict[str, Any]:
@@ -157,7 +164,7 @@ def test_the_pipeline_asks_the_engine_before_any_endpoint(make_stack: Any, tmp_p
 
 def test_the_skeleton_holds_the_headers_and_no_weight_bytes(tmp_path: Path) -> None:
     from modeldrop.checkpoint.archive.artifact_scan import scan_local
-    from modeldrop.pipeline.deployment.engine_check_step import write_skeleton
+    from modeldrop.checkpoint.engine.skeleton import write_skeleton
 
     base = write_cpu_checkpoint(tmp_path / "llama")
     skeleton = write_skeleton(scan_local(str(base)), tmp_path / "skeleton")

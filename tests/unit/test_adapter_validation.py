@@ -269,3 +269,16 @@ def test_a_target_regex_that_backtracks_past_the_heuristic_is_stopped_not_run(
     report = validate_source(str(adapter), str(base))
     messages = {f.code: f.message for f in report.findings if f.severity == "error"}
     assert "stopped" in messages["ADAPTER_CONFIG_INVALID"] and not report.deployable
+
+
+def test_a_lora_on_the_head_with_the_base_head_peft_saves_beside_it_is_deployable(base: Path, tmp_path: Path) -> None:
+    """PEFT saves the head's base weight beside a LoRA that targets lm_head; vLLM serves the base's head and
+    the LoRA, so that copy is a warning (ADAPTER_BASE_WEIGHT_SAVED), not a trained module to refuse."""
+    vocab, hidden = TINY_CONFIG["vocab_size"], TINY_CONFIG["hidden_size"]
+    tensors = {**adapter_tensors(TINY_CONFIG, 8), f"{PREFIX}lm_head.lora_A.weight": ("BF16", [8, hidden]),
+               f"{PREFIX}lm_head.lora_B.weight": ("BF16", [vocab, 8]),
+               f"{PREFIX}lm_head.weight": ("BF16", [vocab, hidden])}  # fmt: skip
+    config = adapter_config(8, target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "lm_head"])
+    report = validate_source(str(_variant(tmp_path, config=config, tensors=tensors)), str(base))
+    codes = {f.code: f.severity for f in report.findings}
+    assert codes.get("ADAPTER_BASE_WEIGHT_SAVED") == "warning" and "ADAPTER_MODULES_TO_SAVE" not in codes, codes

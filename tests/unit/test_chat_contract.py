@@ -319,3 +319,21 @@ def test_a_tokenizer_with_tokens_past_the_embedding_is_refused() -> None:
     assert found and "300" in found[0].message and "256" in found[0].message
     _, fits = chat_contract({"vocab_size": 512}, added, {})
     assert not [f for f in fits if f.code == "TOKENIZER_PAST_EMBEDDING"]
+
+
+def test_a_tokenizer_whose_own_vocabulary_outgrows_the_embedding_is_refused_naming_the_first_id() -> None:
+    """Not only added tokens: tokenizer.json's model vocabulary (WordLevel/BPE map, Unigram list) can hold ids
+    the embedding has no row for; vLLM dies (IndexError) at the first request holding one."""
+    words = {f"w{i}": i for i in range(600)}
+    tokenizer = {"added_tokens": [], "model": {"type": "WordLevel", "vocab": words, "unk_token": "w0"}}
+    raw = json.dumps(tokenizer).encode()
+    _, findings = chat_contract({"vocab_size": 512}, {"eos_token": "w1"}, {"tokenizer.json": raw})
+    found = [f for f in findings if f.code == "TOKENIZER_PAST_EMBEDDING"]
+    assert found and "first id past the embedding is 512" in found[0].message and "599" in found[0].message
+    _, fits = chat_contract({"vocab_size": 600}, {"eos_token": "w1"}, {"tokenizer.json": raw})
+    assert not [f for f in fits if f.code == "TOKENIZER_PAST_EMBEDDING"]
+    unigram = {"model": {"type": "Unigram", "vocab": [[f"p{i}", -1.5] for i in range(520)]}}
+    _, pieces = chat_contract(
+        {"vocab_size": 512}, {"eos_token": "p1"}, {"tokenizer.json": json.dumps(unigram).encode()}
+    )
+    assert [f for f in pieces if f.code == "TOKENIZER_PAST_EMBEDDING"]

@@ -152,3 +152,16 @@ def test_experts_in_a_layout_the_count_cannot_read_are_not_taken_for_none() -> N
     assert [f for f in weight_findings(config, shapes) if "expert" in f.message] == []
     bare = {n: s for n, s in shapes.items() if ".experts." not in n}
     assert any("no layer" in f.message for f in weight_findings(config, bare) if f.code == "WEIGHTS_MISSING")
+
+
+def test_a_dense_nemotron_h_with_the_expert_count_transformers_writes_is_not_refused() -> None:
+    """transformers writes n_routed_experts into every Nemotron-H config; its layer kinds say whether any
+    layer is a MoE one. No MoE layer: no experts to ask for. A MoE layer without expert weights: refused."""
+    config = {"model_type": "nemotron_h", "n_routed_experts": 4, "num_hidden_layers": 2,
+              "layers_block_type": ["mamba", "mlp"]}  # fmt: skip
+    from modeldrop.checkpoint.weights.weight_rules import expert_count_findings
+
+    layers = {0: {"mixer.in_proj.weight": (8, 4)}, 1: {"mixer.up_proj.weight": (8, 4)}}
+    assert expert_count_findings(config, "backbone.layers", layers) == []
+    moe = {**config, "layers_block_type": ["mamba", "moe"]}
+    assert [f.code for f in expert_count_findings(moe, "backbone.layers", layers)] == ["WEIGHTS_MISSING"]

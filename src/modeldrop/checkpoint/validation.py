@@ -193,20 +193,29 @@ def validate_with_base(
 ) -> tuple[ValidationReport, ValidationReport | None]:
     """(SOURCE's report, BASE's own report when SOURCE is an adapter judged against it). A checkpoint
     with a BASE is compared with it (every tensor of the base it lacks); a base is read once."""
+    report, base_report, _scan, _base_scan = validate_with_scans(source, base, s3, target)
+    return report, base_report
+
+
+def validate_with_scans(
+    source: str, base: str | None = None, s3: S3Client | None = None, target: EngineVersion | None = None
+) -> tuple[ValidationReport, ValidationReport | None, ArtifactScan | None, ArtifactScan | None]:
+    """validate_with_base's reports and what was read to make them (SOURCE's scan, and BASE's when SOURCE
+    is an adapter): the engine check judges an archive or an S3 source from these, reading nothing again."""
     try:
         scan = scan_source(source, s3)
     except CheckpointRefused as exc:
         if exc.code is None:
             raise
-        return refused_report(source, _format_of(source), exc), None
+        return refused_report(source, _format_of(source), exc), None, None, None
     if not is_adapter(scan):
-        return validate_scan(scan, scan_source(base, s3) if base else None, target), None
+        return validate_scan(scan, scan_source(base, s3) if base else None, target), None, scan, None
     from modeldrop.checkpoint.adapter_validation import validate_adapter
 
     if base is None:
-        return validate_adapter(scan, None, None), None
+        return validate_adapter(scan, None, None), None, scan, None
     base_scan, base_report = judge_source(base, s3)
-    return validate_adapter(scan, base_scan, base_report), base_report
+    return validate_adapter(scan, base_scan, base_report), base_report, scan, base_scan
 
 
 def validate_archive_stream(

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -32,6 +30,7 @@ from modeldrop.cli._shared import (
     json_mode,
     pairs,
 )
+from modeldrop.cli.engine_verdicts import Judged, engine_check_off, engine_line, judge_by_engine, require_engine
 from modeldrop.cli.plan_view import plan_summary
 from modeldrop.contracts.errors import ModeldropError
 from modeldrop.contracts.text import printable
@@ -46,7 +45,13 @@ def _contract_line(contract: Any) -> str | None:
 
 @app.command("validate")
 def validate_cmd(
-    source: Annotated[str, typer.Argument(help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/")],
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="SOURCE...",
+            help="model dir, .tar(.gz), s3://bucket/key.tar.gz or s3://bucket/prefix/ (several: one engine import)",
+        ),
+    ],
     base: Annotated[
         str | None, typer.Option(help="the base checkpoint: report every tensor of it this one lacks")
     ] = None,
@@ -62,30 +67,58 @@ def validate_cmd(
         bool | None,
         typer.Option(
             "--engine-check/--no-engine-check",
-            help="ask the engine's own code (the vLLM venv, on CPU) for a local directory; default: on where the "
-            "engine venv is (MODELDROP_ENGINE_CHECK=Disabled turns the default off)",
+            help="ask the engine's own code (the vLLM venv, on CPU; an archive or S3 source from its headers); "
+            "default: on where the engine venv is (MODELDROP_ENGINE_CHECK=Disabled turns the default off)",
         ),
     ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object (a list of them for several)")] = False,
 ) -> None:
     """Refuse a checkpoint the engines would fail to load. Exit 0 deployable, 1 refused, 2 unreadable."""
     json_mode(as_json)
     if engine_check:
-        _engine_check_possible(source, base)
-    not_judged = None if engine_check else engine_check_off(source, asked=engine_check is False)
-    from modeldrop.checkpoint.chat.chat_contract import drift_finding
-    from modeldrop.checkpoint.validation import validate_source
-
+        require_engine()
+    not_judged = None if engine_check else engine_check_off(asked_off=engine_check is False)
     target = judging_target(image, engine)
-    try:
-        with aws_errors(domain_errors=False), byte_progress("validating"):
-            report = validate_source(source, base, target=target)
-            if serving is not None:
-                drift = drift_finding(validate_source(serving).chat_contract, report.chat_contract)
-                report.findings += [drift] if drift else []
-    except ModeldropError as exc:
-        _input_error(exc, source, as_json)
-    report = _judged_by_engine(report, source, target, base, not_judged)
+    entries: list[Judged] = []
+    unreadable: dict[str, dict[str, Any]] = {}
+    for source in sources:
+        try:
+            entries.append(_read(source, base, serving, target))
+        except ModeldropError as exc:
+            if len(sources) == 1:
+                _input_error(exc, source, as_json)
+            unreadable[source] = {"deployable": False, "source": source, "error": type(exc).__name__,
+                                  "message": exc.message, "hint": exc.hint}  # fmt: skip
+    reports = iter(judge_by_engine(entries, target, not_judged))
+    judged = {e.source: next(reports) for e in entries}
+    if len(sources) == 1:
+        _one_report(judged[sources[0]], sources[0], as_json)
+    if as_json:
+        print(json.dumps([unreadable.get(s) or judged[s].model_dump(mode="json") for s in sources], indent=2))
+    else:
+        for source in sources:
+            console.rule(escape(printable(source)), align="left")
+            if source in unreadable:
+                console.print(f"[red]unreadable[/]: {escape(printable(unreadable[source]['message']))}")
+            else:
+                _print_report(judged[source])
+    refused = any(not r.deployable for r in judged.values())
+    raise typer.Exit(2 if unreadable else 1 if refused else 0)
+
+
+def _read(source: str, base: str | None, serving: str | None, target: Any) -> Judged:
+    from modeldrop.checkpoint.chat.chat_contract import drift_finding
+    from modeldrop.checkpoint.validation import validate_source, validate_with_scans
+
+    with aws_errors(domain_errors=False), byte_progress("validating"):
+        report, _base_report, scan, base_scan = validate_with_scans(source, base, target=target)
+        if serving is not None:
+            drift = drift_finding(validate_source(serving).chat_contract, report.chat_contract)
+            report.findings += [drift] if drift else []
+    return Judged(source, report, scan, base, base_scan)
+
+
+def _one_report(report: Any, source: str, as_json: bool) -> NoReturn:
     codes = {f.code for f in report.findings}
     if not as_json and {"CONFIG_MISSING", "NO_SAFETENSORS"} <= codes:
         # Nothing of a model at all: one line, not ten findings about what is missing.
@@ -95,119 +128,44 @@ def validate_cmd(
     if as_json:
         print(report.model_dump_json(indent=2))
     else:
-        table = Table(show_header=False, box=None)
-        for label, value in (
-            ("source", report.source),
-            ("format", report.format),
-            ("architecture", report.architecture),
-            ("model_type", report.model_type),
-            ("tensors", report.tensor_count),
-            ("shards", report.shard_count),
-            ("parameters", f"{report.parameters:,}"),
-            ("weights", f"{report.weights_gib:.3f} GiB"),
-            ("dtypes", ", ".join(report.dtypes)),
-            ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
-            ("chat contract", _contract_line(report.chat_contract)),
-            ("judged for", report.judged_for),
-            ("engine", engine_line(report.engine_check)),
-        ):
-            table.add_row(label, escape(printable("-" if value is None else str(value))))
-        if report.kv_shared.num_kv_shared_layers:
-            kv = report.kv_shared
-            table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
-        if report.adapter is not None:
-            a = report.adapter
-            described = f"{a.peft_type} r={a.r} alpha={a.lora_alpha}, {a.modules} modules, on {a.base or 'no base'}"
-            table.add_row("LoRA adapter", escape(printable(described)))
-        if report.base is not None:
-            table.add_row(
-                "vs base", f"{len(report.base.missing)} of {report.base.base_tensor_count} base tensors missing"
-            )
-        console.print(table)
-        for f in report.findings:
-            colour = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
-            # Names in messages come from the artifact: shown literally, never read as markup.
-            detail = escape(printable(f.message)) + "\n  fix: " + escape(printable(f.hint))
-            console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {detail}")
-        console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
+        _print_report(report)
     raise typer.Exit(0 if report.deployable else 1)
 
 
-def engine_check_off(source: str, asked: bool) -> str | None:
-    """Why the engine's check does not run by default here (None: it runs)."""
-    from modeldrop.checkpoint.engine.engine_check import engine_python
-
-    if asked:
-        return "not asked (--no-engine-check): the static rules judged alone"
-    if os.environ.get("MODELDROP_ENGINE_CHECK") == "Disabled":
-        return "MODELDROP_ENGINE_CHECK is Disabled: the static rules judged alone"
-    if not Path(source).is_dir():
-        return (
-            "the engine check judges a local directory: extract the archive (or download the prefix) to have it judged"
-        )
-    if engine_python() is None:
-        return (
-            "no engine here (the vLLM venv: `make vllm-venv` in a clone, or MODELDROP_VLLM_PYTHON): the static rules "
-            "judged alone"
-        )
-    return None
-
-
-def _judged_by_engine(report: Any, source: str, target: Any, base: str | None, not_judged: str | None) -> Any:
-    """REPORT with the engine's verdict, or with why the engine did not judge it."""
-    if not_judged is None:
-        return _with_engine_check(report, source, target, base if report.adapter is not None else None)
-    return report.model_copy(update={"engine_check": _not_run(target, not_judged)})
-
-
-def _not_run(target: Any, why: str) -> Any:
-    from modeldrop.checkpoint.engine.engine_check import EngineCheck
-    from modeldrop.checkpoint.validation import default_target
-
-    judged_for = target or default_target()
-    return EngineCheck(engine=judged_for.engine, verdict="unavailable", judged_for=judged_for.describe(), message=why)
-
-
-def engine_line(check: Any) -> str:
-    """The engine's verdict in one line of the text output."""
-    if check is None:
-        return "-"
-    who = f"vLLM {check.version}" if check.version else "the engine"
-    if check.verdict == "loads":
-        return f"{who} loads it" + (" (the engine venv's release, not the image's)" if check.note else "")
-    if check.verdict == "refused":
-        return f"{who} refuses it: {check.message.splitlines()[0][:200] if check.message else check.stage}"
-    return f"{who} could not judge it: {check.message.splitlines()[0][:200] if check.message else check.verdict}"
-
-
-def _engine_check_possible(source: str, base: str | None) -> None:
-    from modeldrop.checkpoint.engine.engine_check import engine_python
-
-    for where in [source, *([base] if base else [])]:
-        if not Path(where).is_dir():
-            fail(f"--engine-check judges a local directory, not {where}", "extract the archive, then check its folder")
-    if engine_python() is None:
-        from modeldrop.checkpoint.engine.engine_check import ENGINE_VENV_FIX
-
-        fail("--engine-check needs the engine venv, which is absent", ENGINE_VENV_FIX)
-
-
-def _with_engine_check(report: Any, source: str, target: Any, base: str | None = None) -> Any:
-    """REPORT with the engine's own verdict on SOURCE (an adapter on BASE) and its findings (the stricter
-    of the two stands)."""
-    from modeldrop.checkpoint.engine.engine_check import EngineCheck, engine_check, engine_findings
-    from modeldrop.checkpoint.validation import default_target
-
-    if not report.deployable:  # the engine is never started on what the static rules refused
-        check = EngineCheck(engine=(target or default_target()).engine, verdict="skipped", judged_for=(
-            target or default_target()).describe(), message="not started: the static rules refused the checkpoint "
-            "(fix their findings first, then the engine judges it)")  # fmt: skip
-        return report.model_copy(update={"engine_check": check})
-    with console.status("asking the engine's own code") if console.is_terminal else contextlib.nullcontext():
-        check = engine_check(Path(source), target or default_target(), base=Path(base) if base else None)
-    findings = [*report.findings, *engine_findings(check)]
-    deployable = not any(f.severity == "error" for f in findings)
-    return report.model_copy(update={"engine_check": check, "findings": findings, "deployable": deployable})
+def _print_report(report: Any) -> None:
+    table = Table(show_header=False, box=None)
+    for label, value in (
+        ("source", report.source),
+        ("format", report.format),
+        ("architecture", report.architecture),
+        ("model_type", report.model_type),
+        ("tensors", report.tensor_count),
+        ("shards", report.shard_count),
+        ("parameters", f"{report.parameters:,}"),
+        ("weights", f"{report.weights_gib:.3f} GiB"),
+        ("dtypes", ", ".join(report.dtypes)),
+        ("tokenizer / chat template", f"{report.has_tokenizer} / {report.has_chat_template}"),
+        ("chat contract", _contract_line(report.chat_contract)),
+        ("judged for", report.judged_for),
+        ("engine", engine_line(report.engine_check)),
+    ):
+        table.add_row(label, escape(printable("-" if value is None else str(value))))
+    if report.kv_shared.num_kv_shared_layers:
+        kv = report.kv_shared
+        table.add_row("KV-shared tensors", f"{kv.expected_tensors - len(kv.missing)} of {kv.expected_tensors}")
+    if report.adapter is not None:
+        a = report.adapter
+        described = f"{a.peft_type} r={a.r} alpha={a.lora_alpha}, {a.modules} modules, on {a.base or 'no base'}"
+        table.add_row("LoRA adapter", escape(printable(described)))
+    if report.base is not None:
+        table.add_row("vs base", f"{len(report.base.missing)} of {report.base.base_tensor_count} base tensors missing")
+    console.print(table)
+    for f in report.findings:
+        colour = {"error": "red", "warning": "yellow"}.get(f.severity, "dim")
+        # Names in messages come from the artifact: shown literally, never read as markup.
+        detail = escape(printable(f.message)) + "\n  fix: " + escape(printable(f.hint))
+        console.print(f"[{colour}]{f.severity.upper()} {f.code}[/]: {detail}")
+    console.print("[green]deployable[/]" if report.deployable else "[red]refused[/]")
 
 
 def _input_error(exc: ModeldropError, source: str, as_json: bool) -> NoReturn:
@@ -250,6 +208,7 @@ def repair_cmd(
     try:
         with aws_errors(domain_errors=False), byte_progress("reading and repairing"):
             result = repair(source, base, out, drop_stale_quantization=drop_stale_quantization)
+            result.report = _repaired_verdict(result.report, result.out)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if as_json:
@@ -272,6 +231,18 @@ def repair_cmd(
             if f.severity == "error":
                 console.print(f"[red]ERROR {f.code}[/]: " + escape(printable(f.message)))
     raise typer.Exit(0 if result.report.deployable else 1)
+
+
+def _repaired_verdict(report: Any, out: str) -> Any:
+    """The repaired copy judged as validate judges it (the engine too, where it is), so repair never says
+    deployable of what validate refuses a second later."""
+    not_judged = engine_check_off(asked_off=False)
+    if not_judged is not None or not report.deployable:
+        return judge_by_engine([Judged(out, report)], None, not_judged)[0]
+    from modeldrop.checkpoint.validation import validate_with_scans
+
+    fresh, _base_report, scan, _base_scan = validate_with_scans(str(out))
+    return judge_by_engine([Judged(str(out), fresh, scan)], None, None)[0]
 
 
 def _with_adapter(source: str, base: str) -> Any:

@@ -51,11 +51,8 @@ def upload_cmd(
     already there with the same size and digest skipped, the modeldrop.json marker last."""
     json_mode(as_json)
     from modeldrop.aws.s3.checkpoint_upload import upload_directory
-    from modeldrop.cli.checkpoint_commands import (
-        _engine_check_possible,
-        engine_check_off,
-        judging_target,
-    )
+    from modeldrop.cli.checkpoint_commands import judging_target
+    from modeldrop.cli.engine_verdicts import engine_check_off, require_engine
     from modeldrop.contracts.s3uri import parse_s3_uri
 
     try:
@@ -68,8 +65,8 @@ def upload_cmd(
         fail(f"{directory}: not a directory", "pass the checkpoint's directory")
     overrides = _marker_overrides(directory, engine, instance_type, merge_marker)
     if engine_check:
-        _engine_check_possible(str(directory), None)
-    judged = bool(engine_check) or (validate and engine_check_off(str(directory), engine_check is False) is None)
+        require_engine()
+    judged = bool(engine_check) or (validate and engine_check_off(asked_off=engine_check is False) is None)
     if validate or engine_check:
         _refuse_before_upload(directory, judging_target(None, overrides.get("engine", engine)), judged, as_json)
     try:
@@ -102,12 +99,12 @@ def upload_cmd(
 def _refuse_before_upload(directory: Path, image: Any, judged: bool, as_json: bool) -> None:
     """Exit 1, nothing uploaded, when DIRECTORY is refused for IMAGE (by the engine too when JUDGED)."""
     from modeldrop.checkpoint.validation import validate_source
-    from modeldrop.cli.checkpoint_commands import _with_engine_check
+    from modeldrop.cli.engine_verdicts import with_engine_check
 
     with byte_progress("validating"):
         report = validate_source(str(directory), target=image)  # the marker's engine's default image
     if judged:
-        report = _with_engine_check(report, str(directory), image)
+        report = with_engine_check(report, str(directory), image)
     if report.deployable:
         return
     if as_json:

@@ -416,7 +416,17 @@ def _vocab(a: _Adapter) -> Iterable[Finding]:
             )
     for name in a.other:
         info = a.tensors[name]
-        if _is_vocab_module(name.rsplit(".", 1)[0]) and info.shape and base_vocab and info.shape[0] == base_vocab:
+        module = name.rsplit(".", 1)[0]
+        if _is_vocab_module(module) and info.shape and base_vocab and info.shape[0] == base_vocab:
+            if module[len(PEFT_PREFIX) :] in a.pairs:  # LoRA on the head: PEFT saves the head's base weight beside
+                yield finding(
+                    "ADAPTER_BASE_WEIGHT_SAVED",
+                    "warning",
+                    f"{name} is the base's own weight, which PEFT saves beside a LoRA on that layer: the engines "
+                    "serve the base's copy and apply the LoRA matrices, so a change to this copy would not be served",
+                    "nothing to do if the layer was only LoRA-trained; otherwise merge the adapter into the base",
+                )
+                continue
             yield finding(
                 "ADAPTER_MODULES_TO_SAVE",
                 "error",

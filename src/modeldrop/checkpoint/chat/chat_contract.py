@@ -234,8 +234,9 @@ def _past_embedding(vocab: Vocabulary, rows: Any) -> list[Finding]:
         _finding(
             "TOKENIZER_PAST_EMBEDDING",
             "error",
-            f"the tokenizer has token id {highest[0]} ({highest[1][:40]!r}) but config.json's vocab_size is {rows}: "
-            "the embedding has no row for it, and the engine fails on the first request that uses it",
+            f"the tokenizer has token ids up to {highest[0]} ({highest[1][:40]!r}) but config.json's vocab_size is "
+            f"{rows}: the first id past the embedding is {rows}, and the engine dies (IndexError) on the first "
+            f"request that holds one of ids {rows}-{highest[0]}",
             "call model.resize_token_embeddings(len(tokenizer)) after adding tokens, then save the model and "
             "the tokenizer together with save_pretrained",
         )

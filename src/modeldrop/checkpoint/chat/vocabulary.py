@@ -34,6 +34,44 @@ def _spellings(token: str) -> list[bytes]:
     return [ascii_form] if ascii_form == utf8_form else [ascii_form, utf8_form]
 
 
+_MODEL_VOCAB = re.compile(rb'"model"\s*:\s*\{')
+_VOCAB_START = re.compile(rb'"vocab"\s*:\s*([\[{])')
+_ENTRY = re.compile(rb'("(?:[^"\\]|\\.){0,1024}")\s*:\s*(\d{1,9})\s*(?=[,}])')
+_UNIGRAM_ENTRY = re.compile(rb'\[\s*"(?:[^"\\]|\\.){0,1024}"\s*,\s*-?[\d.eE+-]+\s*\]')
+
+
+def _model_vocab_highest(raw: bytes) -> list[tuple[int, str]]:
+    """The highest id of tokenizer.json's own model vocabulary (not only its added tokens): a WordLevel,
+    WordPiece or BPE `{"TOKEN": ID}` map, or a Unigram list whose ids are its positions. Read from the
+    bytes up to where the vocabulary closes (merges hold no ids)."""
+    model = _MODEL_VOCAB.search(raw)
+    start = _VOCAB_START.search(raw, model.end()) if model else None
+    if start is None:
+        return []
+    if start.group(1) == b"[":
+        count = sum(1 for _ in _UNIGRAM_ENTRY.finditer(raw, start.end()))
+        return [(count - 1, "the last Unigram piece")] if count else []
+    best: tuple[int, str] | None = None
+    position = start.end()
+    while True:  # entries until the map's closing brace (a brace inside a token is inside its quotes)
+        entry = _ENTRY.match(raw, _skip_separators(raw, position))
+        if entry is None:
+            break
+        if best is None or int(entry.group(2)) > best[0]:
+            try:
+                best = (int(entry.group(2)), str(json.loads(entry.group(1))))
+            except ValueError:
+                best = (int(entry.group(2)), "?")
+        position = entry.end()
+    return [best] if best else []
+
+
+def _skip_separators(raw: bytes, position: int) -> int:
+    while position < len(raw) and raw[position : position + 1] in (b" ", b"\n", b"\r", b"\t", b","):
+        position += 1
+    return position
+
+
 @dataclass
 class Vocabulary:
     """What the tokenizer files say of a token: its id, PRESENT, or None (absent, when `complete`)."""
@@ -82,6 +120,7 @@ class Vocabulary:
                     found.append((int(match.group(1)), str(json.loads(match.group(2)))))
                 except ValueError:
                     continue
+            found += _model_vocab_highest(self.tokenizer_json)
         if self.pieces:
             found.append((len(self.pieces) - 1, "the last sentencepiece piece"))
         return max(found) if found else None

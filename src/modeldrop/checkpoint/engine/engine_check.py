@@ -84,10 +84,53 @@ def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEO
         line["peak_rss_mb"] = max(int(str(line.get("peak_rss_mb") or 0)), run.peak_mb)
     if len(lines) < len(directories):
         tail = (run.stderr.strip().splitlines() or ["no output"])[-1][:300]
+        missing = None if lines or run.died else _venv_incomplete(run.stderr)
+        if missing is not None:  # the machine's engine is broken, not the checkpoint: nothing was judged
+            return [{"verdict": "undetermined", "stage": "probe", "seconds": run.seconds, "peak_rss_mb": run.peak_mb,
+                     "message": f"the engine venv ({python}) is incomplete: {missing}; finish it with "
+                     f"{ENGINE_VENV_FIX}"}] * len(directories)  # fmt: skip
         why = run.died or f"it exited with code {run.returncode} without a verdict (its last line: {tail})"
         lines += [{"verdict": "failed", "stage": "probe", "message": f"the engine check died: {why}",
                    "seconds": run.seconds, "peak_rss_mb": run.peak_mb}] * (len(directories) - len(lines))  # fmt: skip
     return lines
+
+
+# What an interrupted `make vllm-venv` leaves: an interpreter that cannot import the engine or its torch.
+_NOT_INSTALLED = re.compile(r"(?:ModuleNotFoundError|ImportError): (No module named '(?:vllm|torch)[^']*'.*)")
+
+
+def _venv_incomplete(stderr: str) -> str | None:
+    found = _NOT_INSTALLED.search(stderr)
+    return found.group(1)[:200] if found else None
+
+
+def judge_many(
+    items: Sequence[tuple[Path, Path | None]], target: EngineVersion, python: str | None = None
+) -> list[EngineCheck]:
+    """Each (DIRECTORY, BASE) judged as engine_check judges it, in one engine process: vLLM is imported
+    once for them all (the cost of a check is nearly all that import)."""
+    judged_for = target.describe()
+    python = python or engine_python()
+    if not target.runs_vllm or python is None or len(items) < 2:
+        return [engine_check(directory, target, python, base) for directory, base in items]
+    argv: list[Path] = []
+    for directory, base in items:
+        argv += [directory] if base is None else [base, Path(f"--adapter={directory}")]
+    try:
+        lines = iter(probe(argv, python))
+    except OSError as exc:
+        failed = EngineCheck(engine="vllm", verdict="failed", stage="probe", judged_for=judged_for,
+                             message=f"the engine check could not start: {type(exc).__name__}: {exc}")  # fmt: skip
+        return [failed.model_copy() for _ in items]
+    checks = []
+    for _directory, base in items:
+        raw = next(lines)
+        if base is not None:
+            base_raw, raw = raw, next(lines)
+            raw = {**base_raw, "message": f"the base {base}: {base_raw.get('message', '')}"} if base_raw.get(
+                "verdict") != "loads" else {**base_raw, **raw}  # fmt: skip
+        checks.append(from_probe(raw, target, python))
+    return checks
 
 
 def engine_check(
@@ -195,6 +238,12 @@ def _lacks_torchvision(python: str | None) -> bool:
     return done.returncode != 0
 
 
+def engine_refusal(check: EngineCheck) -> Finding | None:
+    """The one rule every command and the pipeline apply to the engine's verdict: the first error its
+    findings carry (a refusal, weights it would serve uninitialised, a check that died), else None."""
+    return next((f for f in engine_findings(check) if f.severity == "error"), None)
+
+
 def engine_findings(check: EngineCheck) -> list[Finding]:
     """The engine's verdict as findings: a refusal (its own words, and modeldrop's fix), weights the
     engine would leave uninitialised, or why it could not judge (the static rules then decide)."""
@@ -213,9 +262,11 @@ def engine_findings(check: EngineCheck) -> list[Finding]:
                         "look for what makes it huge (experts, layers, tensors); MODELDROP_ENGINE_CHECK_MAX_MB "
                         "raises the memory bound where the machine has it")]  # fmt: skip
     if check.verdict in ("undetermined", "unavailable"):
+        hint = "the static rules' verdict stands; run it where the engine's code can"
+        if "engine venv" in check.message:
+            hint = f"the static rules' verdict stands; for the engine's: {ENGINE_VENV_FIX}"
         return [Finding(code="ENGINE_CHECK_UNDETERMINED", severity="warning",
-                        message=f"the engine could not judge it: {check.message}",
-                        hint="the static rules' verdict stands; run it where the engine's code can")]  # fmt: skip
+                        message=f"the engine could not judge it: {check.message}", hint=hint)]  # fmt: skip
     return []
 
 

@@ -80,6 +80,22 @@ def _meta_weights(model_dir: str) -> Iterator[tuple[str, Any]]:
                 yield name, torch.empty(info["shape"], dtype=dtypes.get(info["dtype"], torch.float32), device="meta")
 
 
+# The probe's own context: small, since nothing is allocated. Never reported as the checkpoint's fault:
+# a model whose files declare a shorter one is judged at the context it declares.
+PROBE_MAX_MODEL_LEN = 256
+
+
+def _engine_config(engine_args: Any, model_dir: str) -> Any:
+    try:
+        return engine_args(
+            model=model_dir, enforce_eager=True, max_model_len=PROBE_MAX_MODEL_LEN
+        ).create_engine_config()
+    except Exception as exc:
+        if "max_model_len" not in str(exc) and "max-model-len" not in str(exc):
+            raise
+    return engine_args(model=model_dir, enforce_eager=True).create_engine_config()
+
+
 def judge(model_dir: str, started: float) -> dict[str, Any]:
     import torch
     from vllm.config import set_current_vllm_config
@@ -92,7 +108,7 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
                 "seconds": round(time.time() - started, 2), "quantization": quantization, **extra}  # fmt: skip
 
     try:
-        config = EngineArgs(model=model_dir, enforce_eager=True, max_model_len=256).create_engine_config()
+        config = _engine_config(EngineArgs, model_dir)
     except Exception as exc:
         return verdict("refused", "config", _message(exc))
     quantization = config.model_config.quantization
@@ -111,14 +127,14 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
             unjudged = any(marker in text.lower() for marker in (*CPU_ONLY, *PROBE_ONLY))
             return verdict("undetermined" if unjudged else "refused", "build", text)
         cache = _cache_layout(config)
+        writes = _record_writes(model)
         try:
             loaded = model.load_weights(_meta_weights(model_dir))
         except Exception as exc:
             text = _message(exc)
             probe_only = any(marker in text.lower() for marker in PROBE_ONLY)
             return verdict("undetermined" if probe_only else "refused", "load", text, **cache)
-        defaulted = {name for name, _ in model.named_parameters() if name.endswith(ENGINE_DEFAULTED)}
-        strict = sorted({name for name, _ in model.named_parameters()} - set(loaded or ()) - defaulted)
+        strict = _never_written(model, writes, set(loaded or ()))
         track = DefaultModelLoader(config.load_config).track_weights_loading
         # 0.32 takes whether the model is quantized (and then exempts less); 0.31 has no such argument.
         asks = {"quantized": quantization is not None} if "quantized" in inspect.signature(track).parameters else {}
@@ -127,6 +143,78 @@ def judge(model_dir: str, started: float) -> dict[str, Any]:
         except Exception as exc:
             return verdict("refused", "check", _message(exc), strict_not_loaded=strict[:50], **cache)
     return verdict("loads", "check", strict_not_loaded=strict[:50], **cache)
+
+
+def _record_writes(model: Any) -> dict[str, set[tuple[Any, Any]]]:
+    """Every parameter's weight loader wrapped to record what it wrote: (shard, expert) per call. The names
+    `load_weights` returns are the loader's, which for some layers are not the parameters' (0.31 returns a
+    fused MoE's weights as `experts.w13_weight` while the parameter is `experts.routed_experts.w13_weight`):
+    what a loader was called on is what was written, under the parameter's own name."""
+    import functools
+
+    from vllm.model_executor.model_loader.weight_utils import default_weight_loader
+
+    writes: dict[str, set[tuple[Any, Any]]] = {}
+    owners = {f"{prefix}.{leaf}" if prefix else leaf: module for prefix, module in model.named_modules()
+              for leaf, _ in module.named_parameters(recurse=False)}  # fmt: skip
+    for name, param in model.named_parameters():
+        original = getattr(param, "weight_loader", None) or default_weight_loader
+        experts = hasattr(owners.get(name), "local_num_experts")
+
+        def recording(*args: Any, _name: str = name, _original: Any = original, _experts: bool = experts,
+                      **kwargs: Any) -> Any:  # fmt: skip
+            result = _original(*args, **kwargs)
+            if result is not False:  # an expert of another rank: not written here
+                if _experts:
+                    slot = (kwargs.get("shard_id", args[3] if len(args) > 3 else None),
+                            kwargs.get("expert_id", args[4] if len(args) > 4 else None))  # fmt: skip
+                else:
+                    slot = (kwargs.get("loaded_shard_id", args[2] if len(args) > 2 else None), None)
+                writes.setdefault(_name, set()).add(slot)
+            return result
+
+        try:
+            param.weight_loader = functools.wraps(original)(recording)
+        except (AttributeError, TypeError):  # a parameter that takes no attribute: its loaded name decides
+            continue
+    return writes
+
+
+def _never_written(model: Any, writes: dict[str, set[tuple[Any, Any]]], loaded: set[str]) -> list[str]:
+    """Parameters no tensor of the checkpoint wrote -- or wrote only in part: an expert of a fused MoE
+    missing a shard the others have, or a fused projection (QKV, gate/up) missing one of its parts. The
+    engine serves uninitialised memory there (its own check exempts unquantized layers and sees a fused
+    parameter as loaded once any part is). Named as the engine's parameters, a part in brackets."""
+    owners = {f"{prefix}.{leaf}" if prefix else leaf: module for prefix, module in model.named_modules()
+              for leaf, _ in module.named_parameters(recurse=False)}  # fmt: skip
+    missing = []
+    for name, _ in model.named_parameters():
+        slots = writes.get(name)
+        if name.endswith(ENGINE_DEFAULTED):
+            continue
+        if not slots:
+            if name not in loaded:
+                missing.append(name)
+            continue
+        owner: Any = owners.get(name)
+        if hasattr(owner, "local_num_experts") and all(expert is not None for _, expert in slots):
+            shards = {shard for shard, _ in slots}
+            for expert in range(int(owner.local_num_experts)):
+                lacking = sorted(str(s) for s in shards if (s, expert) not in slots)
+                if lacking:
+                    missing.append(f"{name}[expert {expert}: {', '.join(lacking)}]")
+            continue
+        written = {s for shard, _ in slots for s in (shard if isinstance(shard, tuple) else (shard,))}
+        if None in written:
+            continue  # written whole
+        kind = type(owner).__name__
+        parts: set[Any] | None = {"q", "k", "v"} if kind == "QKVParallelLinear" else None
+        if parts is None and kind == "MergedColumnParallelLinear":
+            parts = set(range(len(owner.output_sizes)))
+        lacking = sorted(str(p) for p in (parts or set()) - written)
+        if lacking:
+            missing.append(f"{name}[{', '.join(lacking)}]")
+    return sorted(missing)
 
 
 def _count(shape: Any) -> int:

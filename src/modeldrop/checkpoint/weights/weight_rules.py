@@ -365,13 +365,23 @@ def expert_count_findings(
                _FIX_EXPERTS)
         for what, where in faults.items()
     ]  # fmt: skip
-    if not any_experts and layers:
+    if not any_experts and layers and not _no_moe_layer(section):
         findings.append(_error(
             "WEIGHTS_MISSING",
             f"config.json says {count} experts a MoE layer ({key}) but no layer of {prefix} has expert weights",
             _FIX_EXPERTS,
         ))  # fmt: skip
     return findings[:5]
+
+
+def _no_moe_layer(section: dict[str, Any]) -> bool:
+    """The config's own list of layer kinds names no MoE layer: transformers writes an expert count into every
+    Nemotron-H config, dense ones too (its layers_block_type, or the hybrid_override_pattern's `E`, says)."""
+    kinds = section.get("layers_block_type")
+    if isinstance(kinds, list) and kinds and all(isinstance(k, str) for k in kinds):
+        return not any(k.lower() in ("moe", "e") for k in kinds)
+    pattern = section.get("hybrid_override_pattern")
+    return isinstance(pattern, str) and bool(pattern) and "E" not in pattern
 
 
 def _ids(ids: list[int]) -> str:

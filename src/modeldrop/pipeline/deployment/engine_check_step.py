@@ -13,7 +13,6 @@ static verdict stands — never a silent pass.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -22,7 +21,15 @@ from typing import TYPE_CHECKING
 
 from modeldrop.checkpoint.archive.artifact_scan import scan_source
 from modeldrop.checkpoint.archive.scan_result import ArtifactScan
-from modeldrop.checkpoint.engine.engine_check import EngineCheck, engine_check, engine_python, from_probe, probe
+from modeldrop.checkpoint.engine.engine_check import (
+    EngineCheck,
+    engine_check,
+    engine_python,
+    engine_refusal,
+    from_probe,
+    probe,
+)
+from modeldrop.checkpoint.engine.skeleton import write_skeleton
 from modeldrop.contracts.artifact import ArtifactUri
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.errors import CheckpointRefused, EngineCheckFailed
@@ -36,27 +43,6 @@ if TYPE_CHECKING:
 
 ENABLED_ENV = "MODELDROP_ENGINE_CHECK"  # the stack's EngineCheck parameter: Enabled | Disabled
 MAX_ADAPTER_CONFIG_BYTES = 1 << 20  # adapter_config.json is a few hundred bytes
-
-
-def write_skeleton(scan: ArtifactScan, out: Path) -> Path:
-    """OUT holding SCAN's side files and, per shard, its header followed by sparse zeros (no bytes written
-    for the tensors: the file only claims their length)."""
-    out.mkdir(parents=True, exist_ok=True)
-    for rel, data in scan.small_files.items():
-        if "/" not in rel:
-            (out / rel).write_bytes(data)
-    for rel, header in scan.headers.items():
-        if "/" in rel:
-            continue
-        entries: dict[str, object] = {"__metadata__": header.metadata} if header.metadata else {}
-        for name, info in header.tensors.items():
-            entries[name] = {"dtype": info.dtype, "shape": list(info.shape), "data_offsets": [info.begin, info.end]}
-        raw = json.dumps(entries, separators=(",", ":")).encode()
-        raw += b" " * (-len(raw) % 8)
-        with (out / rel).open("wb") as fh:
-            fh.write(len(raw).to_bytes(8, "little") + raw)
-            fh.truncate(8 + len(raw) + header.data_len)
-    return out
 
 
 def run_step(
@@ -162,13 +148,15 @@ def _first_refusal(lines: list[dict[str, object]], adapters: list[Path]) -> dict
 
 
 def raise_if_refused(check: EngineCheck) -> None:
-    """A refusal ends the deployment before any endpoint, in the engine's own words; so does a check that
-    died (EngineCheckFailed): a checkpoint that was not judged does not pass."""
+    """The rule `validate` applies (engine_refusal): a refusal, or weights the engine would serve
+    uninitialised, ends the deployment before any endpoint in the engine's own words; a check that died
+    is EngineCheckFailed: a checkpoint that was not judged does not pass."""
     if check.verdict == "failed":
         raise EngineCheckFailed(f"{check.judged_for}: {check.message[:1500]}")
-    if check.verdict == "refused":
+    refusal = engine_refusal(check)
+    if refusal is not None:
         raise CheckpointRefused(
-            f"ENGINE_REFUSED: {check.judged_for}'s own code refuses the checkpoint at its {check.stage} stage "
-            f"(judged by vLLM {check.version}): {check.message[:1500]}",
-            "fix what the engine names (`modeldrop validate DIR --engine-check` shows the same verdict locally)",
+            f"{refusal.code}: {check.judged_for}'s own code refuses the checkpoint at its {check.stage} stage "
+            f"(judged by vLLM {check.version}): {refusal.message[:1500]}",
+            f"{refusal.hint} (`modeldrop validate DIR` shows the same verdict locally)",
         )
