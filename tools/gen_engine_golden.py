@@ -9,8 +9,9 @@ what happened is the truth `modeldrop validate` is held to (tests/scenarios/test
 Run with the engine venv's Python (it has torch, transformers and vLLM): `make engine-golden`.
 
 Verdicts: `loads` (started, generated finite log-probs, and -- for a variant of an intact checkpoint -- the
-same first-step log-probs as that intact one: the break changes nothing served); `loads_garbage` (started,
-but NaN or other numbers than the intact one: uninitialised memory served); `refused` (the engine refused at
+same log-probs at every position of a 32-token prompt and its answer as that intact one: the break changes
+nothing served); `loads_garbage` (started, but NaN or other numbers than the intact one: uninitialised
+memory served); `refused` (the engine refused at
 start or died at the first request, in its own words); `cpu_limit` (the CPU build cannot run it: a kernel
 only GPUs have; not scored). The fixture carries the vLLM and transformers releases and a hash of this
 generator and of tools/gen_arch_checkpoints.py (its shrinking): CI fails when either moves without it.
@@ -39,11 +40,12 @@ EXPERT_BREAKS = ("mixtral", "qwen3_moe", "olmoe")  # one expert's tensors remove
 VOCAB = 512
 WIDER = {"hidden_size": 128, "n_embd": 128, "d_model": 128, "head_dim": 32, "global_head_dim": 64}
 PAD, BOS, EOS = 0, 1, 2
-PROMPT = [BOS, 7, 8, 9, 10]
+# Long enough that every expert of a 4-expert, top-2 layer is routed some token (its log-probs compared).
+PROMPT = [BOS, *range(7, 400, 13)]
 # A break changes what is served when the first step's log-probs move more than this (float32 noise is ~1e-6).
 SAME = 1e-3
 CPU_LIMIT = ("supported only for cuda", "not supported on cpu", "illegal instruction", "sigill", "cpu backend",
-             "failed to find a kernel", "head size")  # fmt: skip
+             "failed to find a kernel", "head size", "not implemented for 'float'")  # fmt: skip
 CHAT_TEMPLATE = (
     "{% for m in messages %}<s>{{ m['role'] }} {{ m['content'] }}</s>{% endfor %}"
     "{% if add_generation_prompt %}<s>assistant {% endif %}"
@@ -205,14 +207,16 @@ def load(directory: str) -> dict[str, Any]:
         llm = LLM(model=directory, enforce_eager=True, max_model_len=128, dtype="float32", max_num_seqs=2, seed=0)
     except BaseException as exc:
         return {"stage": "start", "error": f"{type(exc).__name__}: {exc}"[:1500]}
-    params = SamplingParams(max_tokens=3, temperature=0, logprobs=5)
+    params = SamplingParams(max_tokens=3, temperature=0, logprobs=5, prompt_logprobs=5)
     try:  # a prompt holding the highest id the tokenizer can produce, then a chat turn through its template
-        out = llm.generate([TokensPrompt(prompt_token_ids=[*PROMPT, highest])], params, use_tqdm=False)[0].outputs[0]
+        result = llm.generate([TokensPrompt(prompt_token_ids=[*PROMPT, highest])], params, use_tqdm=False)[0]
+        out = result.outputs[0]
         llm.chat([{"role": "user", "content": "w7 w8"}], SamplingParams(max_tokens=1, temperature=0), use_tqdm=False)
     except BaseException as exc:
         return {"stage": "request", "error": f"{type(exc).__name__}: {exc}"[:1500]}
-    first = {str(k): v.logprob for k, v in (out.logprobs or [{}])[0].items()}
-    return {"stage": "served", "tokens": list(out.token_ids), "logprobs": first}
+    steps = [*(result.prompt_logprobs or [])[1:], *(out.logprobs or [])]  # every position, prompt and answer
+    logprobs = {f"{i}:{k}": v.logprob for i, step in enumerate(steps) for k, v in (step or {}).items()}
+    return {"stage": "served", "tokens": list(out.token_ids), "logprobs": logprobs}
 
 
 def _real_load(directory: str) -> dict[str, Any]:
@@ -240,7 +244,7 @@ def verdict(result: dict[str, Any], reference: dict[str, Any] | None) -> tuple[s
         common = set(mine) & set(theirs)
         moved = max((abs(mine[k] - theirs[k]) for k in common), default=math.inf)
         if len(common) < min(len(mine), len(theirs)) or moved > SAME:
-            return "loads_garbage", f"first-step log-probs moved by {moved:.3g} from the intact checkpoint's"
+            return "loads_garbage", f"log-probs moved by {moved:.3g} from the intact checkpoint's"
     return "loads", ""
 
 

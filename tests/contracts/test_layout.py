@@ -122,7 +122,7 @@ PARTS: dict[str, dict[str, set[str]]] = {
         "weights": {"headers", "archive"},
         "chat": {"headers", "archive"},
         "adapters": {"headers", "archive", "chat"},
-        "engine": {"weights"},  # each release's own lists
+        "engine": {"weights", "archive"},  # each release's own lists; a skeleton from a scan
         "": _CHECKPOINT_PARTS,  # the checks, the report, validation and repair
     },
     "pipeline": {

@@ -83,17 +83,20 @@ def test_the_pipeline_deploys_what_validate_accepts_and_refuses_a_missing_expert
 
     stack = make_stack({"EngineCheck": "Enabled", "DefaultEngine": "vllm"})
     outcomes = {}
-    for name in ("qwen3_moe/intact", "qwen3_moe/expert-dropped"):
+    for name in ("qwen3_moe/expert-dropped", "qwen3_moe/intact"):
         packed = write_tar_gz(cases[name], tmp_path / f"{name.replace('/', '-')}.tar.gz")
         stack.client("s3").upload_file(str(packed), stack.bucket, f"golden/{packed.name}")
         desc = stack.wait(stack.start({"artifact_uri": f"s3://{stack.bucket}/golden/{packed.name}"}), timeout=900)
         stack.settle()
         outcomes[name] = desc
-    assert outcomes["qwen3_moe/intact"]["status"] == "SUCCEEDED", outcomes["qwen3_moe/intact"]
+        if name.endswith("expert-dropped"):  # refused before any endpoint: nothing of it left
+            assert stack.leftover_resources() == []
     refused = outcomes["qwen3_moe/expert-dropped"]
     assert refused["status"] == "FAILED" and refused["error"] == "CheckpointRefused", refused
-    assert "expert 1" in refused["cause"], refused["cause"]
-    assert stack.leftover_resources() == []
+    assert "WEIGHTS_MISSING" in refused["cause"] and "experts.1." in refused["cause"], refused["cause"]
+    assert outcomes["qwen3_moe/intact"]["status"] == "SUCCEEDED", outcomes["qwen3_moe/intact"]
+    checks = [r.step_dict("engine_check") for r in stack.registry().deployments() if r.step_dict("engine_check")]
+    assert [c["verdict"] for c in checks] == ["loads"] and not checks[0]["strict_not_loaded"], checks
 
 
 @needs_vllm

@@ -40,6 +40,13 @@ def _text(change: Callable[[dict[str, Any]], None]) -> Mutation:
     return _json("config.json", lambda c: change(c.get("text_config", c)))
 
 
+def _template_a_number(d: Path) -> None:
+    """tokenizer_config.json's chat_template a number, with no chat_template.jinja to take its place."""
+    _json("tokenizer_config.json", lambda c: c.update(chat_template=7))(d)
+    (d / "chat_template.jinja").unlink(missing_ok=True)
+    (d / "chat_template.json").unlink(missing_ok=True)
+
+
 def _retype(d: Path) -> None:
     shard = d / "model-00001-of-00002.safetensors"
     raw = shard.read_bytes()
@@ -89,10 +96,6 @@ CASES: dict[str, tuple[Mutation, set[str]]] = {
         lambda d: (d / "generation_config.json").write_text('{"eos_token_id": NaN}'),
         {"GENERATION_CONFIG_INVALID"},
     ),
-    "generation eos string": (
-        _json("generation_config.json", lambda c: c.update(eos_token_id="1")),
-        {"GENERATION_CONFIG_INVALID"},
-    ),
     "tokenizer.json cut off": (
         lambda d: (d / "tokenizer.json").write_bytes((d / "tokenizer.json").read_bytes()[:1500]),
         {"TOKENIZER_JSON_INVALID"},
@@ -103,10 +106,14 @@ CASES: dict[str, tuple[Mutation, set[str]]] = {
     ),
     "added token id a string": (_tokenizer(lambda t: t["added_tokens"][3].update(id="3")), {"TOKENIZER_JSON_INVALID"}),
     "tokenizer model of no kind": (_tokenizer(lambda t: t["model"].update(type="Wibble")), {"TOKENIZER_JSON_INVALID"}),
+    # transformers loads it; vLLM refuses every chat request ("Can't compile non template nodes", the golden).
+    "chat_template a number": (_template_a_number, {"CHAT_TEMPLATE_INVALID"}),
     "added_tokens.json broken": (lambda d: (d / "added_tokens.json").write_text("{broken"), {"JSON_INVALID"}),
     # What transformers loads: not refused. F16 among BF16 is a warning (WEIGHTS_DTYPE_MIXED): vLLM casts each
     # tensor as it loads it and serves the same tokens (tests/fixtures/engine-golden.json, llama/fp16-shard).
     "a header re-typed F16 among BF16": (_retype, set()),
+    # The eos token's text where its id belongs: transformers and vLLM serve it (the golden's eos-as-string).
+    "generation eos string": (_json("generation_config.json", lambda c: c.update(eos_token_id="1")), set()),
     "broken chat_template.json beside a good template": (_template_in_tokenizer_config, set()),
     "empty chat_template beside the .jinja": (
         _json("tokenizer_config.json", lambda c: c.update(chat_template="")),

@@ -80,12 +80,34 @@ def template_source(
             )
         )
     value = side.get("chat_template") or tokenizer_config.get("chat_template")
+    if findings is not None and not _template_shaped(value):
+        findings.append(
+            _finding(
+                "CHAT_TEMPLATE_INVALID",
+                "error",
+                f"the chat_template is {type(value).__name__} {str(value)[:40]!r}, not a Jinja template (a string, or "
+                "a list of {name, template}): the engine starts, then refuses every chat request (vLLM: \"Can't "
+                'compile non template nodes")',
+                TEMPLATE_HINT,
+            )
+        )
     if isinstance(value, list):
         named = {t.get("name"): t.get("template") for t in value if isinstance(t, dict)}
         value = named.get("default")
     if isinstance(value, dict):
         value = value.get("default")
     return value if isinstance(value, str) and value else None  # "" is no template, as in transformers
+
+
+def _template_shaped(value: Any) -> bool:
+    """What transformers takes as a chat template: none, a string, or named templates whose bodies are strings."""
+    if value is None or isinstance(value, str):
+        return True
+    if isinstance(value, list):
+        return all(isinstance(t, dict) and isinstance(t.get("template"), str) for t in value)
+    if isinstance(value, dict):
+        return all(isinstance(t, str) for t in value.values())
+    return False
 
 
 def _sha(raw: bytes | None) -> str | None:

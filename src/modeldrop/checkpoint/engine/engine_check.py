@@ -22,7 +22,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from modeldrop.checkpoint.engine.probe_process import run_probe
+from modeldrop.checkpoint.engine.probe_process import memory_bound_mb, run_probe
+from modeldrop.checkpoint.engine.warm_probe import warm_probe
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.models import Finding
 
@@ -78,7 +79,11 @@ def probe(directories: Sequence[Path], python: str, timeout: float = PROBE_TIMEO
     directory it did not judge: never a verdict it did not reach."""
     # The engine venv is self-contained: the caller's PYTHONPATH (a Lambda's /var/task and /opt/python,
     # built for another Python) must not reach it; probe_env passes only what the engine needs.
-    run = run_probe([python, str(PROBE), *(str(d) for d in directories)], timeout=timeout)
+    warm = warm_probe(python)
+    if warm is not None:  # a caller that judges many (the engine-check Lambda): vLLM imported once
+        run = warm.ask([str(d) for d in directories], timeout, memory_bound_mb())
+    else:
+        run = run_probe([python, str(PROBE), *(str(d) for d in directories)], timeout=timeout)
     lines = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     for line in lines:  # the group's peak, not the probe's own: every process counts
         line["peak_rss_mb"] = max(int(str(line.get("peak_rss_mb") or 0)), run.peak_mb)

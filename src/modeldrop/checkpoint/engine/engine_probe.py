@@ -187,34 +187,44 @@ def _never_written(model: Any, writes: dict[str, set[tuple[Any, Any]]], loaded: 
     parameter as loaded once any part is). Named as the engine's parameters, a part in brackets."""
     owners = {f"{prefix}.{leaf}" if prefix else leaf: module for prefix, module in model.named_modules()
               for leaf, _ in module.named_parameters(recurse=False)}  # fmt: skip
-    missing = []
+    missing: list[str] = []
     for name, _ in model.named_parameters():
         slots = writes.get(name)
         if name.endswith(ENGINE_DEFAULTED):
             continue
         if not slots:
-            if name not in loaded:
-                missing.append(name)
-            continue
-        owner: Any = owners.get(name)
-        if hasattr(owner, "local_num_experts") and all(expert is not None for _, expert in slots):
-            shards = {shard for shard, _ in slots}
-            for expert in range(int(owner.local_num_experts)):
-                lacking = sorted(str(s) for s in shards if (s, expert) not in slots)
-                if lacking:
-                    missing.append(f"{name}[expert {expert}: {', '.join(lacking)}]")
-            continue
-        written = {s for shard, _ in slots for s in (shard if isinstance(shard, tuple) else (shard,))}
-        if None in written:
-            continue  # written whole
-        kind = type(owner).__name__
-        parts: set[Any] | None = {"q", "k", "v"} if kind == "QKVParallelLinear" else None
-        if parts is None and kind == "MergedColumnParallelLinear":
-            parts = set(range(len(owner.output_sizes)))
-        lacking = sorted(str(p) for p in (parts or set()) - written)
-        if lacking:
-            missing.append(f"{name}[{', '.join(lacking)}]")
+            missing += [] if name in loaded else [name]
+        elif hasattr(owners.get(name), "local_num_experts") and all(expert is not None for _, expert in slots):
+            missing += _expert_gaps(name, int(owners[name].local_num_experts), slots)
+        else:
+            missing += _part_gaps(name, owners.get(name), slots)
     return sorted(missing)
+
+
+def _expert_gaps(name: str, experts: int, slots: set[tuple[Any, Any]]) -> list[str]:
+    """Each expert of a fused MoE parameter lacking a shard the others have (or every shard)."""
+    shards = {shard for shard, _ in slots}
+    gaps = []
+    for expert in range(experts):
+        lacking = sorted(str(s) for s in shards if (s, expert) not in slots)
+        if lacking:
+            gaps.append(f"{name}[expert {expert}: {', '.join(lacking)}]")
+    return gaps
+
+
+def _part_gaps(name: str, owner: Any, slots: set[tuple[Any, Any]]) -> list[str]:
+    """A fused projection's parts no tensor wrote (q/k/v of a QKV, the halves of a gate/up)."""
+    written = {s for shard, _ in slots for s in (shard if isinstance(shard, tuple) else (shard,))}
+    if None in written:
+        return []  # written whole
+    kind = type(owner).__name__
+    parts: set[Any] = set()
+    if kind == "QKVParallelLinear":
+        parts = {"q", "k", "v"}
+    elif kind == "MergedColumnParallelLinear":
+        parts = set(range(len(owner.output_sizes)))
+    lacking = sorted(str(p) for p in parts - written)
+    return [f"{name}[{', '.join(lacking)}]"] if lacking else []
 
 
 def _count(shape: Any) -> int:
@@ -304,8 +314,9 @@ def _model_info_in_process() -> None:
         registry._run_in_subprocess = lambda fn: fn()
 
 
-def main(dirs: list[str]) -> None:
-    import vllm
+def _start_engine() -> list[str]:
+    """What every judgement needs once a process: vLLM imported, a one-rank process group, the model-info
+    inspection in this process, the CPU kernels assumed as a GPU host's."""
     from vllm.config import VllmConfig, set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
@@ -317,7 +328,12 @@ def main(dirs: list[str]) -> None:
                                      local_rank=0, backend="gloo")  # fmt: skip
         initialize_model_parallel(1, 1)
     _model_info_in_process()
-    assumed = _gpu_kernels_assumed()
+    return _gpu_kernels_assumed()
+
+
+def _judge_each(dirs: list[str], assumed: list[str]) -> None:
+    import vllm
+
     for model_dir in dirs:
         started = time.time()
         try:
@@ -334,6 +350,20 @@ def main(dirs: list[str]) -> None:
         result.update(engine="vllm", version=vllm.__version__,
                       peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # fmt: skip
         print(json.dumps(result), flush=True)
+
+
+def main(dirs: list[str]) -> None:
+    _judge_each(dirs, _start_engine())
+
+
+def serve() -> None:
+    """A warm engine: vLLM imported once, then each line on stdin (a JSON list of directories) judged as
+    `main` judges it, one JSON line per directory. A caller that judges many checkpoints (a warm Lambda
+    container) pays the import once, not every check."""
+    assumed = _start_engine()
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        _judge_each([str(d) for d in json.loads(line)], assumed)
 
 
 def _loopback_only() -> None:
@@ -367,4 +397,7 @@ if __name__ == "__main__":  # settings for vLLM before it is imported, never at 
     os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     _loopback_only()
-    main(sys.argv[1:])
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+    else:
+        main(sys.argv[1:])

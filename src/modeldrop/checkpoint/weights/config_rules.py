@@ -177,22 +177,35 @@ def _stop_ids_ok(value: Any) -> bool:
 
 
 def generation_findings(generation: dict[str, Any] | None) -> list[Finding]:
-    """generation_config.json's token ids: the engine's stop set is built from them."""
-    bad = []
+    """generation_config.json's token ids: the engine's stop set is built from them. A token's text where its
+    id belongs is served (vLLM reads the stop ids from the tokenizer too): a warning, not a refusal."""
+    bad, spelled = [], []
     for key in ("eos_token_id", "bos_token_id", "pad_token_id", "decoder_start_token_id"):
         if key in (generation or {}) and (generation or {})[key] is not None:
             value = (generation or {})[key]
-            if not _stop_ids_ok(value) or (isinstance(value, float) and math.isnan(value)):
+            if isinstance(value, str) and value and key == "eos_token_id":
+                spelled.append(f"{key} = {json.dumps(value)[:40]}")
+            elif not _stop_ids_ok(value) or (isinstance(value, float) and math.isnan(value)):
                 bad.append(f"{key} = {json.dumps(value)[:40]}")
-    if not bad:
-        return []
-    return [
+    findings = [
         _error(
             "GENERATION_CONFIG_INVALID",
             "generation_config.json has token ids that are not non-negative integers: " + "; ".join(bad),
             "write the ids as integers (or a list of them), as GenerationConfig.save_pretrained does",
         )
-    ]
+    ] if bad else []  # fmt: skip
+    if spelled:
+        findings.append(
+            Finding(
+                code="GENERATION_CONFIG_EOS_TEXT",
+                severity="warning",
+                message="generation_config.json names the end-of-sequence token by its text, not its id: "
+                + "; ".join(spelled)
+                + " (vLLM serves it, stopping on the tokenizer's eos; tools that read the ids do not stop there)",
+                hint="write its id (model.generation_config.eos_token_id = tokenizer.eos_token_id), then save",
+            )
+        )
+    return findings
 
 
 def special_token_findings(tokenizer_config: dict[str, Any] | None) -> list[Finding]:
