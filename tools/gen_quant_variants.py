@@ -7,7 +7,9 @@ layer of the decoder is rewritten as the format stores it, with zero bytes:
 - GPTQ (AutoGPTQ / GPTQModel, 4-bit): qweight I32 [in/8, out], qzeros I32 [in/g, out/8],
   scales F16 [in/g, out], g_idx I32 [in];
 - AWQ (GEMM, 4-bit): qweight I32 [in, out/8], qzeros I32 [in/g, out/8], scales F16 [in/g, out];
-- FP8 block (DeepSeek / Qwen FP8 style): weight F8_E4M3 [out, in], weight_scale_inv F32 [out/128, in/128].
+- FP8 block (DeepSeek / Qwen FP8 style): weight F8_E4M3 [out, in], weight_scale_inv F32 [out/128, in/128];
+- compressed-tensors (llm-compressor) W4A16 pack-quantized: weight_packed I32 [out, in/8], weight_scale BF16
+  [out, in/g], weight_shape I64 [2]; and FP8 per channel: weight F8_E4M3 [out, in], weight_scale BF16 [out, 1].
 Breaks: a scales tensor dropped, group_size disagreeing with the tensors, the config deleted, a GPTQ
 config left on dense weights (the stale block after a merge), AWQ at 3 bits, FP8 weights without their
 weight_scale_inv, and a method vLLM does not know (exl2).
@@ -92,6 +94,30 @@ def fp8_block(dense: Tensors, block: int = 128) -> Tensors:
     }, "BF16")  # fmt: skip
 
 
+def compressed_w4a16(dense: Tensors, group: int) -> Tensors:
+    """llm-compressor's W4A16 (compressed-tensors, pack-quantized): eight 4-bit values an I32, a scale a group."""
+    return _rewrite(dense, lambda base, rows, cols: {
+        f"{base}.weight_packed": ("I32", [rows, cols // 8]),
+        f"{base}.weight_scale": ("BF16", [rows, cols // group]),
+        f"{base}.weight_shape": ("I64", [2]),
+    }, "BF16")  # fmt: skip
+
+
+def compressed_fp8(dense: Tensors) -> Tensors:
+    """llm-compressor's FP8 (compressed-tensors, float-quantized, per channel, dynamic activations)."""
+    return _rewrite(dense, lambda base, rows, cols: {
+        f"{base}.weight": ("F8_E4M3", [rows, cols]),
+        f"{base}.weight_scale": ("BF16", [rows, 1]),
+    }, "BF16")  # fmt: skip
+
+
+def _compressed(fmt: str, weights: dict[str, Any], activations: dict[str, Any] | None) -> dict[str, Any]:
+    group = {"targets": ["Linear"], "weights": weights, "input_activations": activations, "output_activations": None,
+             "format": fmt}  # fmt: skip
+    return {"quant_method": "compressed-tensors", "format": fmt, "quantization_status": "compressed",
+            "config_groups": {"group_0": group}, "ignore": ["lm_head"], "kv_cache_scheme": None}  # fmt: skip
+
+
 def _variant(dense_dir: Path, out: Path, tensors: Tensors, quant: dict[str, Any] | None, dtype: str) -> None:
     shutil.copytree(dense_dir, out, ignore=shutil.ignore_patterns("*.safetensors", "*.index.json"))
     write_shard(out / "model.safetensors", tensors)
@@ -135,7 +161,13 @@ def main(dense_dir: Path, out_dir: Path) -> list[str]:
         "fp8-block-intact": (fp8, fp8_config, "bfloat16"),
         "fp8-block-no-scale-inv": (fp8_unscaled, fp8_config, "bfloat16"),
         "exl2": (dense, {"quant_method": "exl2", "bits": 4.0}, "bfloat16"),
-    }
+        "ct-w4a16-intact": (compressed_w4a16(dense, group), _compressed("pack-quantized", {
+            "num_bits": 4, "type": "int", "symmetric": True, "strategy": "group", "group_size": group,
+            "dynamic": False}, None), "bfloat16"),
+        "ct-fp8-intact": (compressed_fp8(dense), _compressed("float-quantized", {
+            "num_bits": 8, "type": "float", "symmetric": True, "strategy": "channel", "dynamic": False}, {
+            "num_bits": 8, "type": "float", "symmetric": True, "strategy": "token", "dynamic": True}), "bfloat16"),
+    }  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, (tensors, quant, dtype) in variants.items():
         _variant(dense_dir, out_dir / name, tensors, quant, dtype)

@@ -120,8 +120,9 @@ def test_validate_engine_check_json_carries_the_engines_verdict(tmp_path: Path) 
     from modeldrop.local.samples.checkpoint import write_tar_gz
 
     packed = write_tar_gz(broken, tmp_path / "odd.tar.gz")
+    default = {k: v for k, v in os.environ.items() if k != "MODELDROP_ENGINE_CHECK"}  # no flag: what users meet
     both = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(packed), str(base), "--json"],
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+                          capture_output=True, text=True, timeout=900, env=default)  # fmt: skip
     assert both.returncode == 1, both.stderr
     packed_report, base_report = json.loads(both.stdout)
     assert packed_report["engine_check"]["verdict"] == "refused" and not packed_report["deployable"]

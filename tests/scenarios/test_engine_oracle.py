@@ -70,7 +70,14 @@ def test_the_static_rules_never_accept_what_the_engine_refuses(tmp_path: Path) -
         verdicts[name] = (check.verdict, errors)
         if check.verdict == "refused" and not errors:
             wrong.append(f"{name}: the engine refuses ({check.stage}: {check.message[:200]}), the static rules accept")
-        intact = folder.name in ("intact", "gptq-intact", "awq-intact", "fp8-block-intact")
+        intact = folder.name in (
+            "intact",
+            "gptq-intact",
+            "awq-intact",
+            "fp8-block-intact",
+            "ct-w4a16-intact",
+            "ct-fp8-intact",
+        )
         if intact and errors and check.verdict != "refused":
             wrong.append(f"{name}: intact, but engine {check.verdict} {check.message[:200]} / static {errors}")
     assert wrong == [], "\n".join(wrong)

@@ -32,8 +32,10 @@ from typing import Any
 CPU_ONLY = ("not supported on cpu", "cpu backend", "for cpu", "on the cpu", "cpu platform", "head size",
             "failed to find a kernel", "supported only for cuda", "current device cpu")  # fmt: skip
 # Parameters the engine sets itself when a checkpoint has none: the attention layer's KV-cache and
-# activation scales (1.0 unless an FP8 KV cache's calibration supplies them).
-ENGINE_DEFAULTED = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale")
+# activation scales (1.0 unless an FP8 KV cache's calibration supplies them) and, for compressed-tensors, their
+# zero points (zeros: "not used in vLLM", created so that llm-compressor checkpoints holding them load).
+ENGINE_DEFAULTED = (".attn.k_scale", ".attn.v_scale", ".attn.q_scale", ".attn.prob_scale", ".attn.k_zero_point",
+                    ".attn.v_zero_point", ".attn.q_zero_point")  # fmt: skip
 # A model whose load_weights reads the tensors' values (Phi's copies them): meta tensors have none, so the
 # probe cannot judge it, which says nothing of the checkpoint.
 PROBE_ONLY = ("meta tensor", "on the meta device", "device='meta'")
