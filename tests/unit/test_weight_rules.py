@@ -165,3 +165,23 @@ def test_a_dense_nemotron_h_with_the_expert_count_transformers_writes_is_not_ref
     assert expert_count_findings(config, "backbone.layers", layers) == []
     moe = {**config, "layers_block_type": ["mamba", "moe"]}
     assert [f.code for f in expert_count_findings(moe, "backbone.layers", layers)] == ["WEIGHTS_MISSING"]
+
+
+def test_a_vision_tower_cut_short_or_without_its_patch_embedding_is_refused() -> None:
+    """The engine's multimodal classes cannot be built on this CPU (no torchvision for its torch), so the tower
+    is held to its config statically: names as transformers saves LLaVA (CLIP) and Qwen2-VL towers."""
+    from modeldrop.checkpoint.weights.tower_rules import tower_findings
+
+    clip = {"vision_config": {"model_type": "clip_vision_model", "num_hidden_layers": 2}}
+    names = ["vision_tower.embeddings.patch_embedding.weight", "vision_tower.embeddings.position_embedding.weight",
+             *(f"vision_tower.encoder.layers.{i}.mlp.fc1.weight" for i in range(2))]  # fmt: skip
+    assert tower_findings(clip, names) == []
+    assert [f.code for f in tower_findings(clip, names[1:])] == ["WEIGHTS_MISSING"]  # no patch embedding
+    assert tower_findings({**clip, "vision_feature_layer": -2}, names[:3]) == []  # LLaVA reads layer -2: may be cut
+    assert "lacks layer(s) [1]" in tower_findings(clip, names[:3])[0].message
+    qwen = {"vision_config": {"model_type": "qwen2_vl_vision", "depth": 3}}
+    blocks = ["visual.patch_embed.proj.weight", *(f"visual.blocks.{i}.attn.qkv.weight" for i in (0, 1, 2))]
+    assert tower_findings(qwen, blocks) == [] and tower_findings(qwen, blocks[:3])
+    timm = {"vision_config": {"model_type": "gemma3n_vision"}}  # a conv stem, no patch embedding: not asked
+    assert tower_findings(timm, ["model.vision_tower.timm_model.blocks.0.0.conv.weight"]) == []
+    assert tower_findings({"vision_config": None}, names[1:]) == []

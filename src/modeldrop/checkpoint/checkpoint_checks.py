@@ -32,6 +32,7 @@ from modeldrop.checkpoint.weights.config_rules import (
 )
 from modeldrop.checkpoint.weights.layout_rules import Layout
 from modeldrop.checkpoint.weights.quant_rules import architecture_findings, quant_findings, rope_findings
+from modeldrop.checkpoint.weights.tower_rules import tower_findings
 from modeldrop.checkpoint.weights.weight_rules import weight_findings
 from modeldrop.contracts.engine_target import EngineVersion
 from modeldrop.contracts.models import Finding
@@ -265,7 +266,7 @@ def _weights_against_config(c: _Checkpoint) -> Iterable[Finding]:
     shapes = TensorView(c.scan.headers, c.tensors, lambda info: info.shape)
     layers, shared = c.kv.num_hidden_layers or 0, c.kv.num_kv_shared_layers
     skip = frozenset(range(layers - shared, layers)) if c.kv_rule and 0 < shared <= layers else frozenset()
-    return weight_findings(c.config, shapes, skip)
+    return [*weight_findings(c.config, shapes, skip), *tower_findings(c.config, c.tensors)]
 
 
 def _chat_contract(c: _Checkpoint) -> Iterable[Finding]:
