@@ -40,11 +40,17 @@ LAMBDA_RETRY = {
     "MaxDelaySeconds": 60,
     "JitterStrategy": "FULL",
 }
-# A function idle for weeks goes Inactive (above all the engine check's container image): the first invoke
-# fails ResourceNotReadyException and Lambda restores it, refusing invokes while it is Pending
-# (ResourceConflictException). Retried for about ten minutes, longer than restoring an image takes.
+# A function idle for weeks goes Inactive (above all the engine check's container image): its first invokes
+# fail CodeArtifactUserPendingException ("Lambda is initializing your function", public reports see it clear
+# in 40-106 s), ResourceConflictException while it is Pending, ResourceNotReadyException in the VPC-interface
+# case. Retried for about ten minutes, longer than restoring an image takes. CodeArtifactUserFailedException
+# is not retried: the image needs a code update, and waiting cannot fix it.
 INACTIVE_RETRY = {
-    "ErrorEquals": ["Lambda.ResourceNotReadyException", "Lambda.ResourceConflictException"],
+    "ErrorEquals": [
+        "Lambda.CodeArtifactUserPendingException",
+        "Lambda.ResourceNotReadyException",
+        "Lambda.ResourceConflictException",
+    ],
     "IntervalSeconds": 15,
     "MaxAttempts": 8,
     "BackoffRate": 1.5,

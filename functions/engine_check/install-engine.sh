@@ -21,8 +21,9 @@ if [ -f "$marker" ]; then
     fi
     exit 0
 fi
-# The Lambda base (Amazon Linux 2023): vLLM's CPU kernels link libnuma.
-dnf install -y -q numactl-libs
+# The Lambda base (Amazon Linux 2023): vLLM's CPU kernels link libnuma. Its `dnf` is microdnf, which takes
+# only its own few options (no -q): tests/contracts/test_engine_image_build.py holds these lines to them.
+dnf install -y --nodocs --setopt=install_weak_deps=0 numactl-libs
 dnf clean all
 # The venv without a pip of its own (the base's pip installs into it: no ensurepip needed).
 python3 -m venv --without-pip /opt/engine

@@ -59,6 +59,26 @@ def test_quota_errors_are_not_retried() -> None:
             assert "QuotaExceeded" not in retry["ErrorEquals"], name
 
 
+def test_every_lambda_task_waits_out_a_cold_function_and_never_an_image_that_cannot_start() -> None:
+    """What Lambda answers while it restores an Inactive function (initializing, Pending) is retried for
+    minutes on every Lambda task; CodeArtifactUserFailedException (the image needs a new deploy) never is."""
+    definition = json.loads(ASL.read_text())
+    tasks = {n: s for n, s in _states(definition).items() if s.get("Type") == "Task" and "lambda" in s["Resource"]}
+    assert "EngineCheck" in tasks
+    for name, state in tasks.items():
+        retried = {e: r for r in state.get("Retry", []) for e in r["ErrorEquals"]}
+        for cold in ("Lambda.CodeArtifactUserPendingException", "Lambda.ResourceConflictException"):
+            assert cold in retried, (name, cold)
+            rule = retried[cold]
+            waits = [min(rule["IntervalSeconds"] * rule["BackoffRate"] ** i, rule["MaxDelaySeconds"])
+                     for i in range(rule["MaxAttempts"])]  # fmt: skip
+            assert sum(waits) >= 300, (name, sum(waits))  # public reports see it clear within 40-106 s
+        assert not any("CodeArtifactUserFailed" in e for e in retried), name
+    # The image function's task retries nothing wholesale that would take CodeArtifactUserFailed in.
+    engine_retried = {e for r in tasks["EngineCheck"].get("Retry", []) for e in r["ErrorEquals"]}
+    assert not engine_retried & {"States.ALL", "States.TaskFailed"}, engine_retried
+
+
 def test_committed_asl_matches_generator() -> None:
     sys.path.insert(0, str(ROOT / "tools"))
     import gen_asl

@@ -159,3 +159,27 @@ def test_the_three_builds_leave_out_the_same_runtime_packages() -> None:
 )  # fmt: skip
 def test_the_pull_rule_reads_wildcards_and_denials(statements: list[dict[str, object]], lets: bool) -> None:
     assert _lets_lambda_pull({"Version": "2012-10-17", "Statement": statements}) is lets
+
+
+# microdnf's global options (rpm-software-management/microdnf, dnf/dnf-main.c: global_opts, and the two
+# --setopt keys process_global_option takes); the Lambda Python base's `dnf` is microdnf.
+MICRODNF_OPTIONS = {"-y", "--assumeyes", "--best", "--nobest", "--nodocs", "--disablerepo", "--enablerepo",
+                    "--releasever", "--setopt"}  # fmt: skip
+MICRODNF_SETOPT = {"install_weak_deps", "tsflags"}
+
+
+def test_every_package_manager_line_takes_only_what_microdnf_takes() -> None:
+    """`dnf install -y -q` stopped the first real `sam build` (microdnf: "Unknown option -q"): every dnf line
+    of the build users run is held to microdnf's own option table."""
+    lines = [line.split("#", 1)[0].split() for text in (INSTALL.read_text(), DOCKERFILE.read_text())
+             for line in text.splitlines() if re.search(r"(^|\s)(micro)?dnf\s", line.split("#", 1)[0])]  # fmt: skip
+    assert lines, "the Lambda base's package step is gone: update this test with it"
+    for words in lines:
+        start = next(i for i, w in enumerate(words) if w in ("dnf", "microdnf"))
+        for word in words[start + 1 :]:
+            if not word.startswith("-"):
+                continue
+            name, _, value = word.partition("=")
+            assert name in MICRODNF_OPTIONS, (words, word)
+            if name == "--setopt":
+                assert value.split("=", 1)[0] in MICRODNF_SETOPT, (words, word)

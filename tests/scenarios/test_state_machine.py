@@ -248,6 +248,19 @@ def test_an_inactive_engine_check_function_is_waited_for(stack: Any, archive: by
     assert calls == [*INACTIVE_ERRORS, None]
 
 
+def test_an_engine_check_image_lambda_cannot_start_is_not_waited_for(stack: Any, archive: bytes) -> None:
+    """CodeArtifactUserFailedException: the image needs a new deploy, and no retry can fix that: the deployment
+    fails at EngineCheck on the first answer, nothing created."""
+    stack.inject["EngineCheckFunction"] = ["Lambda.CodeArtifactUserFailedException"]
+    _upload(stack, "image-failed/model.tar.gz", archive)
+    desc = _only_execution(stack)
+    assert desc["status"] == "FAILED", desc
+    calls = [i.error for i in stack.invocations if i.function == "EngineCheckFunction"]
+    assert calls == ["Lambda.CodeArtifactUserFailedException"], calls
+    assert "CreateEndpointFunction" not in [i.function for i in stack.invocations]
+    assert stack.leftover_resources() == []
+
+
 def test_stray_objects_start_nothing(stack: Any) -> None:
     for key in ("notes.txt", "runs/model.tar.gz.tmp", "runs/config.json", "runs/model-00001-of-00002.safetensors"):
         _upload(stack, key, b"x")

@@ -28,9 +28,9 @@ FAULTS: dict[str, str] = {
         "the check is stopped, and the deployment fails EngineCheckFailed before anything is created"
     ),
     "engine-check-inactive": (
-        "the engine check's image function has been idle for weeks (Inactive): its first invocation fails "
-        "ResourceNotReadyException and the next two ResourceConflictException while Lambda restores it; the "
-        "EngineCheck task retries until it answers and the deployment goes on"
+        "the engine check's image function has been idle for weeks (Inactive): its first two invocations fail "
+        "CodeArtifactUserPendingException (Lambda is initializing it) and the next ResourceConflictException "
+        "(Pending); the EngineCheck task retries until it answers and the deployment goes on"
     ),
     "slow-start": "the engine is still loading when the startup health check times out: Failed",
     "truncate": "the engine stops answers at 8 tokens with finish_reason=length",

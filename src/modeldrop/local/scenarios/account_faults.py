@@ -81,8 +81,9 @@ def reap_until_clean(stack: Any, runs: int = 8) -> list[dict[str, Any]]:
 
 # --fault engine-check-oom: the engine check's memory bound for the run (importing torch alone passes it).
 ENGINE_CHECK_OOM_MB = 64
-# --fault engine-check-inactive: what Lambda answers an Inactive function's first invocations.
-INACTIVE_ERRORS = ("Lambda.ResourceNotReadyException", *["Lambda.ResourceConflictException"] * 2)
+# --fault engine-check-inactive: what Lambda answers an Inactive function's first invocations while it
+# restores the image (initializing, then Pending), as the Step Functions Lambda integration names them.
+INACTIVE_ERRORS = (*["Lambda.CodeArtifactUserPendingException"] * 2, "Lambda.ResourceConflictException")
 # The faults that need a shared deployment with a second adapter component.
 SHARED_FAULTS = frozenset({"adapter-load", "abort-mid-attach", "slow-component-delete"})
 
