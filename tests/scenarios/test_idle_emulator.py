@@ -278,6 +278,16 @@ def test_an_update_whose_new_copy_cannot_fit_beside_the_old_is_refused(stack: An
     message = _refused(sm.update_inference_component, InferenceComponentName=tight, Specification=spec)
     assert "Insufficient capacity" in message and "MaxInstanceCount is 1" in message
     assert _in_service(sm, tight)["Specification"]["ModelName"] == "tight-model"  # untouched
-    sm.update_inference_component(InferenceComponentName=roomy, Specification=idle_scaling.component_spec(
-        "tight-model", 1, 1024, {}), DeploymentConfig=idle_scaling.update_policy(600))  # fmt: skip
+    # A rolling batch of 1 copy out of 1 is 100 % of the copies: SageMaker takes 5-50 % (botocore's
+    # InferenceComponentRollingUpdatePolicy), so no batch is valid at one copy and the update sends none.
+    one_of_one = {"RollingUpdatePolicy": {"MaximumBatchSize": {"Type": "COPY_COUNT", "Value": 1},
+                                          "WaitIntervalInSeconds": 0,
+                                          "MaximumExecutionTimeoutInSeconds": 600}}  # fmt: skip
+    spec = idle_scaling.component_spec("tight-model", 1, 1024, {})
+    message = _refused(sm.update_inference_component, InferenceComponentName=roomy, Specification=spec,
+                       DeploymentConfig=one_of_one)  # fmt: skip
+    assert "between 5% and 50% of the copy count" in message, message
+    assert idle_scaling.update_policy(600, 1) is None
+    assert idle_scaling.update_policy(600, 2)["RollingUpdatePolicy"]["MaximumBatchSize"]["Value"] == 1  # type: ignore[index]
+    sm.update_inference_component(InferenceComponentName=roomy, Specification=spec)
     assert _in_service(sm, roomy)["Specification"]["ModelName"] == "tight-model"

@@ -127,6 +127,22 @@ def test_plan_refuses_a_region_sagemaker_has_not_before_computing_anything(tmp_p
     result = CliRunner().invoke(app, ["plan", str(folder), "--region", "us-est-1"])
     assert result.exit_code == 2 and "not a region SageMaker runs in" in result.output, result.output
     assert "did you mean" in result.output and "memory" not in result.output.lower()  # nothing was planned
+    swapped = CliRunner().invoke(app, ["plan", str(folder), "--region", "us-esat-1"])
+    assert swapped.exit_code == 2 and "did you mean us-east-1?" in swapped.output, swapped.output
+
+
+def test_close_matches_are_close_and_of_the_kind_asked_for() -> None:
+    """By edit distance (a swap of two neighbours is one edit), and within the family: a GPU type asked for
+    is answered with GPU types only."""
+    from modeldrop.contracts.instance_types import closest, is_gpu
+    from modeldrop.contracts.text import edit_distance, nearest
+
+    assert edit_distance("us-esat-1", "us-east-1") == 1 and edit_distance("us-esat-1", "us-west-1") == 2
+    assert nearest("us-esat-1", ["us-west-1", "us-east-1", "eu-west-1"]) == ["us-east-1"]
+    assert nearest("zz-nowhere-9", ["us-east-1"]) == []
+    assert closest("ml.g99.huge") and all(is_gpu(t) for t in closest("ml.g99.huge"))
+    assert closest("ml.g6.2xlarg")[0] == "ml.g6.2xlarge"
+    assert closest("ml.p5.48xlarg")[0] == "ml.p5.48xlarge"
 
 
 @pytest.mark.parametrize("command", [["doctor"], ["list"], ["status", "x"], ["channels"]])

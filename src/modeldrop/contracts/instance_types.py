@@ -11,6 +11,8 @@ import difflib
 import re
 from functools import lru_cache
 
+from modeldrop.contracts.text import nearest
+
 # NVIDIA GPU families (g4dn, g5, g6, g6e, gr6, p4d, p5, ...); the vLLM/SGLang/LMI DLCs are
 # x86_64 CUDA images, so Graviton GPU families (g5g) and Inferentia/Trainium (inf*, trn*) cannot serve them.
 _GPU_FAMILY = re.compile(r"^ml\.(g\d+[a-z]*|gr\d+[a-z]*|p\d+[a-z]*)\.")
@@ -32,8 +34,14 @@ def is_gpu(instance_type: str) -> bool:
 
 
 def closest(instance_type: str, candidates: frozenset[str] | None = None, n: int = 3) -> list[str]:
+    """The hosting types nearest INSTANCE_TYPE by edit distance, within its kind: a GPU family asked for
+    (`ml.g99.huge`) is answered with GPU types only, never a CPU type that happens to be as near."""
     pool = sorted(candidates if candidates is not None else hosting_instance_types())
-    return difflib.get_close_matches(instance_type, pool, n=n, cutoff=0.6)
+    family = re.match(r"^ml\.([a-z]+)", instance_type)
+    if (family and family.group(1) in ("g", "gr", "p")) or _GPU_FAMILY.match(instance_type):
+        pool = [t for t in pool if is_gpu(t)]
+    near = nearest(instance_type, pool, n=n, most=max(3, len(instance_type) // 2))
+    return near or difflib.get_close_matches(instance_type, pool, n=n, cutoff=0.6)
 
 
 def instance_type_problem(instance_type: str, gpu_engine: bool = True) -> tuple[str, str] | None:

@@ -14,15 +14,15 @@ Problem = tuple[str, str, str]
 
 def region_problem(region: str) -> Problem | None:
     """A region SageMaker has in no partition (botocore's own endpoint data), with the close match."""
-    import difflib
-
     import boto3
+
+    from modeldrop.contracts.text import nearest
 
     session = boto3.session.Session()
     known = {r for p in session.get_available_partitions() for r in session.get_available_regions("sagemaker", p)}
     if not known or region in known:
         return None
-    close = difflib.get_close_matches(region, sorted(known), n=1)
+    close = nearest(region, sorted(known), most=3)
     return (
         f"{region!r} is not a region SageMaker runs in" + (f" (did you mean {close[0]}?)" if close else ""),
         "pass --region (or set AWS_REGION) to one of botocore's SageMaker regions, e.g. us-east-1 (a region "

@@ -46,16 +46,36 @@ WAKE_COOLDOWN_SECONDS = 60
 UPDATE_SPARE_INSTANCES = 1
 
 
-def update_policy(timeout_seconds: int) -> dict[str, Any]:
-    """UpdateInferenceComponent's DeploymentConfig: one copy at a time, so an update needs one spare
-    instance whatever the copy count (SageMaker places a batch's new copies before removing old ones)."""
+def update_policy(timeout_seconds: int, copies: int) -> dict[str, Any] | None:
+    """UpdateInferenceComponent's DeploymentConfig for a component of COPIES copies: one copy at a time, so an
+    update needs one spare instance (SageMaker places a batch's new copies before removing old ones). A
+    rolling batch must be 5-50 % of the copy count (botocore's InferenceComponentRollingUpdatePolicy): at one
+    copy no batch is valid, and none is sent -- the default update, whose one new copy takes the spare."""
+    if copies < 2:
+        return None
+    batch = max(UPDATE_SPARE_INSTANCES, -(-copies * 5 // 100))  # within 5-50 % from 2 copies on
     return {
         "RollingUpdatePolicy": {
-            "MaximumBatchSize": {"Type": "COPY_COUNT", "Value": UPDATE_SPARE_INSTANCES},
+            "MaximumBatchSize": {"Type": "COPY_COUNT", "Value": batch},
             "WaitIntervalInSeconds": 0,
             "MaximumExecutionTimeoutInSeconds": max(600, min(28_800, timeout_seconds)),
         }
     }
+
+
+def rolling_batch_problem(copies: int, deployment: dict[str, Any] | None) -> str | None:
+    """Why SageMaker refuses DEPLOYMENT's rolling batch for a component of COPIES copies (5-50 % of them)."""
+    size = ((deployment or {}).get("RollingUpdatePolicy") or {}).get("MaximumBatchSize")
+    if not isinstance(size, dict):
+        return None
+    value, kind = float(size.get("Value") or 0), str(size.get("Type"))
+    share = value if kind == "CAPACITY_PERCENT" else 100.0 * value / max(1, copies)
+    if 5.0 <= share <= 50.0:
+        return None
+    return (
+        f"RollingUpdatePolicy.MaximumBatchSize {kind} {value:g} is {share:.0f}% of the {copies} "
+        "cop" + ("y" if copies == 1 else "ies") + "; the value must be between 5% and 50% of the copy count."
+    )
 
 
 def resource_id(component: str) -> str:

@@ -174,10 +174,13 @@ def start_update(ctx: ChannelContext, channel: ChannelRecord, version: ChannelVe
     if ctx.autoscaling is not None:  # the idle alarm may not take the copies away under the update
         idle_scaling.suspend_scale_in(ctx.autoscaling, channel.idle.component, True)
     try:
+        copies = ctx.sm.describe_inference_component(InferenceComponentName=channel.idle.component).get(
+            "RuntimeConfig", {}).get("DesiredCopyCount", 1)  # fmt: skip
+        policy = idle_scaling.update_policy(2 * channel.idle.wake_seconds, int(copies))
         ctx.sm.update_inference_component(
             InferenceComponentName=channel.idle.component,
             Specification=_spec(ctx, version, channel),  # type: ignore[arg-type]
-            DeploymentConfig=idle_scaling.update_policy(2 * channel.idle.wake_seconds),  # type: ignore[arg-type]
+            **({"DeploymentConfig": policy} if policy else {}),  # type: ignore[arg-type]
         )
     except ClientError as exc:
         if ctx.autoscaling is not None:

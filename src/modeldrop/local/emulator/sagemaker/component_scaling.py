@@ -14,8 +14,9 @@
   capacity, counted as NoCapacityInvocationFailures (what the wake alarm watches).
 - UpdateInferenceComponent with a new Specification.ModelName (a channel's promotion): Updating while
   the new model's container starts; InService on it, or back on the previous model if it fails. As
-  SageMaker's rolling update, it places a batch of new copies (DeploymentConfig's MaximumBatchSize;
-  without one, all of them) before it removes old ones: an update whose batch does not fit beside the
+  SageMaker's rolling update, it places a batch of new copies (DeploymentConfig's MaximumBatchSize, which
+  must be 5-50 % of the copy count -- none is valid at one copy --; without one, all of them) before it
+  removes old ones: an update whose batch does not fit beside the
   endpoint's copies in MaxInstanceCount instances is refused (`update_capacity_problem`).
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from modeldrop.aws.autoscaling.idle_scaling import rolling_batch_problem
 from modeldrop.local.emulator.autoscaling import driving as autoscaling
 from modeldrop.serving.idle_plan import refusal_message
 
@@ -180,7 +182,8 @@ def install() -> None:
         copies = {c.name: int((c.runtime_config or {}).get("CopyCount") or 0) for c in held}
         wanted = int((spec.get("ComputeResourceRequirements") or {}).get("NumberOfAcceleratorDevicesRequired") or 1)
         per_instance = max(1, _gpus(str(variant.get("InstanceType"))) // max(1, wanted))
-        problem = update_capacity_problem(copies, component.name, deployment, most, per_instance)
+        problem = rolling_batch_problem(copies.get(component.name, 0), deployment) or update_capacity_problem(
+            copies, component.name, deployment, most, per_instance)  # fmt: skip
         if problem:
             raise ValidationError(message=problem)
 
