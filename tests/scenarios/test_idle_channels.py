@@ -126,6 +126,8 @@ def test_channels_json_gives_the_cost_and_invoke_waits_out_a_sleeping_channel(
     closed = cli.invoke(app, ["teardown", "nightly", *where, "--json"])
     assert closed.exit_code == 0, closed.output
     assert stack.leftover_resources() == []  # the channel's scaling, component, endpoint and versions
+    again = cli.invoke(app, ["teardown", "nightly", *where])  # idempotent, as a deployment's second teardown
+    assert again.exit_code == 0 and "closed already: nothing left" in again.output, again.output
 
 
 def test_a_gate_whose_champion_is_scaled_in_after_the_knock_does_not_promote() -> None:

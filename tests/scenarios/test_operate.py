@@ -205,3 +205,32 @@ def test_a_failed_deployment_stays_findable_and_a_promoted_one_has_one_truth(dep
     assert closed.exit_code == 0, closed.output
     assert "channel main closed; deleted:\n  " in closed.output  # one per line, copyable
     assert stack.leftover_resources() == []
+
+
+def test_ctrl_c_in_deploy_wait_names_the_deployment_that_goes_on(
+    deployed: Any, archive: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C stops the wait, not the deployment (which bills): the output names its id and how to follow and
+    stop it, and `status` takes every identifier deploy printed (the id, the execution's name and ARN)."""
+    from modeldrop.aws import execution_watch
+
+    stack = deployed
+    stack.client("s3").put_object(Bucket=stack.bucket, Key="runs/ctrl-c/model.tar.gz", Body=archive)
+
+    def interrupted(sfn: Any, arn: str, show: Any, poll_seconds: float) -> Any:
+        stack.wait(arn, timeout=600)  # the user waits a while, then presses Ctrl-C
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(execution_watch, "watch", interrupted)
+    waited = _cli("deploy", f"s3://{stack.bucket}/runs/ctrl-c/model.tar.gz", *REGION, "--wait")
+    assert waited.exit_code == 130, waited.output
+    said = waited.output
+    assert "goes on" in said and "modeldrop status " in said and "modeldrop teardown " in said, said
+    deployment_id = said.split("modeldrop status ", 1)[1].split()[0]
+    arn = next(w for w in said.split() if ":execution:" in w)
+    for identifier in (deployment_id, arn, arn.rsplit(":", 1)[-1]):
+        shown = _cli("status", identifier, *REGION, "--json")
+        assert shown.exit_code == 0 and json.loads(shown.output)["deployment_id"] == deployment_id, identifier
+    as_json = _cli("deploy", f"s3://{stack.bucket}/runs/ctrl-c/model.tar.gz", *REGION, "--wait", "--json")
+    assert as_json.exit_code == 130 and json.loads(as_json.output.splitlines()[-1])["interrupted"] is True
+    assert _cli("teardown", deployment_id, *REGION).exit_code == 0

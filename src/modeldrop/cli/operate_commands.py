@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.markup import escape
@@ -33,11 +33,11 @@ from modeldrop.cli._shared import (
     request_fields,
     session_for,
 )
+from modeldrop.cli.channel_view import _attempts_table, _status_rows
 from modeldrop.contracts.errors import cause_message
 
 if TYPE_CHECKING:
     from modeldrop.aws.dynamodb.registry import Registry
-    from modeldrop.contracts.record import DeploymentRecord
 
 # ---- operating a deployed stack ----------------------------------------------------------------
 StackOpt = Annotated[
@@ -206,6 +206,11 @@ def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = Non
         live.start()
     try:
         desc, states = watch(sfn, arn, show, poll_seconds=float(os.environ.get("MODELDROP_POLL_SECONDS", "5")))
+    except KeyboardInterrupt:
+        if live is not None:
+            live.stop()
+        printer.flush()
+        _interrupted(sfn, arn, as_json)
     finally:
         if live is not None:
             live.stop()
@@ -222,7 +227,35 @@ def follow(sfn: Any, arn: str, as_json: bool, extra: dict[str, Any] | None = Non
         )
     else:
         console.print(f"[bold red]{desc['status']}[/] {desc.get('error')}: {cause_message(desc.get('cause'))}")
+        console.print(f"details: modeldrop status {_deployment_of(desc)}", highlight=False)
     raise typer.Exit(0 if desc["status"] == "SUCCEEDED" else 1)
+
+
+def _deployment_of(desc: dict[str, Any]) -> str:
+    """The deployment id the execution DESC registers (its name and start time make it)."""
+    from modeldrop.contracts.models import deployment_id_for, epoch_ms
+
+    return deployment_id_for(str(desc["name"]), epoch_ms(desc["startDate"]))
+
+
+def _interrupted(sfn: Any, arn: str, as_json: bool) -> NoReturn:
+    """Ctrl-C while following: the wait stops, the deployment does not (it bills until it ends or its TTL
+    passes); say so, with its id and the commands that follow and stop it. Exit 130, as an interrupt."""
+    desc = sfn.describe_execution(executionArn=arn)
+    deployment = _deployment_of(desc)
+    said = {"interrupted": True, "deployment_id": deployment, "execution_arn": arn, "status": desc.get("status"),
+            "follow": f"modeldrop status {deployment}", "stop": f"modeldrop teardown {deployment}"}  # fmt: skip
+    if as_json:
+        print(json.dumps(said))
+    else:
+        console.print(
+            f"interrupted: stopped following, but deployment {deployment} goes on ({desc.get('status')}; "
+            "an endpoint bills until the deployment ends or its TTL passes)\n"
+            f"  follow it: modeldrop status {deployment}\n  stop it:   modeldrop teardown {deployment}\n"
+            "  (with the same --stack, --region and --profile)",
+            highlight=False,
+        )
+    raise typer.Exit(130)
 
 
 @app.command("list")
@@ -336,78 +369,6 @@ def _channel_named(registry: Registry, name: str) -> Any:
     from modeldrop.aws.dynamodb.channel_store import ChannelStore
 
     return ChannelStore(registry.table).get(name)
-
-
-def _status_rows(record: DeploymentRecord, data: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [
-        (key, str(data[key] if data.get(key) is not None else "-"))
-        for key in ("deployment_id", "status", "endpoint_name", "engine", "instance_type", "instance_count", "region")
-    ]
-    if hold := data.get("channel"):
-        since = f" since {hold['since']}" if hold.get("since") else ""
-        rows.append(("channel", f"{hold['role']} in {hold['channel']}{since}: `modeldrop status {hold['channel']}`"))
-        if data.get("preview_endpoint_name"):
-            rows.append(
-                ("own endpoint", f"{data['preview_endpoint_name']} (deleted when it began serving the channel)")
-            )
-    price = record.hourly_price
-    rows.append(("hourly price", f"${price}/h (catalog of {record.price_read_on})" if price else "-"))
-    rows.append(("started / ended", f"{record.started_at or '-'} / {record.ended_at or '-'}"))
-    rows.append(("expires at", str(data.get("expires_at") or "-")))
-    cost_usd = data["cost_usd"]
-    cost = "-" if cost_usd is None else f"${cost_usd:.2f}" + (" (final)" if data["cost_is_final"] else " so far")
-    rows.append(("cost", cost))
-    rows += _failure_rows(record, data["failure"] or {})
-    rows += _adapter_rows(data.get("adapter_components") or [])
-    for other in data.get("attached_deployments") or []:
-        rows.append((f"attached {other['deployment_id']}", ", ".join(other["adapters"]) or "-"))
-    if evaluation := record.step_dict("smoke_eval"):
-        rows.append(("eval", str(evaluation.get("summary"))))
-        rows.append(("eval report", str(evaluation.get("report_markdown_uri"))))
-    return rows + [(label.replace("_", " "), url) for label, url in data["links"].items()]
-
-
-def _failure_rows(record: DeploymentRecord, failure: dict[str, Any]) -> list[tuple[str, str]]:
-    if not failure:
-        return []
-    rows = [
-        ("error", f"{failure.get('error')} (class {failure.get('failure_class')})"),
-        ("FailureReason", str(record.failure_reason or "-")),
-    ]
-    if failure.get("diagnosis"):
-        rows.append(("diagnosis", f"{failure['diagnosis']}; fix: {failure.get('hint')}"))
-    return rows
-
-
-def _adapter_rows(shares: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    rows = []
-    for share in shares:
-        cost_share = share["cost_share_usd"]
-        state = f"{'serving' if share['serving'] else 'torn down'} as {share['component']}"
-        rows.append(
-            (
-                f"adapter {share['adapter']}",
-                state + (f"; its share ${cost_share:.2f}" if cost_share is not None else ""),
-            )
-        )
-    return rows
-
-
-def _attempts_table(attempts: list[dict[str, Any]]) -> Table:
-    tries = Table(title="instance types tried before this one (capacity fallback)")
-    for col in ("#", "instance type", "error", "minutes", "cost at most", "ended at"):
-        tries.add_column(col, overflow="fold")
-    for a in attempts:
-        cost_at_most = a.get("cost_usd_at_most")
-        tries.add_row(
-            str(a.get("attempt")),
-            str(a.get("instance_type")),
-            str(a.get("error")),
-            f"{a.get('minutes', 0):.1f}",
-            "-" if cost_at_most is None else f"${cost_at_most:.2f}",
-            str(a.get("ended_at", "-")),
-        )
-    return tries
 
 
 @app.command("doctor")

@@ -106,12 +106,25 @@ def _close_channel(name: str, stack: str, region: str | None, profile: str | Non
         ctx = _context(stack, region, profile)
         channel = next((c for c in ctx.channels.all() if name in (c.name, c.endpoint_name)), None)
         if channel is None:
-            return False
+            return _closed_already(ctx, name, as_json)
         deleted = close_channel(ctx, channel.name)
     if as_json:
         print(json.dumps({"channel": channel.name, "deleted": deleted}))
     else:
         _print_deleted(f"channel {channel.name} closed; deleted", deleted, "nothing")
+    return True
+
+
+def _closed_already(ctx: Any, name: str, as_json: bool) -> bool:
+    """NAME was a channel that is closed (its versions' records name it): nothing left, said so, exit 0 --
+    a second teardown is as harmless as a deployment's."""
+    served = [r for r in ctx.registry.deployments() if r.step_dict("promoted").get("channel") == name]
+    if not served:
+        return False
+    if as_json:
+        print(json.dumps({"channel": name, "deleted": [], "already_closed": True}))
+    else:
+        console.print(f"channel {name} is closed already: nothing left to delete")
     return True
 
 

@@ -188,7 +188,7 @@ def attached_to(registry: Registry, deployment_id: str) -> list[dict[str, Any]]:
 def find_deployment(
     registry: Registry, id_or_endpoint: str, sm: SageMakerClient | None = None, acting: bool = False
 ) -> DeploymentRecord:
-    """The deployment an id or an endpoint name means.
+    """The deployment an id, an endpoint name, or its execution's name or ARN means.
 
     By endpoint name it is the deployment that owns the endpoint (its modeldrop:deployment-id tag),
     never another deployment that merely asked for the same name and failed. With no endpoint of
@@ -221,7 +221,15 @@ def find_deployment(
             f"no endpoint named {id_or_endpoint} exists; the deployments that asked for it have ended: {ended}",
             "nothing to do; `modeldrop status ID` shows each",
         )
+    by_execution = _by_execution(registry, id_or_endpoint)
+    if by_execution is not None:  # the execution's name or ARN, as `deploy` prints it when it starts
+        return by_execution
     raise OperateError(f"no deployment or endpoint {id_or_endpoint!r} in this stack's registry", "see `modeldrop list`")
+
+
+def _by_execution(registry: Registry, name_or_arn: str) -> DeploymentRecord | None:
+    return next((c for c in registry.deployments() if c.execution_arn
+                 and name_or_arn in (c.execution_arn, c.execution_arn.rsplit(":", 1)[-1])), None)  # fmt: skip
 
 
 def _managed_endpoint(sm: SageMakerClient, info: StackInfo, name: str) -> DescribeEndpointOutputTypeDef | None:
