@@ -287,6 +287,28 @@ def test_bad_marker_is_rejected_once_and_starts_nothing(stack: Any, checkpoint: 
     assert _executions(stack) == []
 
 
+def test_a_misspelt_marker_is_seen_in_list_all_with_its_close_match(stack: Any, checkpoint: Path) -> None:
+    """A marker written straight to S3 with a misspelt key starts nothing, and says why where the user looks:
+    a closed `rejected` record `list --all` shows (its reason names the key's close match) and a Deployment
+    Rejected event. Redelivered, it is recorded once; the starter's role reaches no other record."""
+    from modeldrop.operate.deployment_rows import row_for
+
+    _upload(stack, "typo/config.json", (checkpoint / "config.json").read_bytes())
+    for _ in range(2):
+        _upload(stack, "typo/modeldrop.json", b'{"instnce_type": "ml.g6e.2xlarge"}')
+    assert _executions(stack) == []
+    records = stack.registry().deployments()
+    assert [r.status for r in records] == ["rejected"] * len(records) and len(records) == 2  # two versions
+    record = records[0]
+    assert record.deployment_id.startswith("rejected-") and record.endpoint_name is None
+    assert "'instnce_type': did you mean 'instance_type'" in str(record.failure_reason), record.failure_reason
+    row = row_for(record)  # what `list` and `list --all` print of it
+    assert row.status == "rejected" and row.artifact_uri == "s3://" + stack.bucket + "/typo/modeldrop.json"
+    assert "did you mean 'instance_type'" in str(row.reason)
+    sqs_bodies = [i for i in stack.invocations if i.function == "StarterFunction"]
+    assert [i.error for i in sqs_bodies] == [None, None]  # recorded, not raised: no redelivery loop
+
+
 def test_bad_request_fails_fast_without_a_record(stack: Any) -> None:
     arn = stack.start({"artifact_uri": "https://example.com/model.tar.gz"}, name="bad-request")
     desc = stack.wait(arn)

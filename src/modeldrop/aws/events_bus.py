@@ -17,6 +17,7 @@ DetailType = Literal[
     "Deployment Expired",
     "Deployment Torn Down",
     "Deployment Attempt Failed",
+    "Deployment Rejected",
 ]
 
 

@@ -291,6 +291,8 @@ def list_cmd(
         _deployment_lines(title, rows)
     else:
         console.print(_deployment_table(title, rows, ids, names, secondary=console.width >= ids + names + 80))
+    for row in (r for r in rows if r.status == "rejected"):  # nothing started: say what and why, whole
+        console.print(f"{row.deployment_id}: {row.artifact_uri} started nothing: {row.reason}", highlight=False)
     if hidden := len(records) - len(shown):
         console.print(f"{hidden} more ended over a day ago: `modeldrop list --all` shows them", highlight=False)
 

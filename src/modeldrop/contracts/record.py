@@ -47,7 +47,8 @@ StepName = Literal[
 
 # Nothing moves a record out of these: a Lambda still running after its execution ended cannot
 # bring it back, and its artifact claim passes on.
-ENDED = frozenset({"failed", "expired", "torn_down", "aborted", "timed_out"})
+# "rejected": an upload the starter refused (a marker it could not read): nothing started, nothing held.
+ENDED = frozenset({"failed", "expired", "torn_down", "aborted", "timed_out", "rejected"})
 TERMINAL = ENDED | {"succeeded"}
 # A holder in one of these states has no endpoint (or never will): its artifact claim may be taken over.
 RELEASED = ENDED

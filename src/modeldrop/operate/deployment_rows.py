@@ -69,6 +69,9 @@ class DeploymentRow(BaseModel):
     adapter: str | None = None  # a LoRA adapter deployment: the adapter's name (served on its base)
     base: str | None = None
     channel: str | None = None  # the channel that serves or keeps it
+    # A rejected upload (a marker the starter could not read): what was uploaded and why nothing started.
+    artifact_uri: str | None = None
+    reason: str | None = None
 
 
 def row_for(record: DeploymentRecord, now: datetime | None = None, hold: ChannelHold | None = None) -> DeploymentRow:
@@ -90,6 +93,8 @@ def row_for(record: DeploymentRecord, now: datetime | None = None, hold: Channel
         adapter=_adapter_label(record),
         base=str(record.artifact_uri) if (record.request or {}).get("adapter_name") else None,
         channel=hold.channel if hold else None,
+        artifact_uri=str(getattr(record, "uploaded_uri", "")) if record.status == "rejected" else None,
+        reason=record.failure_reason if record.status == "rejected" else None,
     )
 
 

@@ -118,9 +118,10 @@ class PromoteSettings(_WithTable):
         return tuple(r.strip() for r in self.no_scale_to_zero_regions.split(",") if r.strip())
 
 
-class StarterSettings(_EnvSettings):
+class StarterSettings(_WithTable):
     state_machine_arn: str
     artifact_bucket: str
+    event_bus_name: str
 
 
 class ReaperSettings(_WithTable):

@@ -94,6 +94,29 @@ class Registry:
             raise DeploymentEnded(f"deployment {deployment_id} already ended ({existing.status})")
         return False
 
+    def record_rejection(self, deployment_id: str, execution_name: str, artifact_uri: str, reason: str) -> bool:
+        """An upload the starter refused, as a closed record `list` shows with its reason; False when this
+        upload's rejection is recorded already (a redelivered event). Only ids the starter may write
+        (`rejected-*`: its role's dynamodb:LeadingKeys) and only a new item: no record of a deployment is
+        reachable from a rejected upload."""
+        now = _now()
+        values = {":s": "rejected", ":n": execution_name, ":u": artifact_uri, ":e": "RequestInvalid",
+                  ":r": reason[:2000], ":t": now}  # fmt: skip
+        try:
+            self.table.update_item(
+                Key={"deployment_id": deployment_id},
+                UpdateExpression="SET #s = :s, execution_name = :n, uploaded_uri = :u, #e = :e, failure_reason = :r, "
+                "created_at = :t, updated_at = :t, ended_at = :t",
+                ConditionExpression="attribute_not_exists(deployment_id)",
+                ExpressionAttributeNames={"#s": "status", "#e": "error"},
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
     def tombstone(self, deployment_id: str, execution_name: str, execution_arn: str, status: str) -> bool:
         """An execution that ended before it registered: a closed record in its place, so that a
         RegisterDeployment still running finds it ended and creates nothing. False if a record exists."""

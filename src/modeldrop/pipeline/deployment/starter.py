@@ -192,7 +192,20 @@ def start_from_event(
     try:
         return _start(event, s3, sfn, state_machine_arn, artifact_bucket)
     except ModeldropError as exc:
-        return StartOutcome(status="rejected", reason=f"{type(exc).__name__}: {exc}")
+        rejected = StartOutcome(status="rejected", reason=f"{type(exc).__name__}: {exc}")
+        try:  # which upload it was, when the event says: the rejection is recorded under it
+            bucket, obj = S3Object.from_event(event)
+        except (KeyError, TypeError, ValueError):
+            return rejected
+        if bucket != artifact_bucket:
+            return rejected
+        name = execution_name(bucket, obj.key, obj.version_id)
+        return rejected.model_copy(update={"execution_name": name, "artifact_uri": f"s3://{bucket}/{obj.key}"})
+
+
+def rejection_id(name: str) -> str:
+    """The record id of a rejected upload (the starter's role may write only ids of this form)."""
+    return "rejected-" + hashlib.sha256(name.encode()).hexdigest()[:16]
 
 
 def _start(
