@@ -65,7 +65,10 @@ def _host_text(report: Any) -> str:
     host = report.host or {}
     ami = report.inference_ami_version or "the family's default (no InferenceAmiVersion)"
     driver = host.get("driver")
-    return f"{ami}, NVIDIA driver {driver or 'unknown'}" + (f"\n{host['note']}" if host.get("note") else "")
+    note = str(host.get("note") or "")
+    if note.startswith(f"{ami} (NVIDIA driver {driver})"):  # the note says the AMI and driver itself: once
+        return note
+    return f"{ami}, NVIDIA driver {driver or 'unknown'}" + (f"\n{note}" if note else "")
 
 
 REFUSED_BY_DEFAULTS = "a default stack refuses it:"

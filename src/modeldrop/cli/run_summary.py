@@ -44,7 +44,12 @@ def _engine_line(check: dict[str, Any], engine_off: str | None) -> str:
     said = f"\n{str(check.get('message'))[:200]}" if check.get("verdict") != "loads" and check.get("message") else ""
     if engine_off and check.get("verdict") == "unavailable":
         said = f"\n{engine_off}"
-    return f"{check.get('verdict')}{judged} for {check.get('judged_for')}{said}"
+    target = str(check.get("judged_for") or "")
+    # "loads by vLLM 0.31.0 for vLLM 0.31.0 (image tag ...)": the image named once when its release judged.
+    same = bool(judged) and target.startswith(f"vLLM {check.get('version')}")
+    image = target.split(" (", 1)[1].rstrip(")") if same and " (" in target else ""
+    where = (f" ({image})" if image else "") if same else (f" for {target}" if target else "")
+    return f"{check.get('verdict')}{judged}{where}{said}"
 
 
 def _plan_rows(result: Any, engine_off: str | None = None) -> list[tuple[str, str]]:

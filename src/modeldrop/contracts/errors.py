@@ -251,9 +251,17 @@ FAILURE_CLASSES: dict[str, str] = {cls.__name__: cls.failure_class for cls in DO
 
 def describe_validation(exc: ValidationError, limit: int = 3) -> str:
     """'field.path: message; ...' for the first ``limit`` problems, as a user should read them."""
-    parts = [f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}" for e in exc.errors()[:limit]]
+    parts = [f"{'.'.join(str(p) for p in e['loc']) or '(root)'}: {_words(e['msg'])}" for e in exc.errors()[:limit]]
     more = len(exc.errors()) - limit
     return "; ".join(parts) + (f" (+{more} more)" if more > 0 else "")
+
+
+def _words(message: str) -> str:
+    """pydantic's message as the user's words: its 'Value error, ' / 'Assertion failed, ' prefix is the
+    library's, and a message spanning lines reads as one (no literal newlines in a one-line error)."""
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return " ".join(message.split())
 
 
 def classify(error_name: str) -> str:

@@ -95,7 +95,9 @@ def read_eval_set(
     else:
         path = Path(source)
         if not path.is_file():
-            raise RequestInvalid(f"eval set {source}: no such file", "")
+            raise RequestInvalid(f"eval set {source}: no such file",
+                                 "give the path of a JSONL file (one case a line, as docs/evaluation.md shows), "
+                                 "or leave --eval-set out for the built-in set")  # fmt: skip
         if path.stat().st_size > MAX_EVAL_SET_BYTES:
             raise too_big
         raw, found = path.read_bytes(), None
