@@ -505,7 +505,8 @@ def test_plan_says_the_host_the_price_the_stack_limits_and_the_kv_floor(tmp_path
     priced = _run("plan", str(ckpt), "--region", "us-east-1")
     assert priced.returncode == 0, priced.stderr
     text = " ".join(priced.stdout.split())
-    assert "host al2023-ami-sagemaker-inference-gpu-4-1, NVIDIA driver 580" in text
+    assert "host al2023-ami-sagemaker-inference-gpu-4-1 (NVIDIA driver 580) for the image's CUDA" in text
+    assert text.count("al2023-ami-sagemaker-inference-gpu-4-1") == 1, text  # the AMI and its driver said once
     assert "stack limits within the default stack's" in text and "$1.22/h" in text
     assert "at least 0.5 GiB: below that vLLM cannot allocate enough KV blocks" in text and "PLAN OK" in text
     unpriced = " ".join(_run("plan", str(ckpt), "--region", "eu-west-3").stdout.split())

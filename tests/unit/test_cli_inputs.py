@@ -170,8 +170,13 @@ def test_a_shell_pointed_at_a_stopped_local_stack_is_told_so(tmp_path: Path, mon
     monkeypatch.setenv("MODELDROP_LOCAL_STATE", str(tmp_path / "gone.json"))
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
     monkeypatch.setenv("AWS_REGION", "us-east-1")
+    import botocore.endpoint
+
+    calls: list[object] = []
+    monkeypatch.setattr(botocore.endpoint.Endpoint, "make_request", lambda *a, **k: calls.append(a))
     result = CliRunner().invoke(app, ["list", "--json"])
     assert result.exit_code == 2 and json.loads(result.stdout)["error"] == "LocalStackStopped", result.output
+    assert calls == []  # said before any call: not after the SDK's retries of a refused connection (~11 s)
 
 
 def test_local_stacks_are_the_users_own_per_directory_or_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

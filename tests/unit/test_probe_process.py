@@ -122,3 +122,26 @@ def test_the_pipelines_adapter_check_says_why_it_cannot_judge_and_fails_when_it_
         assert sglang.verdict == "undetermined" and "SGLang" in sglang.message
         failed = engine_check_step.check_served(s3, served, TARGET)
         assert failed.verdict == "failed" and "could not start" in failed.message, failed
+
+
+def test_an_engine_venv_without_vllm_is_the_machines_fault_not_the_checkpoints(tmp_path: Path) -> None:
+    """An interrupted `make vllm-venv` leaves an interpreter that cannot import vLLM: the check is undetermined
+    (the static verdict stands, exit 0 on the tool's own sample), and its fix names make vllm-venv."""
+    import os
+
+    from modeldrop.local.samples.checkpoint import write_checkpoint
+
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    empty = str(tmp_path / "venv" / "bin" / "python")
+    sample = write_checkpoint(tmp_path / "sample")
+    check = engine_check.engine_check(sample, TARGET, empty)
+    assert check.verdict == "undetermined" and "No module named 'vllm'" in check.message, check
+    [finding] = engine_findings(check)
+    assert finding.severity == "warning" and "make vllm-venv" in finding.hint
+    env = {**os.environ, "MODELDROP_VLLM_PYTHON": empty}
+    env.pop("MODELDROP_ENGINE_CHECK", None)
+    done = subprocess.run([sys.executable, "-m", "modeldrop", "validate", str(sample), "--json"],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+    report = json.loads(done.stdout)
+    assert done.returncode == 0 and report["engine_check"]["verdict"] == "undetermined", done.stdout[-2000:]
+    assert any("make vllm-venv" in f["hint"] for f in report["findings"])

@@ -50,8 +50,11 @@ ProfileOpt = Annotated[str | None, typer.Option(help="AWS named profile (default
 def _connect(stack: str, region: str | None, profile: str | None = None) -> tuple[Any, Any, Registry]:
     """(boto3 session, the stack's outputs, the deployments registry)."""
     from modeldrop.aws.dynamodb.registry import Registry
+    from modeldrop.operate.aws_problems import connection_problem
     from modeldrop.operate.deployments import stack_info
 
+    if problem := connection_problem():  # a stopped local stack: said at once, not after the SDK's retries
+        fail(problem[0], problem[1], error=problem[2])
     session = session_for(region, profile)
     info = stack_info(session.client("cloudformation"), stack, session.region_name)
     return session, info, Registry(session.resource("dynamodb").Table(info.table_name))
