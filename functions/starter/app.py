@@ -5,7 +5,7 @@ from typing import Any
 from modeldrop.aws import clients
 from modeldrop.aws.events_bus import publish
 from modeldrop.pipeline.config import StarterSettings
-from modeldrop.pipeline.deployment.starter import rejection_id, start_from_event
+from modeldrop.pipeline.deployment.starter import record_rejected, start_from_event
 from modeldrop.pipeline.lambda_support import logger
 
 
@@ -17,13 +17,8 @@ def lambda_handler(event: dict[str, Any], context: Any) -> dict[str, Any]:
     )
     if outcome.status == "rejected":
         logger.error("s3 event rejected: nothing started", extra=outcome.model_dump())
-        if outcome.execution_name and outcome.artifact_uri:  # seen by `modeldrop list`, and announced
-            reason = str(outcome.reason)
-            if settings.registry().record_rejection(rejection_id(outcome.execution_name), outcome.execution_name,
-                                                    outcome.artifact_uri, reason):  # fmt: skip
-                publish(clients.events(), settings.event_bus_name, "Deployment Rejected",
-                        {"artifact_uri": outcome.artifact_uri, "reason": reason,
-                         "deployment_id": rejection_id(outcome.execution_name)})  # fmt: skip
+        record_rejected(outcome, settings.registry(), lambda detail: publish(
+            clients.events(), settings.event_bus_name, "Deployment Rejected", detail))  # fmt: skip
     else:
         logger.info("s3 event handled", extra=outcome.model_dump())
     return outcome.model_dump(mode="json")

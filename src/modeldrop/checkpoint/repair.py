@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from modeldrop.checkpoint.archive.artifact_scan import ArtifactScan, scan_source
 from modeldrop.checkpoint.archive.scan_result import Readable, read_exact
@@ -51,6 +51,12 @@ class RepairResult(BaseModel):
     report: ValidationReport
     # The quantization_config block dropped from config.json (a merge's stale one), when asked to.
     dropped_quantization_config: dict[str, Any] | None = None
+    # The output as it was read for the report (never serialized).
+    _scan: Any = PrivateAttr(default=None)
+
+    @property
+    def scan(self) -> Any:
+        return self._scan
 
 
 @dataclass(frozen=True)
@@ -302,8 +308,9 @@ def repair(
             _write_archive(source, out, aws, extra)
         except FileExistsError:
             raise RequestInvalid(f"{out} exists", "choose a new --out path") from None
-    report = validate_scan(scan_source(out, s3))
-    return RepairResult(
+    written = scan_source(out, s3)
+    report = validate_scan(written)
+    result = RepairResult(
         source=source,
         base=base,
         out=out,
@@ -313,6 +320,8 @@ def repair(
         report=report,
         dropped_quantization_config=dropped[0] if dropped is not None else None,
     )
+    result._scan = written  # what the engine check judges an archive or S3 output from: not read again
+    return result
 
 
 def _restore(fine_scan: ArtifactScan, base: str, source: str, aws: S3Client) -> dict[str, tuple[TensorInfo, bytes]]:

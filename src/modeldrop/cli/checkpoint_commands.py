@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -208,7 +209,7 @@ def repair_cmd(
     try:
         with aws_errors(domain_errors=False), byte_progress("reading and repairing"):
             result = repair(source, base, out, drop_stale_quantization=drop_stale_quantization)
-            result.report = _repaired_verdict(result.report, result.out)
+            result.report = _repaired_verdict(result)
     except ModeldropError as exc:
         _input_error(exc, source, as_json)
     if as_json:
@@ -233,16 +234,12 @@ def repair_cmd(
     raise typer.Exit(0 if result.report.deployable else 1)
 
 
-def _repaired_verdict(report: Any, out: str) -> Any:
+def _repaired_verdict(result: Any) -> Any:
     """The repaired copy judged as validate judges it (the engine too, where it is), so repair never says
-    deployable of what validate refuses a second later."""
-    not_judged = engine_check_off(asked_off=False)
-    if not_judged is not None or not report.deployable:
-        return judge_by_engine([Judged(out, report)], None, not_judged)[0]
-    from modeldrop.checkpoint.validation import validate_with_scans
-
-    fresh, _base_report, scan, _base_scan = validate_with_scans(str(out))
-    return judge_by_engine([Judged(str(out), fresh, scan)], None, None)[0]
+    deployable of what validate refuses a second later: an archive or S3 output from the scan repair made
+    of it, a folder as it is."""
+    scan = None if Path(result.out).is_dir() else result.scan
+    return judge_by_engine([Judged(result.out, result.report, scan)], None, engine_check_off(asked_off=False))[0]
 
 
 def _with_adapter(source: str, base: str) -> Any:

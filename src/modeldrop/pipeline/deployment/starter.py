@@ -11,6 +11,7 @@ import difflib
 import hashlib
 import json
 import posixpath
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -22,6 +23,8 @@ from modeldrop.contracts.models import DeploymentRequest, GateThresholds, parse_
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_stepfunctions import SFNClient
+
+    from modeldrop.aws.dynamodb.registry import Registry
 
 ARCHIVE_SUFFIX = "model.tar.gz"
 MARKER_NAME = "modeldrop.json"
@@ -201,6 +204,19 @@ def start_from_event(
             return rejected
         name = execution_name(bucket, obj.key, obj.version_id)
         return rejected.model_copy(update={"execution_name": name, "artifact_uri": f"s3://{bucket}/{obj.key}"})
+
+
+def record_rejected(outcome: StartOutcome, registry: Registry, announce: Callable[[dict[str, Any]], None]) -> bool:
+    """A rejected upload made visible: a closed `rejected-*` record `modeldrop list` shows (once per upload:
+    a redelivered event records nothing new) and, when it is new, ANNOUNCE (a Deployment Rejected event).
+    False when the outcome names no upload (an event of another shape) or the record exists already."""
+    if outcome.status != "rejected" or not outcome.execution_name or not outcome.artifact_uri:
+        return False
+    deployment_id, reason = rejection_id(outcome.execution_name), str(outcome.reason)
+    if not registry.record_rejection(deployment_id, outcome.execution_name, outcome.artifact_uri, reason):
+        return False
+    announce({"artifact_uri": outcome.artifact_uri, "reason": reason, "deployment_id": deployment_id})
+    return True
 
 
 def rejection_id(name: str) -> str:
